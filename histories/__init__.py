@@ -1,0 +1,39 @@
+"""History format v1: the one contract every part of leasecheck shares.
+
+A history is what a test run leaves behind: a header line and one event per line,
+each an invoke or a completion of a worker's operation, or a nemesis fault. This
+package reads (validating, streaming) and writes (append-only, flushed) that
+format, and nothing else: it knows no checker, no backend and no fault.
+
+See ``shared/DESIGN.md`` ("History format v1") for the normative rules.
+"""
+
+from histories.format import (
+    CLIENT_FUNCTIONS,
+    FAIL_REASONS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    NEMESIS,
+    READ_STATUSES,
+    Event,
+    Header,
+    Op,
+)
+from histories.reader import HistoryError, HistoryReader, read_history
+from histories.writer import HistoryWriter
+
+__all__ = [
+    "CLIENT_FUNCTIONS",
+    "FAIL_REASONS",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "NEMESIS",
+    "READ_STATUSES",
+    "Event",
+    "Header",
+    "HistoryError",
+    "HistoryReader",
+    "HistoryWriter",
+    "Op",
+    "read_history",
+]

@@ -1,0 +1,114 @@
+"""Append-only history writer: every event is one ``write`` of one whole line.
+
+The file is opened unbuffered in append mode, so each event reaches the kernel
+as soon as it is recorded: if the harness dies, the history keeps every event
+but at most the one being written, and the reader accepts that truncated tail
+with a warning. Times come from one monotonic clock that no nemesis skews.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from histories.format import NEMESIS, Header
+
+_encode = msgspec.json.Encoder().encode
+
+
+class HistoryWriter:
+    """Records invokes, completions and nemesis events into a v1 history file.
+
+    Thread-safe: a recorder thread and a nemesis thread may share one writer.
+    ``clock`` returns nanoseconds; times are written relative to the writer's
+    creation (or to ``start_ns``), and never go backwards in file order.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        header: Header,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+        start_ns: int | None = None,
+        fsync: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._start = clock() if start_ns is None else start_ns
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self._index = 0
+        self._last_time = 0
+        self._open: dict[int, tuple[str, str]] = {}
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._write(header.to_json())
+
+    @property
+    def events(self) -> int:
+        """How many events (not counting the header) have been written."""
+        return self._index
+
+    def now(self) -> int:
+        """The history time of this instant, in nanoseconds since the start."""
+        return self._clock() - self._start
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        os.write(self._fd, _encode(obj) + b"\n")
+        if self._fsync:
+            os.fsync(self._fd)
+
+    def _event(self, process: int | str, type_: str, f: str, node: str | None, value: Any, at: int | None) -> int:
+        with self._lock:
+            if self._fd < 0:
+                raise ValueError("history writer is closed")
+            t = self.now() if at is None else at
+            t = max(t, self._last_time)
+            index = self._index
+            ev: dict[str, Any] = {"index": index, "time": t, "process": process, "type": type_, "f": f}
+            if node is not None:
+                ev["node"] = node
+            ev["value"] = value
+            self._write(ev)
+            self._index = index + 1
+            self._last_time = t
+            return index
+
+    def invoke(self, process: int, f: str, node: str, value: dict[str, Any], *, at: int | None = None) -> int:
+        """Record that ``process`` starts ``f`` on ``node``; returns the op's index."""
+        if process in self._open:
+            raise ValueError(f"process {process} already has an op outstanding")
+        self._open[process] = (f, node)
+        return self._event(process, "invoke", f, node, value, at)
+
+    def complete(self, process: int, type_: str, value: dict[str, Any] | None = None, *, at: int | None = None) -> int:
+        """Record the completion (``ok``, ``fail`` or ``info``) of ``process``'s open op."""
+        if type_ not in ("ok", "fail", "info"):
+            raise ValueError(f"completion type must be ok, fail or info, not {type_!r}")
+        try:
+            f, node = self._open.pop(process)
+        except KeyError:
+            raise ValueError(f"process {process} has no op outstanding") from None
+        return self._event(process, type_, f, node, {} if value is None else value, at)
+
+    def nemesis(self, f: str, value: Any = None, *, at: int | None = None) -> int:
+        """Record a fault event (start, end or heal of a nemesis)."""
+        return self._event(NEMESIS, "info", f, None, value, at)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __enter__(self) -> "HistoryWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
