@@ -1,0 +1,355 @@
+"""The named anomaly kinds of DESIGN.md, each checked straight from its definition.
+
+Each check is a pure function of one node's ops that appends findings; most are
+one pass over the ops with :class:`~checker.precedence.MaxBefore` answering
+"the largest epoch observed before this invoke". Epochs are the version order
+(the way Elle uses unique writes), so no search is needed for any of them.
+Unfenced nodes (``"epoch": null``) are judged by grant order instead: claims
+ordered by real time, tokens naming the lease.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from histories import Header, Op
+
+from checker.explain import at, carried, describe, outcome
+from checker.model import SUCCEEDED, agrees, result_of
+from checker.precedence import MaxBefore
+from checker.verdict import Anomaly
+
+#: detailed findings kept per (node, kind); the rest are only counted
+MAX_PER_KIND = 100
+
+NS_PER_MS = 1_000_000
+
+
+@dataclass
+class Findings:
+    """Collects anomalies, keeping at most ``limit`` per (node, kind) and counting all."""
+
+    limit: int = MAX_PER_KIND
+    anomalies: list[Anomaly] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    _per: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def add(self, kind: str, node: str, ops: list[Op], explanation: str) -> None:
+        self.counts[kind] += 1
+        self._per[node, kind] += 1
+        if self._per[node, kind] <= self.limit:
+            self.anomalies.append(Anomaly(kind, node, [op.index for op in ops], explanation))
+
+    def kinds_on(self, node: str) -> set[str]:
+        return {k for (n, k), c in self._per.items() if n == node and c}
+
+
+def _int_epoch(op: Op) -> bool:
+    return type(op.epoch) is int
+
+
+def _observed(op: Op) -> str:
+    """How an op observed its epoch, for explanations."""
+    if op.f == "claim":
+        return f"had been granted epoch {op.epoch}"
+    if op.f == "read":
+        return f"had read epoch {op.epoch}"
+    return f"had succeeded with epoch {op.epoch}"
+
+
+# --------------------------------------------------------------------- fenced
+
+
+def epoch_order(node: str, ops: list[Op], out: Findings) -> None:
+    """duplicate-epoch, epoch-regression, stale-renew, stale-commit, stale-effect."""
+    ok = [op for op in ops if op.type == "ok" and _int_epoch(op)]
+    first_claim: dict[int, Op] = {}
+    for op in sorted((o for o in ok if o.f == "claim"), key=lambda o: o.index):
+        e = op.epoch
+        if e in first_claim:
+            c = first_claim[e]
+            out.add(
+                "duplicate-epoch", node, [c, op],
+                f"{describe(c)} and {describe(op)} were both granted epoch {e} "
+                f"(at {at(c.complete_time)} and {at(op.complete_time)}); every grant must get a new, larger epoch.",
+            )
+        else:
+            first_claim[e] = op
+    seen = MaxBefore(ok, key=lambda o: o.epoch)
+    for op in ok:
+        if op.f not in ("claim", "renew", "commit"):
+            continue
+        best, x = seen.query(op.invoke_time)
+        if x is None:
+            continue
+        e = op.epoch
+        if op.f == "claim" and best >= e:
+            out.add(
+                "epoch-regression", node, [x, op],
+                f"{describe(op)} was granted epoch {e} at {at(op.complete_time)}, but it was invoked at "
+                f"{at(op.invoke_time)}, after {describe(x)} {_observed(x)} at {at(x.complete_time)}: "
+                f"epochs must only grow.",
+            )
+        elif op.f != "claim" and best > e:
+            out.add(
+                f"stale-{op.f}", node, [x, op],
+                f"{describe(op)} was invoked at {at(op.invoke_time)}, after {describe(x)} {_observed(x)} "
+                f"at {at(x.complete_time)}; yet the store accepted the {op.f} with the older epoch {e} "
+                f"(completed at {at(op.complete_time)}).",
+            )
+    effects = [op for op in ok if op.f == "effect"]
+    accepted = MaxBefore(effects, key=lambda o: o.epoch)
+    for op in effects:
+        best, x = accepted.query(op.invoke_time)
+        if x is not None and best > op.epoch:
+            out.add(
+                "stale-effect", node, [x, op],
+                f"the protected resource accepted {describe(op)}, invoked at {at(op.invoke_time)}, after it had "
+                f"accepted {describe(x)} at {at(x.complete_time)}: a fenced resource rejects epochs below the "
+                f"largest it has accepted.",
+            )
+
+
+def commits(node: str, ops: list[Op], fenced: bool, out: Findings) -> None:
+    """duplicate-commit and lost-commit."""
+    key = (lambda o: o.value.get("epoch")) if fenced else (lambda o: o.value.get("token"))
+    done = sorted((op for op in ops if op.type == "ok" and op.f == "commit"), key=lambda o: o.index)
+    if not done:
+        return
+    first = done[0]
+    keys = {key(first)}
+    for c in done[1:]:
+        if key(c) not in keys:
+            keys.add(key(c))
+            out.add(
+                "duplicate-commit", node, [first, c],
+                f"{describe(first)} succeeded at {at(first.complete_time)} and {describe(c)} succeeded at "
+                f"{at(c.complete_time)}: two different leases both completed the node.",
+            )
+    reads = sorted((op for op in ops if op.type == "ok" and op.f == "read"), key=lambda o: o.invoke_time)
+    starts = [r.invoke_time for r in reads]
+    for c in done:
+        want = key(c)
+        for r in reads[bisect_right(starts, c.complete_time):]:
+            v = r.result
+            seen_key = v.get("epoch") if fenced else v.get("token")
+            if (
+                v.get("status") == SUCCEEDED
+                and (seen_key is None or seen_key == want)
+                and agrees(result_of(c), v.get("result"))
+            ):
+                continue
+            out.add(
+                "lost-commit", node, [c, r],
+                f"{describe(c)} succeeded at {at(c.complete_time)} with result {result_of(c)!r}, but "
+                f"{describe(r)}, invoked later at {at(r.invoke_time)}, {outcome(r)}.",
+            )
+
+
+def overlapping_fenced(node: str, ops: list[Op], header: Header, out: Findings) -> None:
+    """overlapping-lease, exactly as DESIGN.md defines it for fenced leases."""
+    window = (header.ttl_ms - header.clock_uncertainty_ms) * NS_PER_MS
+    if window <= 0:
+        return
+    claims = sorted((op for op in ops if op.type == "ok" and op.f == "claim" and _int_epoch(op)), key=lambda o: o.epoch)
+    if len(claims) < 2:
+        return
+    epochs = [c.epoch for c in claims]
+    renews: dict[int, list[Op]] = defaultdict(list)
+    released: dict[int, int] = {}
+    for op in ops:
+        e = op.value.get("epoch")
+        if op.f == "renew" and op.type == "ok":
+            renews[e].append(op)
+        elif op.f == "release" and op.type in ("ok", "info"):
+            released[e] = min(released.get(e, op.invoke_time), op.invoke_time)
+    renew_starts = {e: sorted(r.invoke_time for r in rs) for e, rs in renews.items()}
+    renew_ops = {e: sorted(rs, key=lambda r: r.invoke_time) for e, rs in renews.items()}
+    for c in claims:
+        done = c.complete_time
+        j = bisect_left(epochs, c.epoch) - 1
+        while j >= 0 and claims[j].invoke_time >= done:
+            j -= 1
+        if j < 0:
+            continue
+        p = claims[j]
+        pe = p.epoch
+        if released.get(pe, done) < done:
+            continue
+        t, via = p.invoke_time, None
+        starts = renew_starts.get(pe)
+        if starts:
+            k = bisect_left(starts, done) - 1
+            if k >= 0 and starts[k] > t:
+                t, via = starts[k], renew_ops[pe][k]
+        if done < t + window:
+            cited = [p, via, c] if via is not None else [p, c]
+            since = f"{describe(via)} renewed it at {at(t)}" if via else f"it was invoked at {at(t)}"
+            out.add(
+                "overlapping-lease", node, cited,
+                f"{describe(c)} was granted epoch {c.epoch} at {at(done)}, while the previous holder, "
+                f"{describe(p)} (epoch {pe}), still held its lease: {since}, so it ran until at least "
+                f"{at(int(t + window))} (ttl {header.ttl_ms:g} ms minus clock uncertainty "
+                f"{header.clock_uncertainty_ms:g} ms), and it was never released.",
+            )
+
+
+# ------------------------------------------------------------------- unfenced
+
+
+class _Leases:
+    """Unfenced leases by token: which ok claim an op with a token belongs to.
+
+    Some libraries reuse a token (a client id) for every lease of one worker, so
+    an op belongs to the latest claim of its token invoked before it.
+    """
+
+    def __init__(self, ops: list[Op]) -> None:
+        self.claims = sorted((o for o in ops if o.type == "ok" and o.f == "claim"), key=lambda o: o.invoke_time)
+        self._by_token: dict[object, list[Op]] = defaultdict(list)
+        for c in self.claims:
+            self._by_token[c.result.get("token")].append(c)
+        self._starts = {t: [c.invoke_time for c in cs] for t, cs in self._by_token.items()}
+
+    def of(self, op: Op) -> Op | None:
+        """The claim whose lease ``op`` (renew, effect, commit, release) used."""
+        tok = op.value.get("token")
+        starts = self._starts.get(tok)
+        if not starts:
+            return None
+        i = bisect_left(starts, op.invoke_time) - 1
+        return self._by_token[tok][max(i, 0)]
+
+
+def grant_order(node: str, ops: list[Op], out: Findings) -> None:
+    """stale-renew / stale-commit / stale-effect of unfenced leases, by grant order.
+
+    A holder's op is stale when it was invoked after a newer claim (one invoked
+    after the holder's claim completed, with another token) had completed.
+    """
+    leases = _Leases(ops)
+    claims = leases.claims
+    if len(claims) < 2:
+        return
+    starts = [c.invoke_time for c in claims]
+    for op in ops:
+        if op.type != "ok" or op.f not in ("renew", "commit", "effect"):
+            continue
+        h = leases.of(op)
+        if h is None:
+            continue
+        tok = h.result.get("token")
+        newer = None
+        for c in claims[bisect_right(starts, h.complete_time):]:
+            if c.invoke_time >= op.invoke_time:
+                break
+            if c.complete_time < op.invoke_time and c.result.get("token") != tok:  # type: ignore[operator]
+                if newer is None or c.complete_time < newer.complete_time:  # type: ignore[operator]
+                    newer = c
+        if newer is not None:
+            out.add(
+                f"stale-{op.f}", node, [h, newer, op],
+                f"{describe(op)}, whose lease {describe(h)} was granted at {at(h.complete_time)}, was invoked at "
+                f"{at(op.invoke_time)}, after the newer {describe(newer)} (invoked at {at(newer.invoke_time)}) "
+                f"had been granted at {at(newer.complete_time)}; yet it was accepted.",
+            )
+
+
+def overlapping_unfenced(node: str, ops: list[Op], header: Header, out: Findings) -> None:
+    """overlapping-lease by grant order: a claim granted while an earlier lease was provably held.
+
+    With no epochs, two claims are ordered only when one completed before the
+    other was invoked; for two concurrent grants, both leases were surely held
+    at once if both completed within ttl − uncertainty of the earlier invoke.
+    """
+    window = (header.ttl_ms - header.clock_uncertainty_ms) * NS_PER_MS
+    if window <= 0:
+        return
+    leases = _Leases(ops)
+    if len(leases.claims) < 2:
+        return
+    released: dict[object, int] = {}
+    grants: list[tuple[int, Op, Op]] = [(c.invoke_time, c, c) for c in leases.claims]
+    for op in ops:
+        if op.f == "release" and op.type in ("ok", "info"):
+            tok = op.value.get("token")
+            released[tok] = min(released.get(tok, op.invoke_time), op.invoke_time)
+        elif op.type == "ok" and op.f == "renew":
+            holder = leases.of(op)
+            if holder is not None:
+                grants.append((op.invoke_time, op, holder))
+    grants.sort(key=lambda g: g[0])
+    starts = [g[0] for g in grants]
+    for c in leases.claims:
+        done = c.complete_time
+        ctok = c.result.get("token")
+        lo = bisect_right(starts, done - window)  # type: ignore[operator]
+        hi = bisect_left(starts, done)  # type: ignore[arg-type]
+        for t, via, p in reversed(grants[lo:hi]):
+            ptok = p.result.get("token")
+            if p is c or ptok == ctok:
+                continue
+            if p.complete_time < c.invoke_time:  # type: ignore[operator]
+                if released.get(ptok, done) < done:  # type: ignore[operator]
+                    continue
+                cited = [p, via, c] if via is not p else [p, c]
+                out.add(
+                    "overlapping-lease", node, cited,
+                    f"{describe(c)} was granted at {at(done)}, while {describe(p)}, granted earlier at "
+                    f"{at(p.complete_time)}, still held its lease: it was claimed or renewed at {at(t)}, so it ran "
+                    f"until at least {at(int(t + window))}, and it was not released.",
+                )
+                break
+            if via is p and p.index < c.index:
+                last = max(p.complete_time, done)  # type: ignore[type-var]
+                if last >= min(p.invoke_time, c.invoke_time) + window:
+                    continue
+                if released.get(ptok, last) < last or released.get(ctok, last) < last:
+                    continue
+                out.add(
+                    "overlapping-lease", node, [p, c],
+                    f"{describe(p)} and {describe(c)} were both granted between "
+                    f"{at(min(p.invoke_time, c.invoke_time))} and {at(last)}, less than the ttl apart, and "
+                    f"neither lease was released: two holders at once.",
+                )
+
+
+# ---------------------------------------------------------------------- both
+
+
+def stuck(node: str, ops: list[Op], header: Header, out: Findings) -> None:
+    """stuck-lease: a claim refused as ``held`` after every lease had provably expired."""
+    refused = [op for op in ops if op.type == "fail" and op.f == "claim" and op.result.get("reason") == "held"]
+    if not refused:
+        return
+    slack = (header.ttl_ms + header.clock_uncertainty_ms) * NS_PER_MS
+    maybe = [op.invoke_time for op in ops if op.type == "info" and op.f in ("claim", "renew")]
+    first_maybe = min(maybe) if maybe else None
+    grants = sorted((op for op in ops if op.type == "ok" and op.f in ("claim", "renew")), key=lambda o: o.invoke_time)
+    starts = [g.invoke_time for g in grants]
+    latest: list[Op] = []
+    for g in grants:
+        latest.append(g if not latest or g.complete_time > latest[-1].complete_time else latest[-1])  # type: ignore[operator]
+    for f in refused:
+        done = f.complete_time
+        if first_maybe is not None and first_maybe < done:  # type: ignore[operator]
+            continue
+        k = bisect_left(starts, done)
+        if k == 0:
+            out.add(
+                "stuck-lease", node, [f],
+                f"{describe(f)} was refused as held at {at(done)}, but no lease on the node had been granted "
+                f"or could have been.",
+            )
+            continue
+        last = latest[k - 1]
+        if f.invoke_time > last.complete_time + slack:  # type: ignore[operator]
+            out.add(
+                "stuck-lease", node, [last, f],
+                f"{describe(f)} was invoked at {at(f.invoke_time)} and refused as held, but the last lease "
+                f"activity, {describe(last)}, completed at {at(last.complete_time)}: every lease had expired by "
+                f"{at(int(last.complete_time + slack))} (ttl {header.ttl_ms:g} ms plus clock uncertainty "  # type: ignore[operator]
+                f"{header.clock_uncertainty_ms:g} ms).",
+            )

@@ -1,0 +1,108 @@
+"""The lease model and the protected-resource model of DESIGN.md, as pure functions.
+
+Like a Porcupine ``Model``: a state, a step function, and nothing about the
+system under test. A state is a tuple ``(status, key, owner, result)`` where
+``key`` is the epoch (fenced backends) or the opaque token (unfenced ones).
+``step`` is nondeterministic (an indeterminate claim may have been granted any
+epoch above the current one), so it returns every possible next state; the
+search runs it over sets of states, Porcupine's power-set construction.
+
+Both the search and the fast epoch-order construction judge reads with
+:func:`read_matches`, so the two cannot disagree on what a read may show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from histories import Op
+
+READY, RUNNING, SUCCEEDED = "READY", "RUNNING", "SUCCEEDED"
+
+State = tuple[str, Any, Any, Any]
+INITIAL: State = (READY, 0, None, None)
+
+#: the protected resource: the largest epoch it has accepted
+REGISTER_INITIAL = float("-inf")
+
+
+def agrees(expected: Any, seen: Any) -> bool:
+    """Does a value seen by a read agree with the one written?
+
+    A writer that did not say (an invoke with no ``owner``, a commit with no
+    ``result``) cannot be contradicted: benefit of the doubt.
+    """
+    return expected is None or expected == seen
+
+
+def owner_of(claim: Op) -> Any:
+    """The owner a claim asked to be recorded."""
+    return claim.value.get("owner")
+
+
+def result_of(commit: Op) -> Any:
+    """The result a commit asked to be recorded."""
+    return commit.value.get("result")
+
+
+def read_matches(state: State, read: Op, fenced: bool) -> bool:
+    """Can ``read``'s ok value be what the store held in ``state``?"""
+    status, key, owner, result = state
+    r = read.result
+    if r.get("status") != status:
+        return False
+    if fenced:
+        e = r.get("epoch")
+        if e is not None and e != key:
+            return False
+    elif "token" in r and r["token"] is not None and r["token"] != key:
+        return False
+    if status != READY and not agrees(owner, r.get("owner")):
+        return False
+    if status == SUCCEEDED and not agrees(result, r.get("result")):
+        return False
+    return True
+
+
+def lease_step(state: State, op: Op, fenced: bool, info_keys: Iterable[Any] = ()) -> list[State]:
+    """Every state the lease object can be in after ``op`` took effect in ``state``.
+
+    Empty when ``op`` cannot take effect there. ``info_keys`` are the keys an
+    indeterminate claim may have been granted: the epochs (or tokens) that some
+    op names but no ok claim granted. Granting any other key helps nothing:
+    nobody names it, and it only blocks ops that name the current key.
+    """
+    status, key, owner, result = state
+    f = op.f
+    if f == "read":
+        return [state] if read_matches(state, op, fenced) else []
+    if f == "claim":
+        if status == SUCCEEDED:
+            return []
+        who = owner_of(op)
+        if op.type == "ok":
+            new = op.result.get("epoch") if fenced else op.result.get("token")
+            if fenced and not new > key:
+                return []
+            return [(RUNNING, new, who, None)]
+        if fenced:
+            return [(RUNNING, k, who, None) for k in info_keys if k > key]
+        # an unfenced grant's token is opaque: it may also be one nobody saw
+        return [(RUNNING, k, who, None) for k in (*info_keys, ("unseen-token", op.index))]
+    mine = op.value.get("epoch") if fenced else op.value.get("token")
+    if status != RUNNING or mine != key:
+        return []
+    if f == "renew":
+        return [state]
+    if f == "commit":
+        return [(SUCCEEDED, key, owner, result_of(op))]
+    if f == "release":
+        return [(READY, key, None, None)]
+    raise ValueError(f"the lease model has no operation {f!r}")
+
+
+def register_step(largest: float, op: Op) -> list[float]:
+    """The protected resource: an effect is accepted iff its epoch ≥ the largest accepted."""
+    e = op.value.get("epoch")
+    return [e] if e >= largest else []

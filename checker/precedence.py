@@ -1,0 +1,52 @@
+"""Real-time precedence queries: "of these ops, which completed before time t?"
+
+DESIGN.md's "A before B" is ``A.complete_time < B.invoke_time``. Most anomaly
+checks ask, for many ops B, for the op with the greatest epoch (or block) among
+all ops before B. Sorting by completion time once and keeping a running
+maximum answers each such question with one binary search: O(n log n) overall.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from histories import Op
+
+
+class MaxBefore:
+    """Answers ``query(t)``: the op with the greatest key among those completed before ``t``.
+
+    Ties go to the op that completed first. Ops that never completed (info) are
+    never before anything and must not be passed in.
+    """
+
+    __slots__ = ("_times", "_keys", "_ops")
+
+    def __init__(self, ops: Iterable[Op], key: Callable[[Op], Any]) -> None:
+        pairs = sorted(((op.complete_time, op) for op in ops), key=lambda p: p[0])  # type: ignore[arg-type,return-value]
+        self._times: list[int] = []
+        self._keys: list[Any] = []
+        self._ops: list[Op] = []
+        best_key: Any = None
+        best_op: Op | None = None
+        for t, op in pairs:
+            k = key(op)
+            if best_op is None or k > best_key:
+                best_key, best_op = k, op
+            self._times.append(t)  # type: ignore[arg-type]
+            self._keys.append(best_key)
+            self._ops.append(best_op)
+
+    def query(self, t: int) -> tuple[Any, Op | None]:
+        """(greatest key, its op) among ops completed strictly before ``t``; (None, None) if none."""
+        i = bisect_left(self._times, t)
+        if i == 0:
+            return None, None
+        return self._keys[i - 1], self._ops[i - 1]
+
+
+def before(a: Op, b: Op) -> bool:
+    """DESIGN.md: A completed (ok or fail) strictly before B was invoked."""
+    return a.complete_time is not None and a.complete_time < b.invoke_time
