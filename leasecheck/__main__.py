@@ -1,0 +1,3 @@
+from leasecheck.cli import main
+
+main()

@@ -1,0 +1,42 @@
+"""Human-readable verdicts for the terminal, with rich."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from checker import KINDS, Verdict
+from checker.explain import render_chain
+
+_STYLE = {True: ("valid", "bold green"), False: ("INVALID", "bold red"), "unknown": ("unknown", "bold yellow")}
+
+
+def print_verdict(console: Console, path: str, verdict: Verdict, explain: bool = False) -> None:
+    """A summary table (ops, nodes, verdict, anomalies by kind), then each anomaly."""
+    word, style = _STYLE[verdict.valid]
+    table = Table(title=path, show_header=False, title_justify="left", box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("verdict", Text(word, style=style))
+    table.add_row("ops", f"{verdict.stats['ops']:,}")
+    table.add_row("nodes", f"{verdict.stats['nodes']:,}")
+    s = verdict.stats
+    table.add_row("outcomes", f"{s['ok']:,} ok, {s['fail']:,} fail, {s['info']:,} info")
+    counts = Counter({k: v for k, v in s.get("anomalies", {}).items()})
+    for kind in KINDS:
+        if counts[kind]:
+            table.add_row(kind, str(counts[kind]))
+    if verdict.unknown_nodes:
+        table.add_row("search gave up on", ", ".join(verdict.unknown_nodes[:10]) + (" …" if len(verdict.unknown_nodes) > 10 else ""))
+    console.print(table)
+    if "anomalies_listed" in s:
+        console.print(f"[dim]listing {s['anomalies_listed']} of {sum(counts.values())} anomalies (at most 100 per node and kind)[/dim]")
+    for a in verdict.anomalies:
+        console.print()
+        console.print(Text.assemble((a.kind, "bold red"), f" on {a.node}, ops {a.ops}"))
+        console.print(a.explanation, highlight=False)
+        if explain:
+            console.print(render_chain(a, verdict.cited), highlight=False)
