@@ -9,10 +9,14 @@ maximum answers each such question with one binary search: O(n log n) overall.
 from __future__ import annotations
 
 from bisect import bisect_left
+from operator import attrgetter
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from histories import Op
+
+
+_DONE = attrgetter("complete_time")
 
 
 class MaxBefore:
@@ -25,19 +29,18 @@ class MaxBefore:
     __slots__ = ("_times", "_keys", "_ops")
 
     def __init__(self, ops: Iterable[Op], key: Callable[[Op], Any]) -> None:
-        pairs = sorted(((op.complete_time, op) for op in ops), key=lambda p: p[0])  # type: ignore[arg-type,return-value]
-        self._times: list[int] = []
-        self._keys: list[Any] = []
-        self._ops: list[Op] = []
+        ordered = sorted(ops, key=_DONE)  # linear when already in completion order
+        self._times: list[int] = [op.complete_time for op in ordered]  # type: ignore[misc]
+        keys = self._keys = []
+        best = self._ops = []
         best_key: Any = None
         best_op: Op | None = None
-        for t, op in pairs:
+        for op in ordered:
             k = key(op)
             if best_op is None or k > best_key:
                 best_key, best_op = k, op
-            self._times.append(t)  # type: ignore[arg-type]
-            self._keys.append(best_key)
-            self._ops.append(best_op)
+            keys.append(best_key)
+            best.append(best_op)
 
     def query(self, t: int) -> tuple[Any, Op | None]:
         """(greatest key, its op) among ops completed strictly before ``t``; (None, None) if none."""

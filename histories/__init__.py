@@ -18,6 +18,8 @@ from histories.format import (
     Event,
     Header,
     Op,
+    make_op,
+    named_epoch,
 )
 from histories.reader import HistoryError, HistoryReader, read_history
 from histories.writer import HistoryWriter
@@ -35,5 +37,7 @@ __all__ = [
     "HistoryReader",
     "HistoryWriter",
     "Op",
+    "make_op",
+    "named_epoch",
     "read_history",
 ]

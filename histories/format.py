@@ -72,13 +72,9 @@ class Op(msgspec.Struct, gc=False):
     invoke_time: int
     complete_time: int | None
     complete_index: int | None = None
-
-    @property
-    def epoch(self) -> int | None:
-        """The epoch this op names: returned by an ok claim or read, else carried."""
-        if self.f == "claim" or self.f == "read":
-            return self.result.get("epoch")
-        return self.value.get("epoch")
+    #: the epoch this op names: returned by an ok claim or read, else carried
+    #: by its invoke value (see :func:`named_epoch`); None when unfenced
+    epoch: Any = None
 
     @property
     def token(self) -> Any:
@@ -86,3 +82,29 @@ class Op(msgspec.Struct, gc=False):
         if self.f == "claim":
             return self.result.get("token")
         return self.value.get("token")
+
+
+def named_epoch(f: str, type_: str, value: dict[str, Any], result: dict[str, Any]) -> Any:
+    """The epoch an op names: an ok claim or read returns it; every other op carries it."""
+    if f == "claim" or f == "read":
+        return result.get("epoch") if type_ == "ok" else None
+    return value.get("epoch")
+
+
+def make_op(
+    index: int,
+    process: int,
+    f: str,
+    node: str,
+    value: dict[str, Any],
+    type_: str,
+    result: dict[str, Any],
+    invoke_time: int,
+    complete_time: int | None,
+    complete_index: int | None = None,
+) -> Op:
+    """An :class:`Op` with its derived ``epoch`` filled in (for tests and tools)."""
+    return Op(
+        index, process, f, node, value, type_, result, invoke_time, complete_time, complete_index,
+        named_epoch(f, type_, value, result),
+    )

@@ -32,6 +32,7 @@ from histories.format import (
     Event,
     Header,
     Op,
+    named_epoch,
 )
 
 
@@ -293,7 +294,12 @@ class HistoryReader:
                         done = None
                     else:
                         done = t
-                    yield Op(inv.index, p, inv.f, inv.node, inv.value, typ, ev.value, inv.time, done, ev.index)
+                    f = inv.f
+                    if f == "claim" or f == "read":
+                        epoch = ev.value.get("epoch") if typ == "ok" else None
+                    else:
+                        epoch = inv.value.get("epoch")
+                    yield Op(inv.index, p, f, inv.node, inv.value, typ, ev.value, inv.time, done, ev.index, epoch)
                 else:
                     raise error(lineno, f"unknown type {typ!r} (invoke, ok, fail or info)")
         except OSError as e:
@@ -303,7 +309,10 @@ class HistoryReader:
             self.last_time = last_time
             self.close()
         for inv in sorted(open_ops.values(), key=lambda e: e.index):
-            yield Op(inv.index, inv.process, inv.f, inv.node, inv.value, "info", {}, inv.time, None, None)  # type: ignore[arg-type]
+            yield Op(
+                inv.index, inv.process, inv.f, inv.node, inv.value, "info", {}, inv.time, None, None,  # type: ignore[arg-type]
+                named_epoch(inv.f, "info", inv.value, {}),
+            )
 
 
 def read_history(source: str | os.PathLike[str] | Iterable[bytes | str], name: str | None = None) -> tuple[Header, list[Op], HistoryReader]:

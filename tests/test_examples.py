@@ -1,0 +1,152 @@
+"""The hand-written example corpus (``histories/examples``) against the checker.
+
+Every ``*.jsonl`` in the folder is listed in ``expected.json`` with the verdict
+worked out by hand from DESIGN.md (kinds, and the ops each anomaly must cite by
+the invoke index, following the citation convention of the corpus), or with
+``"valid": "bad-input"`` and the line the reader must name. The test checks the
+library entry point (``check_source``) on every file, and the real CLI on a few,
+because the exit code and the single JSON object are what CI gates consume.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checker import check_source
+from histories import HistoryError
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "histories" / "examples"
+EXPECTED: dict[str, dict[str, Any]] = json.loads((EXAMPLES / "expected.json").read_text())
+
+BAD_INPUT = "bad-input"
+EXIT_CODES = {True: 0, False: 1, "unknown": 2, BAD_INPUT: 3}
+
+
+def test_every_example_is_listed() -> None:
+    """A new example without an expectation (or a stale entry) fails loudly."""
+    on_disk = {p.name for p in EXAMPLES.glob("*.jsonl")}
+    listed = set(EXPECTED)
+    assert on_disk - listed == set(), "examples missing from expected.json"
+    assert listed - on_disk == set(), "expected.json lists files that do not exist"
+
+
+def test_expectations_are_well_formed() -> None:
+    kinds = {
+        "duplicate-epoch", "epoch-regression", "stale-renew", "stale-commit", "stale-effect",
+        "duplicate-commit", "lost-commit", "overlapping-lease", "stuck-lease", "non-linearizable",
+    }
+    for name, exp in EXPECTED.items():
+        assert exp["valid"] in (True, False, "unknown", BAD_INPUT), name
+        assert exp["kinds"] == sorted(set(exp["kinds"])), name
+        assert set(exp["kinds"]) <= kinds, name
+        assert {a["kind"] for a in exp["anomalies"]} == set(exp["kinds"]), name
+        assert (exp["valid"] is False) == bool(exp["kinds"]), name
+        assert exp["why"], name
+        if exp["valid"] == BAD_INPUT:
+            assert isinstance(exp["line"], int), name
+
+
+def _invoke_indices(path: Path) -> set[int]:
+    out = set()
+    for raw in path.read_text().splitlines()[1:]:
+        try:
+            ev = json.loads(raw)
+        except ValueError:
+            continue  # the truncated last line
+        if ev.get("type") == "invoke":
+            out.add(ev["index"])
+    return out
+
+
+def _assert_bad_input_message(message: str, name: str, line: int) -> None:
+    """DESIGN.md: the reader names the line; the report reads "path:LINE: message"."""
+    assert re.search(rf"(^|[/\\]){re.escape(name)}:{line}: \S", message), message
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example(name: str) -> None:
+    exp = EXPECTED[name]
+    path = EXAMPLES / name
+    if exp["valid"] == BAD_INPUT:
+        with pytest.raises(HistoryError) as info:
+            check_source(str(path))
+        _assert_bad_input_message(str(info.value), name, exp["line"])
+        return
+
+    verdict = check_source(str(path))
+    found = [(a.kind, list(a.ops)) for a in verdict.anomalies]
+    assert verdict.valid == exp["valid"] and type(verdict.valid) is type(exp["valid"]), found
+    assert {a.kind for a in verdict.anomalies} == set(exp["kinds"]), found
+    for want in exp["anomalies"]:
+        if "ops" in want:
+            assert (want["kind"], want["ops"]) in found, f"missing {want} in {found}"
+        else:
+            assert any(kind == want["kind"] for kind, _ in found), f"missing {want} in {found}"
+    invokes = _invoke_indices(path)
+    for a in verdict.anomalies:
+        assert a.ops, f"{a.kind} names no op"
+        assert set(a.ops) <= invokes, f"{a.kind} cites {a.ops}, not all invoke indices"
+        assert a.explanation
+    if "warning" in exp:
+        assert any(exp["warning"] in w for w in verdict.warnings), verdict.warnings
+    json.dumps(verdict.to_json())  # serialisable as the verdict JSON
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPECTED.items() if e["valid"] is True))
+def test_valid_examples_stay_valid_under_search(name: str) -> None:
+    """No false positives whichever engine decides linearizability."""
+    verdict = check_source(str(EXAMPLES / name), engine="search")
+    assert verdict.valid is True, [(a.kind, a.ops) for a in verdict.anomalies]
+
+
+def _cli() -> list[str]:
+    """The installed console script of this interpreter, else the module's main()."""
+    script = Path(sys.executable).with_name("leasecheck")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("leasecheck")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "from leasecheck.cli import main; main()"]
+
+
+CLI_SAMPLES = [
+    "clean-run-three-nodes-four-workers.jsonl",
+    "nemesis-pause-resume.jsonl",
+    "truncated-last-line.jsonl",
+    "stale-commit-after-takeover.jsonl",
+    "overlapping-lease-after-renew.jsonl",
+    "non-linearizable-renew-after-release.jsonl",
+    "unfenced-stale-commit-by-grant-order.jsonl",
+    "bad-input-index-gap.jsonl",
+    "bad-input-bad-json-in-middle.jsonl",
+]
+
+
+@pytest.mark.parametrize("name", CLI_SAMPLES)
+def test_cli(name: str) -> None:
+    exp = EXPECTED[name]
+    path = EXAMPLES / name
+    proc = subprocess.run(
+        [*_cli(), "check", str(path), "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == EXIT_CODES[exp["valid"]], (proc.stdout, proc.stderr)
+    if exp["valid"] == BAD_INPUT:
+        _assert_bad_input_message(proc.stdout + proc.stderr, name, exp["line"])
+        return
+    out = json.loads(proc.stdout)  # exactly one JSON object, nothing else on stdout
+    assert isinstance(out, dict)
+    assert {"valid", "anomalies", "stats"} <= set(out)
+    assert out["valid"] == exp["valid"]
+    assert sorted({a["kind"] for a in out["anomalies"]}) == exp["kinds"]
+    for want in exp["anomalies"]:
+        if "ops" in want:
+            assert any(a["kind"] == want["kind"] and a["ops"] == want["ops"] for a in out["anomalies"]), out
