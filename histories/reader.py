@@ -70,6 +70,12 @@ def _describe(e: msgspec.MsgspecError) -> str:
     return text.replace("`$.", "`").replace("`$`", "the event")
 
 
+def _complete_line(line: bytes | str) -> bytes:
+    """A line given in memory is whole by definition (only files get cut short)."""
+    b = line.encode() if isinstance(line, str) else line
+    return b if b.endswith(b"\n") else b + b"\n"
+
+
 def _parse_header(raw: bytes, source: str) -> Header:
     try:
         obj = _decode_any(raw)
@@ -173,7 +179,7 @@ class HistoryReader:
             self._lines: Iterator[bytes] = iter(self._file)
         else:
             self.name = name or "<memory>"
-            self._lines = (ln.encode() if isinstance(ln, str) else ln for ln in source)
+            self._lines = (_complete_line(ln) for ln in source)
         self.warnings: list[str] = []
         self.nemesis: list[Event] = []
         self.events = 0
@@ -229,7 +235,7 @@ class HistoryReader:
                 except msgspec.MsgspecError as e:
                     if not raw.strip():
                         continue
-                    if not raw.endswith(b"\n") and isinstance(e, msgspec.DecodeError):
+                    if not raw.endswith(b"\n") and not isinstance(e, msgspec.ValidationError):
                         self.warnings.append(
                             f"{self.name}:{lineno}: truncated last line ignored (the run stopped mid-write)"
                         )
