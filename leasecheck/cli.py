@@ -40,13 +40,28 @@ def _worst(codes: list[int]) -> int:
     return EXIT_VALID
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class ExitCodeGroup(click.Group):
+    """A click group whose usage errors exit 3, as DESIGN.md's contract says (click uses 2)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[no-untyped-def, override]
+        try:
+            rv = super().main(args, prog_name or "leasecheck", complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(EXIT_BAD_INPUT)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=ExitCodeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="leasecheck")
-def cli() -> None:
+def main() -> None:
     """leasecheck: correctness testing for lease / fencing-token implementations."""
 
 
-@cli.command()
+@main.command()
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object (one per line for several paths).")
 @click.option(
@@ -86,16 +101,3 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
             print_verdict(out, path, verdict, explain)
         codes.append(verdict.exit_code)
     sys.exit(_worst(codes))
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``leasecheck`` console script."""
-    try:
-        code = cli.main(args=argv, prog_name="leasecheck", standalone_mode=False)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(EXIT_BAD_INPUT)
-    except click.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
