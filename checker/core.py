@@ -21,7 +21,7 @@ from histories import Header, HistoryReader, Op
 
 from checker import kinds, order
 from checker.explain import at, describe
-from checker.model import INITIAL, READY, lease_step, register_step, REGISTER_INITIAL
+from checker.model import INITIAL, READY, SUCCEEDED, lease_step, register_step, REGISTER_INITIAL
 from checker.order import Decision, Undecided
 from checker.search import search
 from checker.verdict import LINEARIZABILITY_KINDS, KINDS, Verdict
@@ -54,12 +54,43 @@ def is_fenced(ops: Iterable[Op]) -> bool:
     return False
 
 
+def _needed_maybes(ops: list[Op], done: list[Op], fenced: bool) -> list[Op]:
+    """The indeterminate ops that some ok op may need to have taken effect.
+
+    Letting an info op take effect only adds constraints, unless a later op can
+    be explained by nothing else: an info commit is needed only for a read that
+    shows SUCCEEDED, an info release only for one that shows READY, and an info
+    claim only for a key that no ok claim granted (named by an ok op or by a
+    needed info op), or for the owner a read shows. Dropping the rest keeps the
+    search from trying every subset of them.
+    """
+    reads = [op.result for op in done if op.f == "read"]
+    shown = {r.get("status") for r in reads}
+    owners = [r.get("owner") for r in reads if r.get("status") != READY]
+    ends = [
+        op for op in ops
+        if op.type == "info" and ((op.f == "commit" and SUCCEEDED in shown) or (op.f == "release" and READY in shown))
+    ]
+    if fenced:
+        granted = {op.epoch for op in done if op.f == "claim"}
+        unexplained = any(op.epoch not in granted for op in [*done, *ends] if op.f != "claim" and op.epoch)
+    else:
+        granted = {op.result.get("token") for op in done if op.f == "claim"}
+        named = [op.value.get("token") for op in [*done, *ends] if op.f not in ("claim", "read")]
+        named += [r.get("token") for r in reads if r.get("token") is not None]
+        unexplained = any(t not in granted for t in named)
+    claims = [
+        op for op in ops
+        if op.type == "info" and op.f == "claim"
+        and (unexplained or any(op.value.get("owner") is None or op.value.get("owner") == o for o in owners))
+    ]
+    return claims + ends
+
+
 def _search_node(ops: list[Op], fenced: bool, deadline: float | None) -> Decision | None:
     """The WGL search over the lease object and the protected resource of one node."""
-    lease = [
-        op for op in ops
-        if op.f != "effect" and (op.type == "ok" or (op.type == "info" and op.f in ("claim", "commit", "release")))
-    ]
+    lease = [op for op in ops if op.f != "effect" and op.type == "ok"]
+    lease += _needed_maybes(ops, lease, fenced)
     if fenced:
         granted = {op.result.get("epoch") for op in lease if op.type == "ok" and op.f == "claim"}
         named = {op.epoch for op in lease if op.type == "ok"} | {op.value.get("epoch") for op in lease if op.type == "info"}
@@ -97,9 +128,11 @@ def decide_node(ops: list[Op], engine: Engine = "auto", deadline: float | None =
     fenced = is_fenced(ops)
     if engine == "auto" and fenced:
         try:
-            return order.decide(ops)
+            lease = order.decide(ops)
         except Undecided:
             pass
+        else:
+            return lease if not lease.ok else order.decide_register(ops)
     return _search_node(ops, fenced, deadline)
 
 
