@@ -21,7 +21,7 @@ from histories import Header, HistoryReader, Op
 
 from checker import kinds, order
 from checker.explain import at, describe
-from checker.model import INITIAL, READY, SUCCEEDED, lease_step, register_step, REGISTER_INITIAL
+from checker.model import INITIAL, READY, REGISTER_INITIAL, SUCCEEDED, freeze, lease_step, register_step
 from checker.order import Decision, Undecided
 from checker.search import search
 from checker.verdict import LINEARIZABILITY_KINDS, KINDS, Verdict
@@ -75,9 +75,9 @@ def _needed_maybes(ops: list[Op], done: list[Op], fenced: bool) -> list[Op]:
         granted = {op.epoch for op in done if op.f == "claim"}
         unexplained = any(op.epoch not in granted for op in [*done, *ends] if op.f != "claim" and op.epoch)
     else:
-        granted = {op.result.get("token") for op in done if op.f == "claim"}
-        named = [op.value.get("token") for op in [*done, *ends] if op.f not in ("claim", "read")]
-        named += [r.get("token") for r in reads if r.get("token") is not None]
+        granted = {freeze(op.result.get("token")) for op in done if op.f == "claim"}
+        named = [freeze(op.value.get("token")) for op in [*done, *ends] if op.f not in ("claim", "read")]
+        named += [freeze(r.get("token")) for r in reads if freeze(r.get("token")) is not None]
         unexplained = any(t not in granted for t in named)
     claims = [
         op for op in ops
@@ -97,9 +97,9 @@ def _search_node(ops: list[Op], fenced: bool, deadline: float | None) -> Decisio
         keys = sorted(k for k in named - granted if type(k) is int)
         initial = INITIAL
     else:
-        granted = {op.result.get("token") for op in lease if op.type == "ok" and op.f == "claim"}
-        named = {op.value.get("token") for op in lease if op.f != "claim" and op.f != "read"}
-        named |= {op.result.get("token") for op in lease if op.f == "read" and op.type == "ok"}
+        granted = {freeze(op.result.get("token")) for op in lease if op.type == "ok" and op.f == "claim"}
+        named = {freeze(op.value.get("token")) for op in lease if op.f != "claim" and op.f != "read"}
+        named |= {freeze(op.result.get("token")) for op in lease if op.f == "read" and op.type == "ok"}
         keys = [k for k in named - granted if k is not None]
         initial = (READY, None, None, None)
     res = search(lease, initial, lambda s, op: lease_step(s, op, fenced, keys), deadline)

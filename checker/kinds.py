@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from histories import Header, Op
 
 from checker.explain import at, carried, describe, outcome
-from checker.model import SUCCEEDED, agrees, result_of
+from checker.model import SUCCEEDED, agrees, freeze, result_of
 from checker.precedence import MaxBefore
 from checker.verdict import Anomaly
 
@@ -62,6 +63,18 @@ def _observed(op: Op) -> str:
 # --------------------------------------------------------------------- fenced
 
 
+def stale_effects(ops: Iterable[Op]) -> Iterator[tuple[Op, Op]]:
+    """(accepted effect, stale effect) pairs: an ok effect invoked after an ok effect
+    with a larger epoch had completed. Exactly when the protected resource (a
+    register accepting epochs ≥ its largest) has no linearization."""
+    effects = [op for op in ops if op.f == "effect" and op.type == "ok" and _int_epoch(op)]
+    accepted = MaxBefore(effects, key=lambda o: o.epoch)
+    for op in effects:
+        best, x = accepted.query(op.invoke_time)
+        if x is not None and best > op.epoch:
+            yield x, op
+
+
 def epoch_order(node: str, ops: list[Op], out: Findings) -> None:
     """duplicate-epoch, epoch-regression, stale-renew, stale-commit, stale-effect."""
     ok = [op for op in ops if op.type == "ok" and _int_epoch(op)]
@@ -99,22 +112,18 @@ def epoch_order(node: str, ops: list[Op], out: Findings) -> None:
                 f"at {at(x.complete_time)}; yet the store accepted the {op.f} with the older epoch {e} "
                 f"(completed at {at(op.complete_time)}).",
             )
-    effects = [op for op in ok if op.f == "effect"]
-    accepted = MaxBefore(effects, key=lambda o: o.epoch)
-    for op in effects:
-        best, x = accepted.query(op.invoke_time)
-        if x is not None and best > op.epoch:
-            out.add(
-                "stale-effect", node, [x, op],
-                f"the protected resource accepted {describe(op)}, invoked at {at(op.invoke_time)}, after it had "
-                f"accepted {describe(x)} at {at(x.complete_time)}: a fenced resource rejects epochs below the "
-                f"largest it has accepted.",
-            )
+    for x, op in stale_effects(ok):
+        out.add(
+            "stale-effect", node, [x, op],
+            f"the protected resource accepted {describe(op)}, invoked at {at(op.invoke_time)}, after it had "
+            f"accepted {describe(x)} at {at(x.complete_time)}: a fenced resource rejects epochs below the "
+            f"largest it has accepted.",
+        )
 
 
 def commits(node: str, ops: list[Op], fenced: bool, out: Findings) -> None:
     """duplicate-commit and lost-commit."""
-    key = (lambda o: o.value.get("epoch")) if fenced else (lambda o: o.value.get("token"))
+    key = (lambda o: o.value.get("epoch")) if fenced else (lambda o: freeze(o.value.get("token")))
     done = sorted((op for op in ops if op.type == "ok" and op.f == "commit"), key=lambda o: o.index)
     if not done:
         return
@@ -134,7 +143,7 @@ def commits(node: str, ops: list[Op], fenced: bool, out: Findings) -> None:
         want = key(c)
         for r in reads[bisect_right(starts, c.complete_time):]:
             v = r.result
-            seen_key = v.get("epoch") if fenced else v.get("token")
+            seen_key = v.get("epoch") if fenced else freeze(v.get("token"))
             if (
                 v.get("status") == SUCCEEDED
                 and (seen_key is None or seen_key == want)
@@ -210,12 +219,12 @@ class _Leases:
         self.claims = sorted((o for o in ops if o.type == "ok" and o.f == "claim"), key=lambda o: o.invoke_time)
         self._by_token: dict[object, list[Op]] = defaultdict(list)
         for c in self.claims:
-            self._by_token[c.result.get("token")].append(c)
+            self._by_token[freeze(c.result.get("token"))].append(c)
         self._starts = {t: [c.invoke_time for c in cs] for t, cs in self._by_token.items()}
 
     def of(self, op: Op) -> Op | None:
         """The claim whose lease ``op`` (renew, effect, commit, release) used."""
-        tok = op.value.get("token")
+        tok = freeze(op.value.get("token"))
         starts = self._starts.get(tok)
         if not starts:
             return None
@@ -240,12 +249,12 @@ def grant_order(node: str, ops: list[Op], out: Findings) -> None:
         h = leases.of(op)
         if h is None:
             continue
-        tok = h.result.get("token")
+        tok = freeze(h.result.get("token"))
         newer = None
         for c in claims[bisect_right(starts, h.complete_time):]:
             if c.invoke_time >= op.invoke_time:
                 break
-            if c.complete_time < op.invoke_time and c.result.get("token") != tok:  # type: ignore[operator]
+            if c.complete_time < op.invoke_time and freeze(c.result.get("token")) != tok:  # type: ignore[operator]
                 if newer is None or c.complete_time < newer.complete_time:  # type: ignore[operator]
                     newer = c
         if newer is not None:
@@ -274,7 +283,7 @@ def overlapping_unfenced(node: str, ops: list[Op], header: Header, out: Findings
     grants: list[tuple[int, Op, Op]] = [(c.invoke_time, c, c) for c in leases.claims]
     for op in ops:
         if op.f == "release" and op.type in ("ok", "info"):
-            tok = op.value.get("token")
+            tok = freeze(op.value.get("token"))
             released[tok] = min(released.get(tok, op.invoke_time), op.invoke_time)
         elif op.type == "ok" and op.f == "renew":
             holder = leases.of(op)
@@ -284,11 +293,11 @@ def overlapping_unfenced(node: str, ops: list[Op], header: Header, out: Findings
     starts = [g[0] for g in grants]
     for c in leases.claims:
         done = c.complete_time
-        ctok = c.result.get("token")
+        ctok = freeze(c.result.get("token"))
         lo = bisect_right(starts, done - window)  # type: ignore[operator]
         hi = bisect_left(starts, done)  # type: ignore[arg-type]
         for t, via, p in reversed(grants[lo:hi]):
-            ptok = p.result.get("token")
+            ptok = freeze(p.result.get("token"))
             if p is c or ptok == ctok:
                 continue
             if p.complete_time < c.invoke_time:  # type: ignore[operator]

@@ -27,23 +27,32 @@ INITIAL: State = (READY, 0, None, None)
 REGISTER_INITIAL = float("-inf")
 
 
+def freeze(x: Any) -> Any:
+    """A hashable stand-in for a JSON value (owners, results and tokens may be any JSON)."""
+    if type(x) is list:
+        return ("__list__", *map(freeze, x))
+    if type(x) is dict:
+        return ("__dict__", *sorted((k, freeze(v)) for k, v in x.items()))
+    return x
+
+
 def agrees(expected: Any, seen: Any) -> bool:
-    """Does a value seen by a read agree with the one written?
+    """Does a value a read saw (raw JSON) agree with the one written (frozen)?
 
     A writer that did not say (an invoke with no ``owner``, a commit with no
     ``result``) cannot be contradicted: benefit of the doubt.
     """
-    return expected is None or expected == seen
+    return expected is None or expected == freeze(seen)
 
 
 def owner_of(claim: Op) -> Any:
     """The owner a claim asked to be recorded."""
-    return claim.value.get("owner")
+    return freeze(claim.value.get("owner"))
 
 
 def result_of(commit: Op) -> Any:
     """The result a commit asked to be recorded."""
-    return commit.value.get("result")
+    return freeze(commit.value.get("result"))
 
 
 def read_matches(state: State, read: Op, fenced: bool) -> bool:
@@ -82,7 +91,7 @@ def lease_step(state: State, op: Op, fenced: bool, info_keys: Iterable[Any] = ()
             return []
         who = owner_of(op)
         if op.type == "ok":
-            new = op.result.get("epoch") if fenced else op.result.get("token")
+            new = op.result.get("epoch") if fenced else freeze(op.result.get("token"))
             if fenced and not new > key:
                 return []
             return [(RUNNING, new, who, None)]
@@ -90,7 +99,7 @@ def lease_step(state: State, op: Op, fenced: bool, info_keys: Iterable[Any] = ()
             return [(RUNNING, k, who, None) for k in info_keys if k > key]
         # an unfenced grant's token is opaque: it may also be one nobody saw
         return [(RUNNING, k, who, None) for k in (*info_keys, ("unseen-token", op.index))]
-    mine = op.value.get("epoch") if fenced else op.value.get("token")
+    mine = op.value.get("epoch") if fenced else freeze(op.value.get("token"))
     if status != RUNNING or mine != key:
         return []
     if f == "renew":

@@ -28,6 +28,7 @@ import networkx as nx
 from histories import Op
 
 from checker.explain import at, describe
+from checker.kinds import stale_effects
 from checker.model import READY, RUNNING, SUCCEEDED, agrees, owner_of, result_of
 from checker.precedence import MaxBefore
 
@@ -222,16 +223,9 @@ def decide_register(ops: list[Op]) -> Decision:
     """The protected resource of one node: a fenced register accepting epochs ≥ its largest.
 
     Its ok effects must be orderable by non-decreasing epoch consistently with
-    real time, which fails exactly when an effect completed before the invoke of
-    an effect with a smaller epoch (the ``stale-effect`` definition). Info
-    effects never need to take effect: accepting more only raises the bar.
+    real time, which fails exactly at a ``stale-effect``. Info effects never need
+    to take effect: accepting more only raises the bar.
     """
-    effects = [op for op in ops if op.f == "effect" and op.type == "ok" and type(op.epoch) is int]
-    if not effects:
-        return Decision(True)
-    accepted = MaxBefore(effects, key=lambda o: o.epoch)
-    for op in effects:
-        best, x = accepted.query(op.invoke_time)
-        if x is not None and best > op.epoch:
-            return _no([x, op], f"the protected resource accepted {describe(op)} after {describe(x)} had been accepted.")
+    for x, op in stale_effects(ops):
+        return _no([x, op], f"the protected resource accepted {describe(op)} after {describe(x)} had been accepted.")
     return Decision(True)

@@ -136,7 +136,7 @@ def _check_completion_value(ev: Event, f: str) -> str | None:
         return f"{f} {t} value must be an object"
     if t == "fail":
         r = v.get("reason")
-        if r not in FAIL_REASONS:
+        if r.__class__ is not str or r not in FAIL_REASONS:
             if r is None:
                 return f'{f} fail value lacks "reason"'
             return f"unknown fail reason {r!r} (one of {', '.join(sorted(FAIL_REASONS))})"
@@ -149,7 +149,7 @@ def _check_completion_value(ev: Event, f: str) -> str | None:
             return f'ok claim "epoch" must be an integer or null, not {e!r}'
     elif f == "read":
         s = v.get("status")
-        if s not in READ_STATUSES:
+        if s.__class__ is not str or s not in READ_STATUSES:
             return f"ok read status must be one of READY, RUNNING, SUCCEEDED, not {s!r}"
         e = v.get("epoch")
         if e is not None and not _is_int(e):
