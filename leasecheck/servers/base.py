@@ -1,0 +1,155 @@
+"""Local store servers (Postgres, Redis) as child processes of leasecheck.
+
+Tests and ``leasecheck run`` need real servers. Each one here is started from
+the machine's installed binaries in a private directory on a free loopback
+port, waited for until it answers, and stopped cleanly (SIGTERM, then SIGKILL
+after a grace period) — only the process we started, by its pid. Its log stays
+in its directory, and a start that fails raises :class:`EnvironmentFailure`
+with the log's tail, so "the server did not start" never looks like a bug in
+the backend under test. A user who already runs a server passes its DSN / URL
+instead and none of this is used.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+
+class EnvironmentFailure(Exception):
+    """The test environment could not be set up (a server would not start, a binary is missing)."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class LocalServer(ABC):
+    """A store server we start, own and stop. Use it as a context manager.
+
+    ``directory`` holds the data and ``log_path``; it is a fresh temporary
+    directory unless given (give one to keep the data across restarts).
+    """
+
+    #: the kind of store, as ``Target.store`` names it
+    kind: str = ""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None, port: int | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"leasecheck-{self.kind}-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / f"{self.kind}.log"
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """The DSN / URL a backend connects with."""
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None and self.process.poll() is None else None
+
+    @abstractmethod
+    def _command(self) -> list[str]:
+        """The server's command line (after any one-time initialisation)."""
+
+    def _prepare(self) -> None:
+        """One-time initialisation of ``directory`` (initdb, config); idempotent."""
+
+    def _preexec(self) -> None:
+        """Runs in the child before exec: its own process group, so signals reach only it."""
+        os.setpgrp()
+
+    @abstractmethod
+    def _ready(self) -> bool:
+        """Does the server answer a real request yet?"""
+
+    def start(self, timeout: float = 30.0) -> "LocalServer":
+        """Start the server and wait until it answers; raise EnvironmentFailure if it doesn't."""
+        if self.pid is not None:
+            return self
+        self._prepare()
+        log = open(self.log_path, "ab")
+        try:
+            self.process = subprocess.Popen(
+                self._command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=self._preexec, cwd=self.directory,
+            )
+        except OSError as e:
+            raise EnvironmentFailure(f"{self.kind}: cannot start {self._command()[0]}: {e}") from None
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise EnvironmentFailure(
+                    f"{self.kind} exited with code {self.process.returncode} while starting; log {self.log_path}:\n"
+                    + log_tail(self.log_path)
+                )
+            if self._ready():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise EnvironmentFailure(f"{self.kind} did not answer within {timeout:g} s; log {self.log_path}:\n" + log_tail(self.log_path))
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM (after SIGCONT, in case it is paused), then SIGKILL after ``grace`` seconds."""
+        p = self.process
+        if p is None or p.poll() is not None:
+            return
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            try:
+                os.kill(p.pid, sig)
+            except ProcessLookupError:
+                return
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+    def restart(self) -> None:
+        """Stop and start again on the same directory and port (durability tests)."""
+        self.stop()
+        self.start()
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash); ``start()`` brings it back on the same data."""
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGKILL)
+            self.process.wait()  # type: ignore[union-attr]
+
+    def pause(self) -> None:
+        """SIGSTOP the server process (and its group: Postgres forks backends)."""
+        if self.pid is not None:
+            os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.pid is not None:
+            os.killpg(self.pid, signal.SIGCONT)
+
+    def __enter__(self) -> "LocalServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

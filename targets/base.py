@@ -1,0 +1,179 @@
+"""The lease backend protocol: what leasecheck needs from any implementation.
+
+One small class per backend, one instance per worker process (so a pause or a
+clock skew hits one worker's client alone). Each operation either returns its
+outcome, ``ok`` or a definite refusal with one of DESIGN.md's reasons, or
+raises one of two exceptions:
+
+* :class:`Unavailable`: the operation was *definitely not applied* (the store
+  could not be reached before anything was sent) → recorded as ``fail``
+  ``unavailable``;
+* :class:`Indeterminate`: the outcome is *unknown* (a timeout after sending, a
+  connection lost mid-commit) → recorded as ``info``.
+
+Anything else an adapter raises is a bug in the adapter, and the runner records
+it as ``info`` with the message: it may have happened.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+#: reasons a store may give for refusing an operation (DESIGN.md ``fail`` values)
+Reason = Literal["held", "terminal", "stale", "expired", "not-owner", "error"]
+
+
+class Unavailable(Exception):
+    """The operation was definitely not applied: the store was not reached."""
+
+
+class Indeterminate(Exception):
+    """The operation may or may not have been applied, now or later."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A definite "no" from the store, with DESIGN.md's reason."""
+
+    reason: Reason
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason, "message": self.message} if self.message else {"reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """What a successful claim hands the worker: the proof it carries on every later op.
+
+    ``epoch`` is the fencing token of a fenced backend; an unfenced backend
+    leaves it None and identifies the lease by an opaque ``token``.
+    """
+
+    node: str
+    owner: str
+    epoch: int | None
+    token: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The lease as every later op's invoke value carries it."""
+        if self.epoch is None:
+            return {"epoch": None, "token": self.token}
+        return {"epoch": self.epoch}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A read of the store's durable record of one node."""
+
+    status: Literal["READY", "RUNNING", "SUCCEEDED"]
+    epoch: int | None
+    owner: str | None = None
+    result: str | None = None
+    token: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "epoch": self.epoch, "owner": self.owner, "result": self.result}
+        if self.token is not None:
+            out["token"] = self.token
+        return out
+
+
+#: ``None`` is ok for renew, effect, commit and release
+Outcome = Refused | None
+
+#: a wall clock in milliseconds; the runner hands each worker its own so a
+#: nemesis can skew one worker (adapters that must read the client's time use it)
+WallClock = Callable[[], float]
+
+
+def system_clock_ms() -> float:
+    return time.time() * 1000.0
+
+
+@dataclass(slots=True)
+class TargetConfig:
+    """Where the store is and how leases behave; built by the runner or a test.
+
+    ``url`` is the store's address (a DSN, a ``redis://`` URL or a file path);
+    ``ttl_ms`` the lease duration workers ask for; ``clock`` the worker's own
+    wall clock; ``options`` free settings of one backend.
+    """
+
+    url: str
+    ttl_ms: int = 1000
+    clock: WallClock = system_clock_ms
+    timeout_s: float = 5.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Target(ABC):
+    """A lease backend under test. Subclass it and register it (see :mod:`targets.registry`).
+
+    ``fenced`` declares whether claims hand out epochs (fencing tokens); an
+    unfenced backend is judged by grant order instead. ``store`` names the
+    kind of server the backend needs (``sqlite``, ``postgres``, ``redis``), so
+    the runner knows what to start; ``None`` for a third party that brings its own.
+    ``bug`` is empty for a correct implementation and names the flaw of a
+    deliberately broken variant; ``expected`` lists the anomaly kinds it must
+    produce, ``exposed_by`` the faults that expose them.
+    """
+
+    name: ClassVar[str]
+    fenced: ClassVar[bool] = True
+    store: ClassVar[str | None] = None
+    bug: ClassVar[str] = ""
+    expected: ClassVar[tuple[str, ...]] = ()
+    exposed_by: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: TargetConfig) -> None:
+        self.config = config
+
+    @property
+    def ttl_ms(self) -> int:
+        return self.config.ttl_ms
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Create what the store needs (tables, scripts); idempotent, run once per test."""
+
+    @abstractmethod
+    def add_node(self, node: str) -> None:
+        """Make ``node`` exist, READY, if it does not yet (the queue's producer does this)."""
+
+    @abstractmethod
+    def try_claim(self, node: str, owner: str) -> Lease | Refused:
+        """Atomically take the node's lease for ``owner``, with a new, larger epoch."""
+
+    @abstractmethod
+    def renew(self, lease: Lease) -> Outcome:
+        """Extend the lease (heartbeat). Never completes the node."""
+
+    @abstractmethod
+    def effect(self, lease: Lease, payload: str) -> Outcome:
+        """Write to the protected resource; accepted only with epoch ≥ the largest accepted."""
+
+    @abstractmethod
+    def commit(self, lease: Lease, result: str) -> Outcome:
+        """Complete the node (SUCCEEDED) with ``result``: the only way to SUCCEEDED."""
+
+    @abstractmethod
+    def release(self, lease: Lease) -> Outcome:
+        """Give the lease back: the node is READY again."""
+
+    @abstractmethod
+    def read(self, node: str) -> NodeState:
+        """The store's durable record of the node."""
+
+    def close(self) -> None:
+        """Release connections; the instance is not used afterwards."""
+
+    @classmethod
+    def summary(cls) -> str:
+        """One line for ``leasecheck targets``: the first line of the docstring."""
+        doc = (cls.__doc__ or "").strip().splitlines()
+        return doc[0] if doc else ""

@@ -1,0 +1,58 @@
+"""Finding backends: by name (entry point group ``leasecheck.targets``) or ``module:Class``.
+
+A third party plugs in a backend without touching leasecheck: either declare an
+entry point in its own package::
+
+    [project.entry-points."leasecheck.targets"]
+    my-lock = "my_package.leasecheck_adapter:MyLockTarget"
+
+or name the class on the command line: ``--target my_package.adapter:MyLockTarget``.
+leasecheck's own backends are registered the same way, in its pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from targets.base import Target
+
+ENTRY_POINT_GROUP = "leasecheck.targets"
+
+
+class TargetNotFound(Exception):
+    """A ``--target`` that names nothing loadable; ``str()`` says why in one line."""
+
+
+def available() -> dict[str, str]:
+    """Every registered backend: name -> ``module:Class`` (not imported yet)."""
+    return {ep.name: ep.value for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)}
+
+
+def _import(spec: str) -> type[Target]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise TargetNotFound(f"{spec!r}: expected module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise TargetNotFound(f"{spec!r}: cannot import {module_name} ({e})") from None
+    obj = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)  # type: ignore[assignment]
+        if obj is None:
+            raise TargetNotFound(f"{spec!r}: {module_name} has no {attr}")
+    if not (isinstance(obj, type) and issubclass(obj, Target)):
+        raise TargetNotFound(f"{spec!r}: {attr} is not a targets.Target subclass")
+    return obj
+
+
+def load(spec: str) -> type[Target]:
+    """The backend class named by ``spec``: a registered name, or ``module:Class``."""
+    registered = available()
+    if spec in registered:
+        return _import(registered[spec])
+    if ":" in spec:
+        return _import(spec)
+    names = ", ".join(registered) or "none installed"
+    raise TargetNotFound(f"unknown target {spec!r} (registered: {names}; or give module:Class)")
