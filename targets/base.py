@@ -95,6 +95,16 @@ def system_clock_ms() -> float:
     return time.time() * 1000.0
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetClock:
+    """A worker's wall clock running ``offset_ms`` ahead (or behind) of the host's; picklable."""
+
+    offset_ms: float
+
+    def __call__(self) -> float:
+        return time.time() * 1000.0 + self.offset_ms
+
+
 @dataclass(slots=True)
 class TargetConfig:
     """Where the store is and how leases behave; built by the runner or a test.

@@ -7,7 +7,7 @@ strictly increase per node whoever claims. Lease expiry is judged by the
 store's clock: for an embedded store that is the host's CLOCK_MONOTONIC, which
 every process on the machine shares and no nemesis skews — never a worker's
 wall clock. The protected resource lives in the same file: a per-node fence
-(the largest accepted epoch) and the log of accepted effects.
+(the largest epoch granted or accepted) and the log of accepted effects.
 """
 
 from __future__ import annotations
@@ -113,7 +113,22 @@ class SqliteLease(Target):
             ).fetchone()
             if row is None:
                 return self._refusal(db, node, None)
-            return Lease(node, owner, int(row[0]))
+            epoch = int(row[0])
+            self._raise_fence(db, node, epoch)
+            return Lease(node, owner, epoch)
+
+    @staticmethod
+    def _raise_fence(db: sqlite3.Connection, node: str, epoch: int) -> int:
+        """Lift the node's fence to ``epoch`` if it is not already higher; 1 if it moved or held.
+
+        A claim lifts it too, so the protected resource rejects a zombie's write
+        as soon as a newer lease exists, not only after the new holder wrote.
+        """
+        return db.execute(
+            "INSERT INTO fences (node, epoch) VALUES (?, ?)"
+            " ON CONFLICT (node) DO UPDATE SET epoch = excluded.epoch WHERE excluded.epoch >= fences.epoch",
+            (node, epoch),
+        ).rowcount
 
     def _update_held(self, lease: Lease, assignments: str, params: tuple[Any, ...]) -> Outcome:
         """An update allowed only to the current, unexpired holder of ``lease``'s epoch."""
@@ -142,12 +157,7 @@ class SqliteLease(Target):
 
     def effect(self, lease: Lease, payload: str) -> Outcome:
         with self._tx() as db:
-            cur = db.execute(
-                "INSERT INTO fences (node, epoch) VALUES (?, ?)"
-                " ON CONFLICT (node) DO UPDATE SET epoch = excluded.epoch WHERE excluded.epoch >= fences.epoch",
-                (lease.node, lease.epoch),
-            )
-            if cur.rowcount != 1:
+            if self._raise_fence(db, lease.node, lease.epoch) != 1:
                 (largest,) = db.execute("SELECT epoch FROM fences WHERE node = ?", (lease.node,)).fetchone()
                 return Refused("stale", f"epoch {lease.epoch} < fence {largest}")
             db.execute("INSERT INTO effects (node, epoch, payload) VALUES (?, ?, ?)", (lease.node, lease.epoch, payload))

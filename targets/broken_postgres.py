@@ -1,0 +1,83 @@
+"""Deliberately broken Postgres leases: each one a real-world mistake, each one the checker must catch.
+
+Both subclass :class:`targets.postgres_lease.PostgresLease` and override as
+little as possible, so the only difference from the reference is the bug in
+the class name. They exist to prove that leasecheck's faults and checker find
+these mistakes: a run against one of them that comes back valid is a bug in
+leasecheck.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from psycopg import sql
+
+from targets.base import Lease, Outcome, Refused, TargetConfig
+from targets.postgres_lease import PostgresLease
+
+
+class FenceInMemoryPostgres(PostgresLease):
+    """Postgres lease whose epoch check lives in the worker's memory, not at the store.
+
+    The worker remembers the epoch each claim granted it and checks a lease
+    against that memory before an *unconditional* write. Its memory cannot know
+    that the lease expired and another worker claimed a larger epoch, so a
+    worker paused past the ttl wakes up and its renew, effect and commit are all
+    accepted: expected ``stale-commit`` and ``stale-effect`` (and ``stale-renew``)
+    under the ``pause`` fault (old owner paused past the ttl, then resumed).
+    """
+
+    name = "postgres-fence-in-memory"
+    bug = "epoch checked in the worker's memory; renew, effect and commit write unconditionally"
+    expected = ("stale-commit", "stale-effect")
+    exposed_by = ("pause",)
+
+    def __init__(self, config: TargetConfig) -> None:
+        super().__init__(config)
+        self._my_epoch: dict[str, int | None] = {}
+
+    def try_claim(self, node: str, owner: str) -> Lease | Refused:
+        granted = super().try_claim(node, owner)
+        if isinstance(granted, Lease):
+            self._my_epoch[node] = granted.epoch
+        return granted
+
+    def _mine(self, lease: Lease) -> bool:
+        return lease.epoch == self._my_epoch.get(lease.node)
+
+    def _update_held(self, lease: Lease, assignments: str, params: tuple[Any, ...]) -> Outcome:
+        if not self._mine(lease):
+            return Refused("stale", f"epoch {lease.epoch} is not the one this worker was granted")
+        self._run(self._sql(f"UPDATE lease_nodes SET {assignments} WHERE node = %s"), (*params, lease.node))
+        return None
+
+    def effect(self, lease: Lease, payload: str) -> Outcome:
+        if not self._mine(lease):
+            return Refused("stale", f"epoch {lease.epoch} is not the one this worker was granted")
+        self._run(
+            "INSERT INTO lease_effects (node, epoch, payload) VALUES (%s, %s, %s)",
+            (lease.node, lease.epoch, payload),
+        )
+        return None
+
+
+class ClientClockPostgres(PostgresLease):
+    """Postgres lease whose expiry is computed and judged by the worker's own wall clock.
+
+    ``expires_at`` is written as the worker's ``now + ttl``, and a claim judges
+    "expired" by comparing with the claiming worker's ``now``. A worker whose
+    clock runs ahead by more than the ttl sees every live lease as expired and
+    takes it over: expected ``overlapping-lease`` (and, when both holders keep
+    working, ``stale-commit`` / ``stale-renew``) under the ``clock-skew`` fault
+    on a worker.
+    """
+
+    name = "postgres-client-clock"
+    bug = "lease expiry written and judged with the worker's wall clock instead of the server's"
+    expected = ("overlapping-lease",)
+    exposed_by = ("clock-skew",)
+
+    def _now(self) -> sql.Composable:
+        return sql.Literal(datetime.fromtimestamp(self.config.clock() / 1000.0, tz=timezone.utc))
