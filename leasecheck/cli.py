@@ -16,7 +16,8 @@ from rich.console import Console
 
 from checker import DEFAULT_BUDGET, check_source
 from histories import HistoryError
-from leasecheck.report import print_verdict
+from leasecheck.report import print_targets, print_verdict
+from targets.registry import TargetNotFound, available, load
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_BAD_INPUT = 0, 1, 2, 3
 
@@ -101,3 +102,25 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
             print_verdict(out, path, verdict, explain)
         codes.append(verdict.exit_code)
     sys.exit(_worst(codes))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per backend, one per line.")
+def targets(as_json: bool) -> None:
+    """List the installed lease backends (reference, broken variants, third-party plug-ins)."""
+    rows = []
+    for name, spec in available().items():
+        try:
+            cls = load(name)
+        except TargetNotFound as e:
+            rows.append({"name": name, "class": spec, "error": str(e)})
+            continue
+        rows.append({
+            "name": name, "class": spec, "store": cls.store, "fenced": cls.fenced, "summary": cls.summary(),
+            "bug": cls.bug, "expected": list(cls.expected), "exposed_by": list(cls.exposed_by),
+        })
+    if as_json:
+        for row in rows:
+            sys.stdout.buffer.write(msgspec.json.encode(row) + b"\n")
+    else:
+        print_targets(Console(highlight=False), rows)

@@ -40,3 +40,20 @@ def print_verdict(console: Console, path: str, verdict: Verdict, explain: bool =
         console.print(a.explanation, highlight=False)
         if explain:
             console.print(render_chain(a, verdict.cited), highlight=False)
+
+
+def print_targets(console: Console, rows: list[dict]) -> None:
+    """The backends table of ``leasecheck targets``: references first, then broken variants."""
+    table = Table(title="lease backends", title_justify="left")
+    for col in ("name", "store", "fenced", "what it is"):
+        table.add_column(col)
+    for row in sorted(rows, key=lambda r: (bool(r.get("bug")), "error" in r, r["name"])):
+        if "error" in row:
+            table.add_row(row["name"], "", "", Text(f"cannot load: {row['error']}", style="red"))
+            continue
+        what = Text(row["summary"])
+        if row["bug"]:
+            what = Text.assemble(row["summary"], "\n", ("expected: " + ", ".join(row["expected"]), "red"),
+                                 f" under {', '.join(row['exposed_by'])}")
+        table.add_row(row["name"], row["store"] or "-", "yes" if row["fenced"] else "no", what)
+    console.print(table)
