@@ -6,11 +6,14 @@ nothing in between, which is what makes two racing claims impossible to both
 win. The semantics are exactly :mod:`targets.sqlite_lease`'s, rule for rule
 and refusal for refusal.
 
-Per node four keys share one hash tag, ``{node}``, so a script touches only
-keys of one cluster slot: ``state`` (a hash: status, epoch, owner, attempt,
-expires_ms, result), ``epoch`` (the counter INCR draws new epochs from, so they
-strictly increase whoever claims), ``fence`` (the protected resource's largest
-granted or accepted epoch) and ``effects`` (the log of accepted effects).
+Per node four keys (``lc:{node}:...``; the ``prefix`` option replaces ``lc``)
+share one hash tag, ``{node}``, so a script touches only keys of one cluster
+slot: ``state`` (a hash: status, epoch, owner, attempt, expires_ms, result),
+``epoch`` (the counter INCR draws new epochs from, so they strictly increase
+whoever claims), ``fence`` (the protected resource's largest granted or
+accepted epoch) and ``effects`` (the log of accepted effects). A node name
+containing ``}`` still keeps its keys together: the tag ends at the first
+``}``, the same one in all four.
 
 Lease expiry is judged by the server's clock (``TIME`` inside the script),
 never a worker's: a worker whose clock a nemesis skews cannot stretch or cut

@@ -1,0 +1,67 @@
+"""A private redis-server for tests and runs: loopback only, every acknowledged write on disk.
+
+Durability is part of what leasecheck checks (``lost-commit`` after a crash), so
+the server runs with the append-only file fsynced before every reply
+(``appendfsync always``) and no RDB snapshots: an acknowledged commit survives
+``kill()`` and ``restart()``, and a lost one is the backend's fault, not the
+harness's configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import redis
+
+from leasecheck.servers.base import EnvironmentFailure, LocalServer
+
+
+def find_redis_server(binary: str | os.PathLike[str] | None = None) -> str:
+    """The redis-server executable: ``binary`` if given, else the one on PATH."""
+    found = shutil.which(os.fspath(binary) if binary is not None else "redis-server")
+    if found is None:
+        where = f"{binary!s} is not an executable" if binary is not None else "redis-server is not on PATH"
+        raise EnvironmentFailure(f"redis: {where} (install it: apt-get install -y redis-server)")
+    return found
+
+
+class RedisServer(LocalServer):
+    """redis-server in the foreground on 127.0.0.1:PORT, data and AOF in ``directory``."""
+
+    kind = "redis"
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        port: int | None = None,
+        binary: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.binary = find_redis_server(binary)
+        super().__init__(directory, port)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary,
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--dir", str(self.directory),
+            "--daemonize", "no",
+            "--logfile", "",  # stdout: LocalServer captures it into redis.log
+            "--appendonly", "yes",
+            "--appendfsync", "always",
+            "--save", "",
+        ]
+
+    def _ready(self) -> bool:
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0, socket_connect_timeout=1.0)
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
