@@ -7,8 +7,8 @@ decides races between workers; epochs come from the row (``epoch = epoch +
 1``). Lease expiry is judged by the *server's* clock (``clock_timestamp()``),
 never a worker's, so a worker whose clock is skewed cannot steal a live lease.
 The protected resource lives in the same database: a per-node fence (the
-largest accepted epoch) checked and raised by the same statement that logs the
-effect.
+largest epoch granted or accepted), lifted by each claim and checked and
+raised by the same statement that logs an effect.
 
 Failure handling follows the protocol's two exceptions: if no connection can be
 made, nothing was sent (:class:`Unavailable`); once a statement was sent, a
@@ -63,7 +63,8 @@ class Watchdog:
     (SIGSTOP) or partitioned server never answers — nor does it run its own
     ``statement_timeout``. Shutting the socket down makes the waiting call fail,
     which the caller reports as Indeterminate. One daemon thread per instance,
-    started lazily (and again after a fork, which keeps only the calling thread).
+    started lazily (and again after a fork, which keeps only the calling
+    thread), ended by :meth:`close`.
     """
 
     def __init__(self) -> None:
@@ -71,6 +72,7 @@ class Watchdog:
         self._fd: int | None = None
         self._deadline = 0.0
         self._thread: threading.Thread | None = None
+        self._closed = False
         #: did the last guarded statement run out of time (so its error is ours, not the server's)?
         self.fired = False
 
@@ -78,6 +80,7 @@ class Watchdog:
     def guard(self, fd: int, seconds: float) -> Iterator[None]:
         """Watch ``fd`` for ``seconds``; disarmed before the caller may close the connection."""
         if self._thread is None or not self._thread.is_alive():
+            self._closed = False
             self._thread = threading.Thread(target=self._run, name="postgres-lease-watchdog", daemon=True)
             self._thread.start()
         with self._cond:
@@ -89,9 +92,14 @@ class Watchdog:
             with self._cond:
                 self._fd = None
 
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
     def _run(self) -> None:
         with self._cond:
-            while True:
+            while not self._closed:
                 if self._fd is None:
                     self._cond.wait()
                     continue
@@ -240,12 +248,24 @@ class PostgresLease(Target):
         return Refused("expired")
 
     def try_claim(self, node: str, owner: str) -> Lease | Refused:
+        """Take the lease and lift the fence to the new epoch in one statement.
+
+        Lifting the fence at the claim (as sqlite_lease does) makes the
+        protected resource reject a zombie's write as soon as a newer lease
+        exists, not only after the new holder wrote. A data-modifying ``WITH``
+        runs to completion even though the outer query reads only the claim.
+        """
         rows = self._run(
             self._sql(
-                "UPDATE lease_nodes SET status = 'RUNNING', epoch = epoch + 1, owner = %s, attempt = attempt + 1,"
+                "WITH claimed AS ("
+                " UPDATE lease_nodes SET status = 'RUNNING', epoch = epoch + 1, owner = %s, attempt = attempt + 1,"
                 " expires_at = {now} + %s * interval '1 millisecond', result = NULL"
                 " WHERE node = %s AND (status = 'READY' OR (status = 'RUNNING' AND expires_at <= {now}))"
-                " RETURNING epoch"
+                " RETURNING node, epoch),"
+                " fence AS ("
+                " INSERT INTO lease_fences (node, epoch) SELECT node, epoch FROM claimed"
+                " ON CONFLICT (node) DO UPDATE SET epoch = excluded.epoch WHERE excluded.epoch >= lease_fences.epoch)"
+                " SELECT epoch FROM claimed"
             ),
             (owner, self.config.ttl_ms, node),
         )
@@ -299,3 +319,4 @@ class PostgresLease(Target):
 
     def close(self) -> None:
         self._drop()
+        self._watchdog.close()

@@ -13,6 +13,7 @@ instead and none of this is used.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -51,6 +52,7 @@ class LocalServer(ABC):
     kind: str = ""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, port: int | None = None) -> None:
+        self._owns_directory = directory is None
         self.directory = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"leasecheck-{self.kind}-"))
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -140,7 +142,7 @@ class LocalServer(ABC):
             self.process.wait()  # type: ignore[union-attr]
 
     def pause(self) -> None:
-        """SIGSTOP the server process (and its group: Postgres forks backends)."""
+        """SIGSTOP the server's process group (servers that fork children outside it override this)."""
         if self.pid is not None:
             os.killpg(self.pid, signal.SIGSTOP)
 
@@ -151,5 +153,11 @@ class LocalServer(ABC):
     def __enter__(self) -> "LocalServer":
         return self.start()
 
+    def cleanup(self) -> None:
+        """Delete the directory, if this server made it (its data and log go with it)."""
+        if self._owns_directory and self.pid is None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
     def __exit__(self, *exc: object) -> None:
         self.stop()
+        self.cleanup()

@@ -1,0 +1,77 @@
+"""Real store servers for the suite, started once per test session (per xdist worker).
+
+A server that cannot start fails the tests that need it with the reason, never
+a skip: a CI run without Postgres or Redis must be red, not silently thinner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from leasecheck.conformance import TargetSpec
+from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.servers.postgres import PostgresServer
+from leasecheck.servers.redis import RedisServer
+from targets.base import TargetConfig
+from targets.registry import load
+
+TTL_MS = 300
+
+
+def _serve(server: LocalServer) -> Iterator[LocalServer]:
+    try:
+        server.start()
+    except EnvironmentFailure as e:
+        pytest.fail(f"cannot start {server.kind}: {e}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    # its own directory under /tmp: the postgres user it runs as cannot enter pytest's
+    yield from _serve(PostgresServer())
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    yield from _serve(RedisServer(tmp_path_factory.mktemp("redis")))
+
+
+@dataclass
+class Store:
+    """Where a backend's store is, and how to restart it (durability scenarios)."""
+
+    url: str
+    restart: Callable[[], None]
+
+    def spec(self, target: str, ttl_ms: int = TTL_MS) -> TargetSpec:
+        """A spec for ``target`` on this store, its schema set up."""
+        spec = TargetSpec(target, TargetConfig(url=self.url, ttl_ms=ttl_ms, timeout_s=5.0))
+        t = spec.make()
+        try:
+            t.setup()
+        finally:
+            t.close()
+        return spec
+
+
+@pytest.fixture
+def store_for(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], Store]:
+    """``store_for(target)``: a Store of the kind the target needs (servers started on demand)."""
+
+    def get(target: str) -> Store:
+        kind = load(target).store
+        if kind == "sqlite":
+            return Store(str(tmp_path / "lease.sqlite3"), lambda: None)
+        server: LocalServer = request.getfixturevalue(f"{kind}_server")
+        return Store(server.url, server.restart)
+
+    return get

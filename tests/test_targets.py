@@ -1,0 +1,81 @@
+"""The backend registry: names, module:Class plug-ins, and ``leasecheck targets``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from leasecheck.cli import main
+from targets.base import Lease, Target, TargetConfig
+from targets.registry import TargetNotFound, available, load
+
+REFERENCES = {"sqlite", "postgres", "redis"}
+BROKEN = {
+    "sqlite-ttl-only", "sqlite-non-atomic-claim", "postgres-fence-in-memory",
+    "postgres-client-clock", "redis-queue-as-authority", "redis-no-increment",
+}
+
+
+def test_every_registered_backend_loads_and_declares_itself() -> None:
+    names = set(available())
+    assert REFERENCES | BROKEN <= names
+    for name in names:
+        cls = load(name)
+        assert issubclass(cls, Target) and cls.name == name and cls.store in {"sqlite", "postgres", "redis"}
+        assert cls.fenced is True
+        if name in BROKEN:
+            assert cls.bug and cls.expected and cls.exposed_by, name
+            assert cls.summary().startswith(("BROKEN", "Postgres lease")), name
+        else:
+            assert not cls.bug and not cls.expected
+
+
+def test_leasecheck_targets_lists_references_and_variants() -> None:
+    r = CliRunner().invoke(main, ["targets", "--json"], catch_exceptions=False)
+    assert r.exit_code == 0
+    rows = {row["name"]: row for row in map(json.loads, r.stdout.splitlines())}
+    assert REFERENCES | BROKEN <= set(rows)
+    assert rows["sqlite-ttl-only"]["expected"] == ["stale-commit", "stale-effect"]
+    human = CliRunner().invoke(main, ["targets"], catch_exceptions=False)
+    assert human.exit_code == 0 and "sqlite-non-atomic-claim" in human.stdout
+
+
+def test_third_party_backend_by_module_and_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "acme_lock.py").write_text(textwrap.dedent(
+        '''
+        from targets.sqlite_lease import SqliteLease
+
+        class AcmeLock(SqliteLease):
+            """Acme's lock, adapted to leasecheck."""
+            name = "acme"
+        '''
+    ))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cls = load("acme_lock:AcmeLock")
+    assert cls.summary() == "Acme's lock, adapted to leasecheck."
+    t = cls(TargetConfig(url=str(tmp_path / "acme.db"), ttl_ms=1000))
+    t.setup()
+    t.add_node("n")
+    assert isinstance(t.try_claim("n", "w"), Lease)
+    t.close()
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("nope", "unknown target 'nope'"),
+        ("no_such_module:X", "cannot import no_such_module"),
+        ("targets.sqlite_lease:Nope", "has no Nope"),
+        ("targets.base:Lease", "not a targets.Target subclass"),
+        ("targets.sqlite_lease:", "expected module:Class"),
+    ],
+)
+def test_bad_target_names_say_why(spec: str, words: str) -> None:
+    with pytest.raises(TargetNotFound) as e:
+        load(spec)
+    assert words in str(e.value) and "\n" not in str(e.value)
