@@ -55,6 +55,10 @@ class HistoryWriter:
         """How many events (not counting the header) have been written."""
         return self._index
 
+    def outstanding(self, process: int) -> bool:
+        """Has ``process`` an op invoked but not completed?"""
+        return process in self._open
+
     def now(self) -> int:
         """The history time of this instant, in nanoseconds since the start."""
         return self._clock() - self._start

@@ -20,6 +20,8 @@ from leasecheck.report import print_targets, print_verdict
 from targets.registry import TargetNotFound, available, load
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_BAD_INPUT = 0, 1, 2, 3
+#: the test environment failed (a server would not start, ...): not a verdict on the backend
+EXIT_ENVIRONMENT = 4
 
 
 def history_path(path: str) -> Path:
@@ -124,3 +126,66 @@ def targets(as_json: bool) -> None:
             sys.stdout.buffer.write(msgspec.json.encode(row) + b"\n")
     else:
         print_targets(Console(highlight=False), rows)
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+@main.command()
+@click.option("--target", default="sqlite", show_default=True, help="Backend: a registered name (see `leasecheck targets`) or module:Class.")
+@click.option("--url", default=None, help="Use this store (DSN, redis:// URL, SQLite path) instead of starting one.")
+@click.option("--nemesis", default="pause", show_default=True, help="Comma-separated faults: pause, kill, pause-store, kill-store; 'none' for none.")
+@click.option("--nemesis-interval", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True, help="Seconds between faults (± half, from the seed).")
+@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Seconds of workload before the final phase.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=5, show_default=True, help="Worker processes.")
+@click.option("--ttl", "ttl_ms", type=click.IntRange(min=10), default=1000, show_default=True, help="Lease duration in milliseconds.")
+@click.option("--nodes", type=click.IntRange(min=1), default=20, show_default=True, help="Nodes per run (run-N/node-I).")
+@click.option("--dup-rate", type=click.FloatRange(0, 1), default=0.1, show_default=True, help="Share of deliveries the queue duplicates.")
+@click.option("--rate", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Ops per second per worker at most (0: unlimited).")
+@click.option("--seed", type=int, default=None, help="Seed of every random choice (printed; replay a run with it).")
+@click.option("--store", "store_dir", default="store", show_default=True, help="Folder of run directories.")
+@click.option("--clock-uncertainty", "clock_uncertainty_ms", type=click.FloatRange(min=0), default=10.0, show_default=True, help="Most the store's clock can misjudge an interval, ms (recorded in the history).")
+@click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the summary.")
+def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, time_limit: float, concurrency: int,
+        ttl_ms: int, nodes: int, dup_rate: float, rate: float, seed: int | None, store_dir: str,
+        clock_uncertainty_ms: float, as_json: bool) -> None:
+    """Run a backend under concurrent workers and faults, record the history, check it.
+
+    With no options: the SQLite reference backend (no server needed) under
+    process pauses for 30 s. Exit code: 0 valid, 1 anomalies, 2 unknown,
+    3 bad options, 4 the environment failed.
+    """
+    from leasecheck.runner import BadOptions, RunOptions
+    from leasecheck.runner import run as run_test
+    from leasecheck.servers.base import EnvironmentFailure
+    from leasecheck.workload import Workload
+
+    faults = () if nemesis.strip().lower() in ("", "none") else _csv(nemesis)
+    opts = RunOptions(
+        target=target, url=url, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
+        concurrency=concurrency, ttl_ms=ttl_ms, nodes=nodes, dup_rate=dup_rate, seed=seed, store=store_dir,
+        clock_uncertainty_ms=clock_uncertainty_ms, workload=Workload(rate=rate),
+    )
+    err = Console(stderr=True, highlight=False)
+    try:
+        if as_json:
+            result = run_test(opts)
+        else:
+            from leasecheck.report import LiveProgress
+
+            with LiveProgress(err, opts) as progress:
+                result = run_test(opts, progress.update)
+    except (BadOptions, TargetNotFound) as e:
+        click.echo(f"leasecheck run: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except EnvironmentFailure as e:
+        click.echo(f"leasecheck run: the environment failed: {e}", err=True)
+        sys.exit(EXIT_ENVIRONMENT)
+    if as_json:
+        sys.stdout.write((result.run_dir / "results.json").read_text())
+    else:
+        from leasecheck.report import print_run
+
+        print_run(Console(highlight=False), result)
+    sys.exit(result.verdict.exit_code)

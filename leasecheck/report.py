@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from typing import Any
+
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -57,3 +60,44 @@ def print_targets(console: Console, rows: list[dict]) -> None:
                                  f" under {', '.join(row['exposed_by'])}")
         table.add_row(row["name"], row["store"] or "-", "yes" if row["fenced"] else "no", what)
     console.print(table)
+
+
+class LiveProgress:
+    """The live line while a run goes: elapsed, ops/s, ok/fail/info, active faults."""
+
+    def __init__(self, console: Console, opts: Any) -> None:
+        self.opts = opts
+        self.live = Live(Text("starting…"), console=console, refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> "LiveProgress":
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(*exc)  # type: ignore[arg-type]
+
+    def update(self, s: dict[str, Any]) -> None:
+        faults = ", ".join(s["faults"]) or "none"
+        self.live.update(Text.assemble(
+            (f"{self.opts.target} ", "bold"), f"{s['elapsed']:5.1f}/{self.opts.time_limit:g} s  ",
+            f"{s['ops_per_s']:7.1f} ops/s  ", ("ok ", "green"), f"{s['ok']:,}  ", ("fail ", "yellow"), f"{s['fail']:,}  ",
+            ("info ", "magenta"), f"{s['info']:,}  ", f"workers {s['workers']}  faults: {faults}",
+        ))
+
+
+def print_run(console: Console, result: Any) -> None:
+    """The end of ``leasecheck run``: the run's figures, the verdict, and where the store is."""
+    s = result.stats
+    table = Table(title="run", show_header=False, title_justify="left", box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("seed", str(result.seed))
+    table.add_row("seconds", f"{s['seconds']:.1f}")
+    table.add_row("ops", f"{s['ops']:,} ({s['ok']:,} ok, {s['fail']:,} fail, {s['info']:,} info)")
+    reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(s["fail_reasons"].items()))
+    table.add_row("refusals", reasons or "none")
+    table.add_row("deliveries", f"{s['deliveries']:,} ({s['duplicate_deliveries']:,} duplicated), {s['runs']} runs")
+    table.add_row("faults", f"{s['faults']}; worker processes {s['worker_processes']}")
+    table.add_row("store", str(result.run_dir))
+    console.print(table)
+    print_verdict(console, str(result.run_dir / "history.jsonl"), result.verdict)

@@ -36,8 +36,9 @@ class TtlOnlySqlite(SqliteLease):
 class NonAtomicClaimSqlite(SqliteLease):
     """BROKEN non-atomic claim: read the row, decide in the worker, then write without a condition.
 
-    Between the read and the write (here the ``think_s`` option, 2 ms by
-    default: an ORM round trip) another worker does the same; both see the node
+    Between the read and the write (here the ``think_s`` option, 20 ms by
+    default: an ORM round trip and a little application logic) another worker
+    does the same; both see the node
     free and both win, with the same epoch: ``duplicate-epoch`` and
     ``overlapping-lease`` under concurrent claims (duplicate delivery, races).
     """
@@ -58,7 +59,7 @@ class NonAtomicClaimSqlite(SqliteLease):
             return Refused("terminal")
         if status == "RUNNING" and expires > now:
             return Refused("held")
-        time.sleep(float(self.config.options.get("think_s", 0.002)))
+        time.sleep(float(self.config.options.get("think_s", 0.02)))
         with self._tx() as db:
             db.execute(
                 "UPDATE nodes SET status = 'RUNNING', epoch = ?, owner = ?, attempt = attempt + 1, expires_ns = ? WHERE node = ?",

@@ -55,4 +55,4 @@ def test_race_counts_every_round(store_for: Callable[[str], Store]) -> None:
     r = run("race", store.spec("sqlite"), store)
     assert r.facts == {"rounds": 50, "bad": 0}
     broken = run("race", store.spec("sqlite-non-atomic-claim"), store)
-    assert broken.facts["bad"] >= 25  # the 2 ms think time loses most races
+    assert broken.facts["bad"] >= 25  # the 20 ms think time loses most races

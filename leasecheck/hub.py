@@ -1,0 +1,223 @@
+"""The harness's side of the workers: the recorder and the at-least-once queue.
+
+One thread serves every worker's pipe. It stamps each invoke and completion
+with the harness's monotonic clock and appends it to the history (flushed at
+once) — acknowledging an invoke before the worker may send the op to the store
+— hands out nodes from the delivery queue, and notices workers that died. One
+writer and one clock: the file's order is the order of time, and a killed
+worker can never corrupt the history.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from histories import HistoryWriter
+
+
+class Deliveries:
+    """An at-least-once queue of nodes, produced in runs (``run-N/node-I``).
+
+    Each delivery may be duplicated (``dup_rate``); a node not acknowledged as
+    done within ``visibility_s`` is delivered again, as SQS or a Redis stream
+    with a pending-entries list would. A producer thread creates each run's
+    nodes in the store (READY) ahead of need, so a slow store never stalls the
+    hub.
+    """
+
+    def __init__(self, rng: random.Random, nodes_per_run: int, dup_rate: float, visibility_s: float,
+                 add_nodes: Callable[[list[str]], None]) -> None:
+        self.rng = rng
+        self.nodes_per_run = nodes_per_run
+        self.dup_rate = dup_rate
+        self.visibility_s = visibility_s
+        self.add_nodes = add_nodes
+        self.ready: deque[str] = deque()
+        self.inflight: dict[str, float] = {}
+        self.done: set[str] = set()
+        self.runs = 0
+        self.delivered = 0
+        self.duplicated = 0
+        self._lock = threading.Lock()
+        self._want = threading.Event()
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._produce, name="producer", daemon=True)
+
+    def start(self) -> None:
+        self._want.set()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._want.set()
+        self._thread.join(30)
+
+    def _produce(self) -> None:
+        while not self._stop.is_set():
+            self._want.wait()
+            self._want.clear()
+            if self._stop.is_set():
+                return
+            self.runs += 1
+            nodes = [f"run-{self.runs}/node-{i}" for i in range(self.nodes_per_run)]
+            try:
+                self.add_nodes(nodes)
+            except BaseException as e:  # reported by the runner
+                self.error = e
+                return
+            self.rng.shuffle(nodes)
+            with self._lock:
+                self.ready.extend(nodes)
+
+    def next(self) -> str:
+        """A node to work on, or "" when none is ready yet (the worker asks again)."""
+        now = time.monotonic()
+        with self._lock:
+            for node, deadline in list(self.inflight.items()):
+                if deadline < now:
+                    self.inflight[node] = now + self.visibility_s
+                    self.ready.appendleft(node)
+            if len(self.ready) < max(2, self.nodes_per_run // 2):
+                self._want.set()
+            if not self.ready:
+                return ""
+            node = self.ready.popleft()
+            self.delivered += 1
+            if node not in self.done:
+                self.inflight.setdefault(node, now + self.visibility_s)
+            if self.rng.random() < self.dup_rate:
+                self.duplicated += 1
+                self.ready.appendleft(node)  # the copy goes to the very next consumer
+            return node
+
+    def ack(self, node: str) -> None:
+        with self._lock:
+            self.done.add(node)
+            self.inflight.pop(node, None)
+
+
+@dataclass
+class Slot:
+    """One worker process as the hub knows it."""
+
+    process: int
+    slot: int
+    conn: Connection
+    pid: int | None = None
+    alive: bool = True
+
+
+@dataclass
+class Tally:
+    """Live counts for the progress display and the summary."""
+
+    ok: int = 0
+    fail: int = 0
+    info: int = 0
+    by_reason: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def ops(self) -> int:
+        return self.ok + self.fail + self.info
+
+
+class Recorder:
+    """Serves the workers' pipes from one thread; see the module docstring."""
+
+    def __init__(self, writer: HistoryWriter, deliveries: Deliveries, on_death: Callable[[Slot], None]) -> None:
+        self.writer = writer
+        self.deliveries = deliveries
+        self.on_death = on_death
+        self.slots: dict[Connection, Slot] = {}
+        self.tally = Tally()
+        self.stopping = threading.Event()
+        self._next_process = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, name="recorder", daemon=True)
+        self.error: BaseException | None = None
+
+    def new_process(self) -> int:
+        with self._lock:
+            p = self._next_process
+            self._next_process += 1
+            return p
+
+    def add(self, conn: Connection, slot: int, pid: int | None) -> Slot:
+        s = Slot(self.new_process(), slot, conn, pid)
+        with self._lock:
+            self.slots[conn] = s
+        return s
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def live(self) -> list[Slot]:
+        with self._lock:
+            return [s for s in self.slots.values() if s.alive]
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    conns = [c for c, s in self.slots.items() if s.alive]
+                if not conns:
+                    if self.stopping.is_set():
+                        return
+                    time.sleep(0.01)
+                    continue
+                for conn in wait(conns, timeout=0.05):
+                    self._handle(conn)  # type: ignore[arg-type]
+        except BaseException as e:  # reported by the runner
+            self.error = e
+
+    def _handle(self, conn: Connection) -> None:
+        s = self.slots[conn]
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            self._died(s)
+            return
+        kind = msg[0]
+        if kind == "invoke":
+            self.writer.invoke(s.process, msg[1], msg[2], msg[3])
+            conn.send(True)
+        elif kind == "complete":
+            self.writer.complete(s.process, msg[1], msg[2])
+            self._count(msg[1], msg[2])
+        elif kind == "next":
+            conn.send(None if self.stopping.is_set() else self.deliveries.next())
+        elif kind == "done":
+            self.deliveries.ack(msg[1])
+        elif kind == "renumber":
+            s.process = self.new_process()
+            conn.send(s.process)
+
+    def _count(self, typ: str, value: dict[str, Any]) -> None:
+        t = self.tally
+        if typ == "ok":
+            t.ok += 1
+        elif typ == "fail":
+            t.fail += 1
+            t.by_reason[value.get("reason", "?")] += 1
+        else:
+            t.info += 1
+
+    def _died(self, s: Slot) -> None:
+        s.alive = False
+        s.conn.close()
+        if self.writer.outstanding(s.process):
+            self.writer.complete(s.process, "info", {"error": "worker process died"})
+            self._count("info", {})
+        self.on_death(s)

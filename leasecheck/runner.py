@@ -1,0 +1,295 @@
+"""``leasecheck run``: a backend under concurrent workers and faults, recorded, then checked.
+
+The flow is DESIGN.md's "Data flow of one test": start the store, spawn the
+workers (OS processes, one client each), let the nemesis inflict faults on its
+seeded schedule, record every op through the hub, then the final phase — heal
+everything, stop the workers, wait until every lease can have expired, read
+every node — and check the history. Every fault is healed and every process we
+started is stopped on every exit path: normal end, Ctrl-C, or an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import queue
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from checker import Verdict, check_source
+from histories import Header, HistoryWriter
+from leasecheck.conformance import TargetSpec
+from leasecheck.environment import Environment, prepare
+from leasecheck.hub import Deliveries, Recorder, Slot
+from leasecheck.servers.base import EnvironmentFailure
+from leasecheck.storedir import new_run_dir, write_json
+from leasecheck.workload import Workload, worker_main
+from nemesis.faults import Fault, KillProcess, PauseProcess, ServerFault
+from nemesis.schedule import Nemesis
+from targets.base import NodeState, TargetConfig
+from targets.registry import load
+
+log = logging.getLogger("leasecheck.run")
+
+#: faults this runner knows (the network, clock and Docker ones come with the next nemeses)
+PROCESS_FAULTS = ("pause", "kill", "pause-store", "kill-store")
+
+
+class BadOptions(ValueError):
+    """Options that cannot make a run; ``str()`` is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything that defines a run; written to test.json so it can be replayed."""
+
+    target: str = "sqlite"
+    url: str | None = None
+    nemesis: tuple[str, ...] = ("pause",)
+    nemesis_interval: float = 5.0
+    time_limit: float = 30.0
+    concurrency: int = 5
+    ttl_ms: int = 1000
+    nodes: int = 20
+    dup_rate: float = 0.1
+    rate: float = 0.0
+    seed: int | None = None
+    store: str = "store"
+    clock_uncertainty_ms: float = 10.0
+    op_timeout_s: float = 5.0
+    check_budget: float = 60.0
+    record: bool = True
+    workload: Workload = field(default_factory=Workload)
+
+
+@dataclass
+class RunResult:
+    """What a run produced: its folder, the verdict, and its figures."""
+
+    run_dir: Path
+    seed: int
+    verdict: Verdict
+    stats: dict[str, Any]
+
+
+def validate(opts: RunOptions) -> None:
+    """Reject options that cannot make a run, before anything is started."""
+    unknown = [k for k in opts.nemesis if k not in PROCESS_FAULTS]
+    if unknown:
+        raise BadOptions(f"unknown nemesis {', '.join(unknown)} (known: {', '.join(PROCESS_FAULTS)})")
+    if opts.concurrency < 1:
+        raise BadOptions("--concurrency must be at least 1")
+    if opts.ttl_ms < 10:
+        raise BadOptions("--ttl must be at least 10 ms")
+    if opts.time_limit <= 0 or opts.nemesis_interval <= 0:
+        raise BadOptions("--time-limit and --nemesis-interval must be positive")
+    if opts.nodes < 1:
+        raise BadOptions("--nodes must be at least 1")
+    if not 0 <= opts.dup_rate <= 1:
+        raise BadOptions("--dup-rate must be between 0 and 1")
+
+
+def _durations(ttl_s: float) -> Callable[[str, random.Random], float]:
+    """How long each fault lasts: a worker pause is longer than the ttl (the seed's GC pause)."""
+
+    def duration(kind: str, rng: random.Random) -> float:
+        if kind == "pause":
+            return rng.uniform(1.5, 3.0) * ttl_s
+        if kind in ("pause-store", "kill-store"):
+            return rng.uniform(0.5, 1.5) * ttl_s
+        return 0.0
+
+    return duration
+
+
+class Run:
+    """One run, from environment to verdict; ``execute()`` does it all."""
+
+    def __init__(self, opts: RunOptions, progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+        validate(opts)
+        self.opts = opts
+        self.target_cls = load(opts.target)
+        self.seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**31)
+        self.rng = random.Random(self.seed)
+        self.progress = progress
+        self.ctx = mp.get_context("spawn")
+        self.deaths: queue.Queue[Slot] = queue.Queue()
+        self.procs: dict[int, mp.process.BaseProcess] = {}
+        self.next_slot = 0
+        self.stopping = False
+        self.env: Environment | None = None
+        if self.target_cls.store not in ("postgres", "redis") and any(k.endswith("-store") for k in opts.nemesis):
+            raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)})")
+
+    # ----------------------------------------------------------------- workers
+
+    def _spawn(self) -> Slot:
+        parent, child = self.ctx.Pipe()
+        slot = self.next_slot
+        self.next_slot += 1
+        p = self.ctx.Process(
+            target=worker_main, args=(child, self.spec, self.opts.workload, self.seed, slot, self.opts.record),
+            name=f"leasecheck-worker-{slot}", daemon=True,
+        )
+        p.start()
+        child.close()
+        self.procs[slot] = p
+        return self.recorder.add(parent, slot, p.pid)
+
+    def _make_fault(self, kind: str, rng: random.Random) -> Fault | None:
+        if kind in ("pause", "kill"):
+            live = [s for s in self.recorder.live() if s.pid is not None]
+            if not live:
+                return None
+            victim = rng.choice(sorted(live, key=lambda s: s.slot))
+            return (PauseProcess if kind == "pause" else KillProcess)(victim.process, victim.pid)  # type: ignore[arg-type]
+        server = self.env.server if self.env else None
+        if server is None:
+            return None
+        if kind == "pause-store":
+            return ServerFault("pause-store", server.pause, server.resume)
+        return ServerFault("kill-store", server.kill, server.start)
+
+    # -------------------------------------------------------------------- run
+
+    def execute(self) -> RunResult:
+        opts = self.opts
+        self.run_dir = new_run_dir(Path(opts.store), opts.target)
+        handler = logging.FileHandler(self.run_dir / "leasecheck.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "argv": sys.argv})
+        log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
+        started = time.monotonic()
+        try:
+            self.env = prepare(self.target_cls, self.run_dir, opts.url)
+            self.spec = TargetSpec(opts.target, TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s))
+            producer = self.spec.make()
+            producer.setup()
+            header = Header(opts.ttl_ms, opts.clock_uncertainty_ms, {
+                "target": opts.target, "seed": self.seed, "nemesis": list(opts.nemesis),
+                "concurrency": opts.concurrency, "store": self.target_cls.store,
+            })
+            self.writer = HistoryWriter(self.run_dir / "history.jsonl", header)
+            self.deliveries = Deliveries(
+                random.Random(f"{self.seed}/queue"), opts.nodes, opts.dup_rate,
+                visibility_s=1.5 * opts.ttl_ms / 1000,
+                add_nodes=lambda nodes: [producer.add_node(n) for n in nodes],
+            )
+            self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put)
+            self.nemesis = Nemesis(
+                opts.nemesis, opts.nemesis_interval, _durations(opts.ttl_ms / 1000), self._make_fault,
+                self.writer.nemesis, random.Random(f"{self.seed}/nemesis"),
+            )
+            try:
+                self._drive(started)
+            finally:
+                self._wind_down()
+            self._final_reads()
+            producer.close()
+        finally:
+            if getattr(self, "writer", None) is not None:
+                self.writer.close()
+            if self.env is not None:
+                self.env.stop(keep_logs_in=self.run_dir)
+            log.removeHandler(handler)
+            handler.close()
+        verdict = check_source(self.run_dir / "history.jsonl", budget=opts.check_budget)
+        stats = self._stats(time.monotonic() - started)
+        write_json(self.run_dir / "results.json", {**verdict.to_json(), "seed": self.seed, "run": stats})
+        return RunResult(self.run_dir, self.seed, verdict, stats)
+
+    def _drive(self, started: float) -> None:
+        """The test proper: workers under the nemesis until the time limit (or Ctrl-C)."""
+        self.deliveries.start()
+        for _ in range(self.opts.concurrency):
+            self._spawn()
+        self.recorder.start()
+        self.nemesis.start()
+        deadline = time.monotonic() + self.opts.time_limit
+        try:
+            while time.monotonic() < deadline:
+                for part in (self.recorder, self.deliveries, self.nemesis):
+                    if part.error is not None:
+                        raise RuntimeError(f"{type(part).__name__.lower()} failed: {part.error!r}") from part.error
+                try:
+                    dead = self.deaths.get(timeout=0.2)
+                except queue.Empty:
+                    dead = None
+                if dead is not None:
+                    new = self._spawn()
+                    self.writer.nemesis("start", {"victims": [new.process], "replaces": dead.process})
+                    log.info("worker %d (process %d) died; started process %d", dead.slot, dead.process, new.process)
+                if self.progress is not None:
+                    self.progress(self.snapshot(started))
+        except KeyboardInterrupt:
+            log.info("interrupted: winding down")
+            print("\ninterrupted: healing faults and checking what was recorded", file=sys.stderr)
+
+    def snapshot(self, started: float) -> dict[str, Any]:
+        t = self.recorder.tally
+        elapsed = time.monotonic() - started
+        return {
+            "elapsed": elapsed, "ops": t.ops, "ok": t.ok, "fail": t.fail, "info": t.info,
+            "ops_per_s": t.ops / max(1e-9, time.monotonic() - t.started),
+            "faults": self.nemesis.active_names(), "workers": len(self.recorder.live()),
+        }
+
+    def _wind_down(self) -> None:
+        """Heal every fault, then let every worker finish its op and exit (kill stragglers)."""
+        if hasattr(self, "nemesis"):
+            self.nemesis.heal_all()
+        if not hasattr(self, "recorder"):
+            return
+        self.recorder.stopping.set()
+        grace = time.monotonic() + 3 * self.opts.ttl_ms / 1000 + self.opts.op_timeout_s + 5
+        for p in list(self.procs.values()):
+            p.join(max(0.0, grace - time.monotonic()))
+        for p in self.procs.values():
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        self.recorder.join(10)
+        self.deliveries.stop()
+
+    def _final_reads(self) -> None:
+        """Wait until every lease can have expired, then read every node once."""
+        time.sleep((self.opts.ttl_ms + self.opts.clock_uncertainty_ms) / 1000 + 0.05)
+        reader = self.spec.make()
+        process = self.recorder.new_process()
+        nodes = [f"run-{r}/node-{i}" for r in range(1, self.deliveries.runs + 1) for i in range(self.opts.nodes)]
+        for node in nodes:
+            self.writer.invoke(process, "read", node, {})
+            try:
+                state: NodeState = reader.read(node)
+            except Exception as e:
+                self.writer.complete(process, "info", {"error": f"{type(e).__name__}: {e}"})
+                process = self.recorder.new_process()
+                reader.close()
+                reader = self.spec.make()
+                continue
+            self.writer.complete(process, "ok", state.to_json())
+        reader.close()
+
+    def _stats(self, seconds: float) -> dict[str, Any]:
+        t = self.recorder.tally
+        return {
+            "seconds": round(seconds, 3), "ops": t.ops, "ok": t.ok, "fail": t.fail, "info": t.info,
+            "fail_reasons": dict(t.by_reason), "deliveries": self.deliveries.delivered,
+            "duplicate_deliveries": self.deliveries.duplicated, "runs": self.deliveries.runs,
+            "faults": self.nemesis.started, "worker_processes": self.next_slot,
+        }
+
+
+def run(opts: RunOptions, progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+    """Run one test; raises BadOptions (exit 3) or EnvironmentFailure (exit 4)."""
+    return Run(opts, progress).execute()
+
+
+__all__ = ["BadOptions", "EnvironmentFailure", "RunOptions", "RunResult", "run"]

@@ -1,0 +1,215 @@
+"""The worker: one OS process, one backend client, the seed's workload.
+
+Each worker asks the hub (in the harness) for a node from the at-least-once
+queue, claims it, "executes" for a while — heartbeating every ttl/3, writing
+effects to the protected resource — and then commits, or sometimes releases
+(abandons) or crashes. Some executions run longer than the ttl; a worker that
+was paused past its lease (a GC pause) wakes up and may go on as a zombie:
+that is exactly what fencing must stop.
+
+Every operation is recorded by the hub: the worker sends the invoke and waits
+for the hub's acknowledgement *before* talking to the store, and sends the
+completion *after* the reply. The hub stamps both with the one monotonic clock,
+so the recorded interval always contains the real one, whatever the timing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from leasecheck.conformance import TargetSpec
+from targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The knobs of the seed's workload; every random choice uses the worker's seeded RNG."""
+
+    #: share of executions that run longer than the ttl (heartbeats keep them alive)
+    long_rate: float = 0.25
+    #: share of leases given back instead of committed
+    release_rate: float = 0.08
+    #: share of executions that end with the worker process crashing (os._exit)
+    crash_rate: float = 0.02
+    #: share of lost-lease discoveries (a refused heartbeat) after which the worker goes on anyway
+    zombie_rate: float = 0.5
+    #: share of loop iterations that also read a node
+    read_rate: float = 0.15
+    #: most effects per execution
+    max_effects: int = 3
+    #: ops per second per worker at most (0: as fast as the store answers)
+    rate: float = 0.0
+
+
+class Hub:
+    """The worker's end of its pipe to the harness."""
+
+    def __init__(self, conn: Connection, record: bool = True) -> None:
+        self.conn = conn
+        self.record = record
+
+    def ask(self, *msg: Any) -> Any:
+        self.conn.send(msg)
+        return self.conn.recv()
+
+    def tell(self, *msg: Any) -> None:
+        self.conn.send(msg)
+
+
+def _value_of(out: Any) -> tuple[str, dict[str, Any]]:
+    """An adapter's answer as a completion: (type, value)."""
+    if isinstance(out, Refused):
+        return "fail", out.to_json()
+    if isinstance(out, Lease):
+        return "ok", out.to_json() if out.epoch is not None else {"epoch": None, "token": out.token}
+    if isinstance(out, NodeState):
+        return "ok", out.to_json()
+    return "ok", {}
+
+
+class Client:
+    """Runs one backend op with its recording, and maps the outcome to DESIGN.md's types."""
+
+    def __init__(self, hub: Hub, spec: TargetSpec, owner: str) -> None:
+        self.hub = hub
+        self.spec = spec
+        self.owner = owner
+        self.target: Target = spec.make()
+
+    def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any]) -> tuple[str, Any]:
+        """(type, adapter outcome); type ``info`` means this process number is retired."""
+        if self.hub.record:
+            self.hub.ask("invoke", f, node, value)
+        try:
+            out = call()
+        except Unavailable as e:
+            typ, val, out = "fail", {"reason": "unavailable", "message": str(e)}, None
+        except Indeterminate as e:
+            typ, val, out = "info", {"error": str(e)}, None
+        except Exception as e:  # an adapter bug: it may have happened
+            typ, val, out = "info", {"error": f"{type(e).__name__}: {e}"}, None
+        else:
+            typ, val = _value_of(out)
+        if self.hub.record:
+            self.hub.tell("complete", typ, val)
+        return typ, out
+
+    def reconnect(self) -> None:
+        """After an indeterminate op: a fresh client, as a restarted worker would have."""
+        try:
+            self.target.close()
+        except Exception:
+            pass
+        self.target = self.spec.make()
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when the harness dies: no orphan is left stopped."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Worker:
+    """The seed's workload, run by one process against one backend client."""
+
+    def __init__(self, hub: Hub, spec: TargetSpec, workload: Workload, seed: int, slot: int) -> None:
+        self.hub = hub
+        self.w = workload
+        self.rng = random.Random(f"{seed}/worker/{slot}")
+        self.owner = f"w{slot}"
+        self.client = Client(hub, spec, self.owner)
+        self.ttl = spec.config.ttl_ms / 1000.0  # the lease the store grants: one source of truth
+        self.seen: list[str] = []
+
+    def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any]) -> tuple[str, Any]:
+        typ, out = self.client.op(f, node, value, call)
+        if typ == "info":
+            # this process number is retired: take a new one, with a fresh connection
+            self.hub.ask("renumber")
+            self.client.reconnect()
+        if self.w.rate > 0:
+            time.sleep(1.0 / self.w.rate)
+        return typ, out
+
+    def run(self) -> None:
+        while True:
+            node = self.hub.ask("next")
+            if node is None:
+                return
+            if node == "":
+                time.sleep(0.01)
+                continue
+            if self.seen and self.rng.random() < self.w.read_rate:
+                other = self.rng.choice(self.seen)
+                self.op("read", other, {}, lambda: self.client.target.read(other))
+            self.execute(node)
+
+    def execute(self, node: str) -> None:
+        t = self.client.target
+        typ, lease = self.op("claim", node, {"owner": self.owner}, lambda: t.try_claim(node, self.owner))
+        if typ != "ok":
+            if isinstance(lease, Refused) and lease.reason == "terminal":
+                self.hub.tell("done", node)
+            return
+        self.seen = (self.seen + [node])[-50:]
+        carried = lease.to_json()
+        rng, ttl = self.rng, self.ttl
+        duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < self.w.long_rate else rng.uniform(0.05, 0.8) * ttl
+        effects = sorted(rng.uniform(0, duration) for _ in range(rng.randint(1, self.w.max_effects)))
+        start = time.monotonic()
+        next_beat = start + ttl / 3
+        while True:
+            now = time.monotonic()
+            if effects and now - start >= effects[0]:
+                effects.pop(0)
+                payload = f"{self.owner}:{node}:{rng.getrandbits(32):08x}"
+                typ, _ = self.op("effect", node, {**carried, "payload": payload}, lambda: self.client.target.effect(lease, payload))
+                if typ == "info":
+                    return
+                continue
+            if now - start >= duration:
+                break
+            if now >= next_beat:
+                typ, out = self.op("renew", node, dict(carried), lambda: self.client.target.renew(lease))
+                if typ == "info":
+                    return
+                next_beat = time.monotonic() + ttl / 3
+                if out is not None and rng.random() >= self.w.zombie_rate:
+                    return  # lost the lease: a careful worker stops here
+                continue
+            wake = min(next_beat, start + duration, start + effects[0] if effects else float("inf"))
+            time.sleep(max(0.0, min(wake - now, ttl / 3)))
+        roll = rng.random()
+        if roll < self.w.crash_rate:
+            os._exit(17)  # the worker crashes: the harness starts a replacement
+        if roll < self.w.crash_rate + self.w.release_rate:
+            self.op("release", node, dict(carried), lambda: self.client.target.release(lease))
+            return
+        result = f"result-of-{node}-by-{self.owner}"
+        typ, out = self.op("commit", node, {**carried, "result": result}, lambda: self.client.target.commit(lease, result))
+        if typ == "ok" or (isinstance(out, Refused) and out.reason == "terminal"):
+            self.hub.tell("done", node)
+
+
+def worker_main(conn: Connection, spec: TargetSpec, workload: Workload, seed: int, slot: int, record: bool = True) -> None:
+    """Entry point of a worker process (spawned by the runner)."""
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
+    hub = Hub(conn, record)
+    try:
+        Worker(hub, spec, workload, seed, slot).run()
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the harness went away
+    finally:
+        conn.close()
