@@ -314,6 +314,11 @@ class HistoryReader:
             self.events = expected
             self.last_time = last_time
             self.close()
+        if open_ops:
+            self.warnings.append(
+                f"{self.name}: {len(open_ops)} op(s) never completed (the run may have been cut short); "
+                "they count as info"
+            )
         for inv in sorted(open_ops.values(), key=lambda e: e.index):
             yield Op(
                 inv.index, inv.process, inv.f, inv.node, inv.value, "info", {}, inv.time, None, None,  # type: ignore[arg-type]
