@@ -200,6 +200,9 @@ class Recorder:
             conn.send(None if self.stopping.is_set() else self.deliveries.next())
         elif kind == "done":
             self.deliveries.ack(msg[1])
+        elif kind == "tally":  # a worker that ran without recording reports its counts at exit
+            for typ, n in msg[1].items():
+                setattr(self.tally, typ, getattr(self.tally, typ) + n)
         elif kind == "renumber":
             s.process = self.new_process()
             conn.send(s.process)

@@ -20,6 +20,7 @@ import os
 import random
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -47,6 +48,9 @@ class Workload:
     max_effects: int = 3
     #: ops per second per worker at most (0: as fast as the store answers)
     rate: float = 0.0
+    #: scales every execution's duration; 0 runs claim, effects and commit back to back
+    #: (throughput benchmarks: the store's speed, not the simulated work)
+    exec_scale: float = 1.0
 
 
 class Hub:
@@ -83,6 +87,8 @@ class Client:
         self.spec = spec
         self.owner = owner
         self.target: Target = spec.make()
+        #: outcomes of ops run without recording (the overhead benchmark's baseline)
+        self.unrecorded: Counter[str] = Counter()
 
     def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any]) -> tuple[str, Any]:
         """(type, adapter outcome); type ``info`` means this process number is retired."""
@@ -100,6 +106,8 @@ class Client:
             typ, val = _value_of(out)
         if self.hub.record:
             self.hub.tell("complete", typ, val)
+        else:
+            self.unrecorded[typ] += 1
         return typ, out
 
     def reconnect(self) -> None:
@@ -166,6 +174,7 @@ class Worker:
         carried = lease.to_json()
         rng, ttl = self.rng, self.ttl
         duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < self.w.long_rate else rng.uniform(0.05, 0.8) * ttl
+        duration *= self.w.exec_scale
         effects = sorted(rng.uniform(0, duration) for _ in range(rng.randint(1, self.w.max_effects)))
         start = time.monotonic()
         next_beat = start + ttl / 3
@@ -208,7 +217,10 @@ def worker_main(conn: Connection, spec: TargetSpec, workload: Workload, seed: in
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     hub = Hub(conn, record)
     try:
-        Worker(hub, spec, workload, seed, slot).run()
+        worker = Worker(hub, spec, workload, seed, slot)
+        worker.run()
+        if not record:
+            hub.tell("tally", dict(worker.client.unrecorded))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the harness went away
     finally:
