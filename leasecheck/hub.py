@@ -85,7 +85,7 @@ class Deliveries:
                 if deadline < now:
                     self.inflight[node] = now + self.visibility_s
                     self.ready.appendleft(node)
-            if len(self.ready) < max(2, self.nodes_per_run // 2):
+            if len(self.ready) < max(2, self.nodes_per_run):
                 self._want.set()
             if not self.ready:
                 return ""

@@ -181,7 +181,7 @@ class Run:
             self.deliveries = Deliveries(
                 random.Random(f"{self.seed}/queue"), opts.nodes, opts.dup_rate,
                 visibility_s=1.5 * opts.ttl_ms / 1000,
-                add_nodes=lambda nodes: [producer.add_node(n) for n in nodes],
+                add_nodes=producer.add_nodes,
             )
             self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put)
             self.nemesis = Nemesis(

@@ -155,6 +155,11 @@ class Target(ABC):
     def add_node(self, node: str) -> None:
         """Make ``node`` exist, READY, if it does not yet (the queue's producer does this)."""
 
+    def add_nodes(self, nodes: list[str]) -> None:
+        """Make many nodes READY; override when the store can do it in one round trip."""
+        for node in nodes:
+            self.add_node(node)
+
     @abstractmethod
     def try_claim(self, node: str, owner: str) -> Lease | Refused:
         """Atomically take the node's lease for ``owner``, with a new, larger epoch."""

@@ -85,6 +85,10 @@ class SqliteLease(Target):
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO nodes (node) VALUES (?)", (node,))
 
+    def add_nodes(self, nodes: list[str]) -> None:
+        with self._tx() as db:  # one write transaction, not one per node
+            db.executemany("INSERT OR IGNORE INTO nodes (node) VALUES (?)", [(n,) for n in nodes])
+
     def _refusal(self, db: sqlite3.Connection, node: str, epoch: int | None) -> Refused:
         """Why a conditional update matched no row: read the row inside the same transaction."""
         row = db.execute("SELECT status, epoch, expires_ns FROM nodes WHERE node = ?", (node,)).fetchone()
