@@ -20,7 +20,8 @@ _STYLE = {True: ("valid", "bold green"), False: ("INVALID", "bold red"), "unknow
 def print_verdict(console: Console, path: str, verdict: Verdict, explain: bool = False) -> None:
     """A summary table (ops, nodes, verdict, anomalies by kind), then each anomaly."""
     word, style = _STYLE[verdict.valid]
-    table = Table(title=path, show_header=False, title_justify="left", box=None, pad_edge=False)
+    console.print(Text(path, style="bold"))
+    table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
     table.add_row("verdict", Text(word, style=style))
@@ -88,7 +89,8 @@ class LiveProgress:
 def print_run(console: Console, result: Any) -> None:
     """The end of ``leasecheck run``: the run's figures, the verdict, and where the store is."""
     s = result.stats
-    table = Table(title="run", show_header=False, title_justify="left", box=None, pad_edge=False)
+    console.print(Text("run", style="bold"))
+    table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
     table.add_row("seed", str(result.seed))
@@ -100,4 +102,5 @@ def print_run(console: Console, result: Any) -> None:
     table.add_row("faults", f"{s['faults']}; worker processes {s['worker_processes']}")
     table.add_row("store", str(result.run_dir))
     console.print(table)
-    print_verdict(console, str(result.run_dir / "history.jsonl"), result.verdict)
+    console.print()
+    print_verdict(console, "verdict", result.verdict)
