@@ -109,7 +109,7 @@ def _search_node(ops: list[Op], fenced: bool, deadline: float | None) -> Decisio
     if res.ok is None:
         return None
     if res.ok:
-        return Decision(True)
+        return Decision(True, searched=True)
     cited = ([res.prefix[-1]] if res.prefix else []) + ([res.stuck] if res.stuck else [])
     if res.stuck is not None:
         why = (
@@ -120,7 +120,7 @@ def _search_node(ops: list[Op], fenced: bool, deadline: float | None) -> Decisio
         )
     else:
         why = "no order of this node's ops satisfies the lease model and real time."
-    return Decision(False, cited, why)
+    return Decision(False, cited, why, searched=True)
 
 
 def decide_node(ops: list[Op], engine: Engine = "auto", deadline: float | None = None) -> Decision | None:
@@ -181,13 +181,14 @@ def check(
             kinds.stuck(node, nops, header, found)
             if found.kinds_on(node) & LINEARIZABILITY_KINDS:
                 continue
-            if engine == "search" or not fenced:
-                searched += 1
             d = decide_node(nops, engine, deadline)
             if d is None:
+                searched += 1
                 unknown.append(node)
-            elif not d.ok:
-                found.add("non-linearizable", node, d.ops, d.why)
+            else:
+                searched += d.searched
+                if not d.ok:
+                    found.add("non-linearizable", node, d.ops, d.why)
         order_of = {k: i for i, k in enumerate(KINDS)}
         anomalies = sorted(found.anomalies, key=lambda a: (a.node, order_of[a.kind], a.ops))
         cited: dict[int, Op] = {}

@@ -92,8 +92,8 @@ def lease_step(state: State, op: Op, fenced: bool, info_keys: Iterable[Any] = ()
         who = owner_of(op)
         if op.type == "ok":
             new = op.result.get("epoch") if fenced else freeze(op.result.get("token"))
-            if fenced and not new > key:
-                return []
+            if fenced and (type(new) is not int or not new > key):
+                return []  # a fenced node's grant must name a larger epoch (null names none)
             return [(RUNNING, new, who, None)]
         if fenced:
             return [(RUNNING, k, who, None) for k in info_keys if k > key]

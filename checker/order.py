@@ -42,6 +42,8 @@ class Decision:
     ok: bool
     ops: list[Op] = field(default_factory=list)
     why: str = ""
+    #: True when the WGL search decided (the epoch order could not)
+    searched: bool = False
 
 
 class Undecided(Exception):

@@ -1,0 +1,507 @@
+"""Whatever file it is given, ``leasecheck check`` answers with an exit code and a line.
+
+Valid histories of the simulated store (tests/sim.py) are mutated at random, at
+the byte level (flips, insertions, deletions, truncation) and at the JSON level
+(keys deleted or retyped, lines swapped, duplicated or dropped, index / time /
+process / type / f / node / values changed, header removed or broken), and fed
+to the real CLI in-process. The contract (DESIGN.md):
+
+* exit 3 with exactly one line on stderr, ``FILE:LINE: message`` naming the
+  (1-based; the header is line 1) line that breaks format v1, or ``FILE: message``
+  for a problem of the whole file; or
+* when the mutation still left a well-formed history, exit 0 / 1 / 2 with the
+  verdict as one JSON object on stdout;
+* never any other exit code, never a traceback.
+
+A few runs of the installed ``leasecheck`` console script prove the same outside
+the test process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+from hypothesis import event, given, settings
+from hypothesis import note as _note
+from hypothesis.control import currently_in_test_context
+from hypothesis import strategies as st
+
+from histories import CLIENT_FUNCTIONS, FAIL_REASONS, HistoryError, read_history
+from leasecheck.cli import main
+from sim import PLANTERS, SimConfig, render, simulate
+
+# enough examples for a few thousand files in the "ci" profile, and about 10x fewer in "dev"
+EXAMPLES = settings.default.max_examples * 5
+BUDGET = "2"  # seconds of search per history: mutated histories must not make this file slow
+
+
+def note(text: str) -> None:
+    """hypothesis.note inside a @given test, nothing in a plain one."""
+    if currently_in_test_context():
+        _note(text)
+
+
+# --------------------------------------------------------------------------------------
+# the valid files the mutations start from
+
+
+def _bases() -> list[bytes]:
+    out: list[list[str]] = []
+    rng = random.Random(20240611)
+    for i in range(8):
+        cfg = SimConfig(
+            workers=3,
+            nodes=1 + i % 3,
+            ops=8 + 3 * i,
+            ttl_ms=[20, 100, 1000][i % 3],
+            clock_uncertainty_ms=i % 2,
+            fenced=i % 4 != 3,
+            crash_p=0.15,
+            pause_p=0.2,
+            final_reads=i % 2 == 0,
+        )
+        out.append(simulate(rng, cfg))
+    # and some invalid ones, so that exit 1 and every citation path are reachable too
+    for kind in ("stale-commit", "overlapping-lease", "non-linearizable", "lost-commit"):
+        lines, _ = PLANTERS[kind](out[0], random.Random(1))
+        out.append(lines)
+    return ["".join(lines).encode() for lines in out]
+
+
+BASES = _bases()
+
+
+# --------------------------------------------------------------------------------------
+# mutations
+
+
+def _json_values() -> st.SearchStrategy[Any]:
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers(-5, 60)
+        | st.integers(-(2**70), 2**70)
+        | st.floats(allow_nan=True, allow_infinity=True)
+        | st.text(max_size=6)
+        | st.sampled_from(["", "READY", "RUNNING", "SUCCEEDED", "nemesis", "ok", "info", "claim", "n0", "tok-1-0000"])
+    )
+    return st.recursive(
+        scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=6
+    )
+
+
+#: plausible replacements for the fields the checker reads (deeper than "wrong type")
+_FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "index": st.integers(-2, 80),
+    "time": st.integers(-10, 2**63) | st.sampled_from([0, 1, 10**9]),
+    "process": st.integers(-1, 300) | st.sampled_from(["nemesis", "0", "p1"]),
+    "type": st.sampled_from(["invoke", "ok", "fail", "info", "OK", "", "invoke "]),
+    "f": st.sampled_from(sorted(CLIENT_FUNCTIONS) + ["pause", "kill", "Claim", ""]),
+    "node": st.sampled_from(["n0", "n1", "n2", "planted", ""]) | st.none() | st.integers(0, 3),
+    "epoch": st.integers(-2, 12) | st.none() | st.sampled_from(["1", 1.0, True]),
+    "token": st.sampled_from(["tok-1-0000", "tok-2-0001", "x"]) | st.none() | st.integers(0, 3) | st.lists(st.integers(0, 2), max_size=2) | st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 2), max_size=2),
+    "reason": st.sampled_from(sorted(FAIL_REASONS) + ["nope", ""]) | st.none(),
+    "status": st.sampled_from(["READY", "RUNNING", "SUCCEEDED", "DONE"]) | st.none() | st.integers(0, 1),
+    "owner": st.sampled_from(["w0", "w1", "w101"]) | st.none() | st.integers(0, 2),
+    "result": st.sampled_from(["r0.1", "r1.2", ""]) | st.none() | st.integers(0, 2) | st.lists(st.integers(0, 2), max_size=2),
+    "ttl_ms": st.sampled_from([0, 1, 100, -1, 1e308, 0.5, "100", None]),
+    "clock_uncertainty_ms": st.sampled_from([0, 1, 1000, -1, 1e308, "0", None, 10**30]),
+    "version": st.sampled_from([1, 2, 0, "1", 1.0, None]),
+    "format": st.sampled_from(["leasecheck-history", "leasecheck", "", None]),
+}
+
+
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path into a JSON object (dict keys and list indices)."""
+    out: list[tuple[Any, ...]] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.append(prefix + (k,))
+            out.extend(_paths(v, prefix + (k,)))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out.append(prefix + (i,))
+            out.extend(_paths(v, prefix + (i,)))
+    return out
+
+
+def _get_parent(obj: Any, path: tuple[Any, ...]) -> Any:
+    for k in path[:-1]:
+        obj = obj[k]
+    return obj
+
+
+@st.composite
+def json_mutation(draw: Any, objs: list[Any]) -> str:
+    """Mutate the parsed lines in place; returns a description (for note())."""
+    n = len(objs)
+    what = draw(
+        st.sampled_from(
+            # field-aware edits most often: they keep the file readable and so reach the checker
+            ["set-field"] * 4 + ["retype"] * 2 + ["add-key"] * 2
+            + ["delete-key", "swap", "duplicate", "drop-line", "remove-header", "move-line"]
+        )
+    )
+    if what in ("swap", "move-line") and n >= 2:
+        i, j = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+        if what == "swap":
+            objs[i], objs[j] = objs[j], objs[i]
+        else:
+            objs.insert(j, objs.pop(i))
+        return f"{what} lines {i + 1} and {j + 1}"
+    if what == "duplicate" and n >= 1:
+        i = draw(st.integers(0, n - 1))
+        objs.insert(i + 1, copy.deepcopy(objs[i]))
+        return f"duplicate line {i + 1}"
+    if what == "drop-line" and n >= 1:
+        i = draw(st.integers(0, n - 1))
+        del objs[i]
+        return f"drop line {i + 1}"
+    if what == "remove-header" and n >= 1:
+        del objs[0]
+        return "remove the header"
+    if n == 0:
+        return "nothing to mutate"
+    i = draw(st.integers(0, n - 1))
+    obj = objs[i]
+    paths = _paths(obj)
+    if what == "add-key" or not paths:
+        target = obj.get("value") if isinstance(obj, dict) and isinstance(obj.get("value"), dict) else obj
+        if not isinstance(target, dict):
+            objs[i] = draw(_json_values())
+            return f"replace line {i + 1}"
+        key = draw(st.sampled_from(sorted(_FIELD_VALUES)) | st.text(max_size=4))
+        target[key] = draw(_FIELD_VALUES.get(key, _json_values()))
+        return f"add key {key!r} on line {i + 1}"
+    path = draw(st.sampled_from(paths))
+    parent = _get_parent(obj, path)
+    if what == "delete-key":
+        del parent[path[-1]]
+        return f"delete {path} on line {i + 1}"
+    key = path[-1]
+    if what == "set-field" and key in _FIELD_VALUES:
+        parent[key] = draw(_FIELD_VALUES[key])
+    else:
+        parent[key] = draw(_json_values())
+    return f"{what} {path} on line {i + 1} to {parent[key]!r}"
+
+
+class Mutant(tuple):
+    """(original, mutant, what was done), shown briefly in Hypothesis' failure report."""
+
+    def __new__(cls, base: int, mutant: bytes, done: list[str]) -> "Mutant":
+        return super().__new__(cls, (BASES[base], mutant, done))
+
+    def __init__(self, base: int, mutant: bytes, done: list[str]) -> None:
+        self.base = base
+
+    def __repr__(self) -> str:
+        return f"Mutant(base={self.base}, done={self[2]!r})"
+
+
+def _dump(objs: list[Any]) -> bytes:
+    return "".join(json.dumps(o, separators=(",", ":")) + "\n" for o in objs).encode()
+
+
+@st.composite
+def json_mutants(draw: Any) -> Mutant:
+    """(original, mutant, what was done): 1-3 JSON-level mutations of one base file."""
+    b = draw(st.integers(0, len(BASES) - 1))
+    objs = [json.loads(ln) for ln in BASES[b].decode().splitlines()]
+    done = [draw(json_mutation(objs)) for _ in range(draw(st.integers(1, 3)))]
+    return Mutant(b, _dump(objs), done)
+
+
+@st.composite
+def byte_mutants(draw: Any) -> Mutant:
+    """(original, mutant, what was done): 1-3 byte-level mutations of one base file."""
+    b = draw(st.integers(0, len(BASES) - 1))
+    data = bytearray(BASES[b])
+    done = []
+    for _ in range(draw(st.integers(1, 3))):
+        what = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "newline", "set-byte"]))
+        pos = draw(st.integers(0, max(0, len(data) - 1)))
+        if what == "flip" and data:
+            data[pos] ^= draw(st.integers(1, 255))
+        elif what == "set-byte" and data:
+            data[pos] = draw(st.sampled_from(b'{}[]":,\\ \n\r\t0123456789-.eE\x00\xff\xc3'))
+        elif what == "insert":
+            data[pos:pos] = draw(st.binary(min_size=1, max_size=8) | st.sampled_from([b"\n", b"\r\n", b"{}", b'"', b"\xe2\x82"]))
+        elif what == "delete":
+            del data[pos : pos + draw(st.integers(1, 40))]
+        elif what == "newline":
+            data[pos:pos] = b"\n"
+        else:
+            del data[pos:]
+        done.append(f"{what} at byte {pos}")
+    return Mutant(b, bytes(data), done)
+
+
+# --------------------------------------------------------------------------------------
+# running the CLI and judging its answer
+
+
+def run_cli(args: list[str]) -> tuple[int, str, str]:
+    """The real entry point, in-process: (exit code, stdout, stderr). Exceptions propagate."""
+    runner = CliRunner()
+    if isinstance(main, click.Command):
+        r = runner.invoke(main, args, catch_exceptions=False)
+        return r.exit_code, r.stdout, r.stderr
+    with runner.isolation() as (out, err, _):
+        try:
+            main(args)
+            code: Any = 0
+        except SystemExit as e:
+            code = e.code
+    assert isinstance(code, int) or code is None, f"exit with a non-integer code {code!r}"
+    return code or 0, out.getvalue().decode(errors="replace"), err.getvalue().decode(errors="replace")
+
+
+def _first_diff_line(a: bytes, b: bytes) -> int | None:
+    """The 1-based number of the first line (split on \\n only, as the reader does) that differs."""
+    la, lb = a.split(b"\n"), b.split(b"\n")
+    for i, (x, y) in enumerate(zip(la, lb)):
+        if x != y:
+            return i + 1
+    return None if len(la) == len(lb) else min(len(la), len(lb)) + 1
+
+
+_VALID_FOR_EXIT = {0: True, 1: False, 2: "unknown"}
+
+
+def judge(path: Path, original: bytes, mutant: bytes, code: int, out: str, err: str) -> None:
+    """Assert the CLI's answer obeys the contract, and agrees with the reader."""
+    note(f"exit {code}\nstdout: {out[:2000]}\nstderr: {err[:2000]}")
+    assert "Traceback" not in out and "Traceback" not in err, "a traceback reached the user"
+    assert code in (0, 1, 2, 3), f"exit code {code}"
+    try:
+        _, _, reader = read_history(path)
+        reader_error: HistoryError | None = None
+    except HistoryError as e:
+        reader_error = e
+    if code == 3:
+        lines = err.strip("\n").split("\n")
+        assert len(lines) == 1 and lines[0].strip(), f"exit 3 needs exactly one line on stderr, got {err!r}"
+        m = re.match(re.escape(str(path)) + r"(?::(\d+))?: \S", lines[0])
+        assert m, f"stderr must be 'FILE:LINE: message', got {lines[0]!r}"
+        n_lines = len(mutant.split(b"\n"))
+        if m.group(1) is not None:
+            line = int(m.group(1))
+            assert 1 <= line <= n_lines, f"line {line} is not in the file ({n_lines} lines)"
+        if reader_error is not None:
+            want = str(reader_error)
+            assert lines[0] == want, f"the CLI says {lines[0]!r}, the reader says {want!r}"
+            first = _first_diff_line(original, mutant)
+            if reader_error.line is not None:
+                assert first is not None and reader_error.line >= first, (
+                    f"reader blames line {reader_error.line}, but the file is unchanged up to line {first}"
+                )
+        return
+    assert reader_error is None, f"the reader rejects the file ({reader_error}) but the CLI exits {code}"
+    try:
+        obj = json.loads(out)
+    except json.JSONDecodeError:
+        pytest.fail(f"exit {code} without one JSON object on stdout: {out[:500]!r}")
+    assert isinstance(obj, dict) and obj.get("valid") == _VALID_FOR_EXIT[code], f"exit {code} with valid={obj.get('valid')!r}"
+    assert isinstance(obj.get("anomalies"), list) and isinstance(obj.get("stats"), dict)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bad-input")
+
+
+def _check(workdir: Path, case: tuple[bytes, bytes, list[str]]) -> None:
+    original, mutant, done = case
+    note("; ".join(done))
+    try:
+        note(render(mutant.decode().splitlines(keepends=True)))
+    except Exception:  # noqa: BLE001 - only a readability aid; the mutant may not be JSON
+        note(repr(mutant[:3000]))
+    path = workdir / "history.jsonl"
+    path.write_bytes(mutant)
+    code, out, err = run_cli(["check", "--json", "--budget", BUDGET, str(path)])
+    judge(path, original, mutant, code, out, err)
+    event(f"exit {code}")
+
+
+# --------------------------------------------------------------------------------------
+# the properties
+
+
+def test_bases_are_valid_files(workdir: Path) -> None:
+    for i, base in enumerate(BASES):
+        path = workdir / f"base{i}.jsonl"
+        path.write_bytes(base)
+        code, out, err = run_cli(["check", "--json", str(path)])
+        judge(path, base, base, code, out, err)
+        assert code == (0 if i < 8 else 1), (i, out, err)
+
+
+@settings(max_examples=EXAMPLES)
+@given(case=byte_mutants())
+def test_byte_mutations(workdir: Path, case: tuple[bytes, bytes, list[str]]) -> None:
+    _check(workdir, case)
+
+
+@settings(max_examples=EXAMPLES)
+@given(case=json_mutants())
+def test_json_mutations(workdir: Path, case: tuple[bytes, bytes, list[str]]) -> None:
+    _check(workdir, case)
+
+
+@settings(max_examples=EXAMPLES // 2)
+@given(case=st.one_of(json_mutants(), byte_mutants()), more=st.data())
+def test_mixed_mutations(workdir: Path, case: tuple[bytes, bytes, list[str]], more: st.DataObject) -> None:
+    """A JSON-level mutant then broken at the byte level (or the other way round)."""
+    original, mutant, done = case
+    if more.draw(st.booleans()) and mutant:
+        pos = more.draw(st.integers(0, len(mutant) - 1))
+        mutant = mutant[:pos] + bytes([mutant[pos] ^ more.draw(st.integers(1, 255))]) + mutant[pos + 1 :]
+        done = [*done, f"flip byte {pos}"]
+    _check(workdir, (original, mutant, done))
+
+
+# --------------------------------------------------------------------------------------
+# well-formed but odd: what the reader lets through, the checker must judge without crashing
+
+
+def _h(*events: tuple[Any, ...], ttl: Any = 100, cu: Any = 0) -> bytes:
+    """A history from (time ms, process, type, f, node, value) tuples."""
+    objs: list[Any] = [{"format": "leasecheck-history", "version": 1, "ttl_ms": ttl, "clock_uncertainty_ms": cu}]
+    for i, (t, p, typ, f, node, value) in enumerate(events):
+        objs.append({"index": i, "time": int(t * 1_000_000), "process": p, "type": typ, "f": f, "node": node, "value": value})
+    return _dump(objs)
+
+
+def _claim(t: float, p: int, result: dict[str, Any], node: str = "n", owner: Any = "w") -> list[tuple[Any, ...]]:
+    return [(t, p, "invoke", "claim", node, {"owner": owner}), (t + 1, p, "ok", "claim", node, result)]
+
+
+def _op(t: float, p: int, f: str, value: dict[str, Any], typ: str = "ok", result: Any = None, node: str = "n") -> list[tuple[Any, ...]]:
+    return [(t, p, "invoke", f, node, value), (t + 1, p, typ, f, node, {} if result is None else result)]
+
+
+ODD = {
+    "fenced node, one claim with a null epoch": _h(*_claim(0, 1, {"epoch": 1}), *_claim(200, 2, {"epoch": None})),
+    "null-epoch claim first, then an integer one": _h(*_claim(0, 1, {"epoch": None, "token": "t"}), *_claim(200, 2, {"epoch": 2})),
+    "unfenced lease, read shows an integer epoch": _h(
+        *_claim(0, 1, {"epoch": None, "token": "t"}), *_op(5, 2, "read", {}, result={"status": "RUNNING", "epoch": 5, "owner": "w"})
+    ),
+    "unfenced lease renewed with an integer epoch": _h(*_claim(0, 1, {"epoch": None, "token": "t"}), *_op(5, 1, "renew", {"epoch": 1})),
+    "fenced lease, effect and commit with null epochs": _h(
+        *_claim(0, 1, {"epoch": 1}),
+        *_op(5, 1, "effect", {"epoch": None, "payload": "x"}),
+        *_op(10, 1, "commit", {"epoch": None, "token": "t", "result": "r"}),
+    ),
+    "claim returns epoch 0 and a negative epoch": _h(*_claim(0, 1, {"epoch": 0}), *_claim(200, 2, {"epoch": -3})),
+    "huge epochs": _h(*_claim(0, 1, {"epoch": 2**64}), *_claim(200, 2, {"epoch": 2**70}), *_op(205, 2, "renew", {"epoch": 2**70})),
+    "ttl 0 and uncertainty above the ttl": _h(*_claim(0, 1, {"epoch": 1}), *_claim(1, 2, {"epoch": 2}), ttl=0, cu=500),
+    "fractional ttl": _h(*_claim(0, 1, {"epoch": 1}), *_op(1, 3, "claim", {"owner": "v"}, "fail", {"reason": "held"}), ttl=0.5, cu=0.25),
+    "tokens and owners of every JSON type": _h(
+        *_claim(0, 1, {"epoch": None, "token": {"a": [1]}}, owner={"x": 1}),
+        *_op(5, 1, "renew", {"epoch": None, "token": {"a": [1]}}),
+        *_claim(300, 2, {"epoch": None, "token": [1, 2]}, owner=[1]),
+        *_op(305, 2, "commit", {"epoch": None, "token": [1, 2], "result": {"r": None}}),
+        *_op(310, 3, "read", {}, result={"status": "SUCCEEDED", "epoch": None, "owner": [1], "result": {"r": None}}),
+    ),
+    "read without epoch, owner or result": _h(*_op(0, 1, "read", {}, result={"status": "SUCCEEDED"})),
+    "read shows READY with an owner and a result": _h(
+        *_claim(0, 1, {"epoch": 1}), *_op(5, 2, "read", {}, result={"status": "READY", "epoch": 1, "owner": "w", "result": 3})
+    ),
+    "fenced and unfenced nodes side by side": _h(
+        *_claim(0, 1, {"epoch": 1}, node="a"), *_claim(0.5, 2, {"epoch": None, "token": "t"}, node="b"),
+        *_op(5, 1, "commit", {"epoch": 1, "result": "r"}, node="a"), *_op(6, 2, "commit", {"epoch": None, "token": "t", "result": "r"}, node="b"),
+    ),
+    "info and open ops only": _h(
+        (0, 1, "invoke", "claim", "n", {"owner": "w"}), (1, 1, "info", "claim", "n", None),
+        (2, 2, "invoke", "commit", "n", {"epoch": 7, "result": "r"}), (3, 3, "invoke", "release", "n", {"epoch": None, "token": "z"}),
+    ),
+    "everything at one instant": _h(
+        *[(0, 1, "invoke", "claim", "n", {"owner": "w"}), (0, 1, "ok", "claim", "n", {"epoch": 1})],
+        *[(0, 2, "invoke", "claim", "n", {"owner": "v"}), (0, 2, "ok", "claim", "n", {"epoch": 2})],
+        *[(0, 1, "invoke", "commit", "n", {"epoch": 1, "result": "r"}), (0, 1, "ok", "commit", "n", {})],
+        *[(0, 3, "invoke", "claim", "n", {"owner": "u"}), (0, 3, "fail", "claim", "n", {"reason": "held"})],
+    ),
+    "nemesis events of every shape": _h(
+        (0, "nemesis", "info", "pause", None, None), (1, "nemesis", "invoke", "partition", "n", {"a": [1]}),
+        (2, "nemesis", "ok", "heal", None, [1, "x"]), *_claim(3, 1, {"epoch": 1}),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(ODD))
+def test_odd_but_well_formed_histories(workdir: Path, name: str) -> None:
+    path = workdir / "odd.jsonl"
+    path.write_bytes(ODD[name])
+    code, out, err = run_cli(["check", "--json", "--budget", BUDGET, str(path)])
+    judge(path, b"", ODD[name], code, out, err)
+
+
+# --------------------------------------------------------------------------------------
+# the installed console script: no traceback reaches the user
+
+
+def _script() -> list[str]:
+    exe = shutil.which("leasecheck")
+    return [exe] if exe else [sys.executable, "-c", "from leasecheck.cli import main; main()"]
+
+
+def _run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*_script(), *args], capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+
+
+@pytest.mark.parametrize(
+    "name, content, line",
+    [
+        ("garbage.jsonl", b"\x00\xff not json at all\n", 1),
+        ("empty.jsonl", b"", 1),
+        ("event-first.jsonl", BASES[0].split(b"\n", 1)[1], 1),
+        ("bad-line-3.jsonl", b"\n".join(BASES[0].split(b"\n")[:2] + [b'{"index": 1, "time": "soon"}']) + b"\n", 3),
+        ("utf8.jsonl", BASES[0].replace(b'"claim"', b'"cl\xffim"', 1), None),
+    ],
+)
+def test_console_script_rejects_bad_files(tmp_path: Path, name: str, content: bytes, line: int | None) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    p = _run_script("check", "--json", str(path))
+    assert "Traceback" not in p.stderr + p.stdout
+    assert p.returncode == 3, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip("\n").split("\n")
+    assert len(lines) == 1, p.stderr
+    prefix = f"{path}:" if line is None else f"{path}:{line}: "
+    assert lines[0].startswith(prefix), lines[0]
+
+
+def test_console_script_missing_file_and_usage_errors(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.jsonl"
+    p = _run_script("check", str(missing))
+    assert "Traceback" not in p.stderr + p.stdout
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    assert p.stderr.strip("\n").count("\n") == 0 and p.stderr.startswith(f"{missing}:"), p.stderr
+    for args in (["check"], ["check", "--no-such-option", str(missing)], ["check", "--budget", "soon", str(missing)], ["no-such-command"]):
+        p = _run_script(*args)
+        assert "Traceback" not in p.stderr + p.stdout, args
+        assert p.returncode == 3, (args, p.returncode, p.stderr)
+
+
+def test_console_script_valid_and_invalid(tmp_path: Path) -> None:
+    for base, want in ((BASES[0], 0), (BASES[8], 1)):
+        path = tmp_path / f"h{want}.jsonl"
+        path.write_bytes(base)
+        p = _run_script("check", "--json", str(path))
+        assert "Traceback" not in p.stderr + p.stdout
+        assert p.returncode == want, (p.returncode, p.stdout, p.stderr)
+        assert json.loads(p.stdout)["valid"] is (want == 0)
