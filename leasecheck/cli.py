@@ -189,3 +189,38 @@ def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, tim
 
         print_run(Console(highlight=False), result)
     sys.exit(result.verdict.exit_code)
+
+
+@main.command()
+@click.argument("path", default="store/latest", metavar="[RUN_DIR]")
+def heal(path: str) -> None:
+    """Undo the faults a run left active (after the harness itself was killed).
+
+    Reads RUN_DIR/faults.json (default: store/latest), undoes each fault it
+    lists — resume paused processes, and, with their nemeses, delete toxics,
+    reset clocks, unpause containers — and clears the file.
+    """
+    from leasecheck.storedir import load_faults, save_faults
+    from nemesis.heal import heal_record
+
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        click.echo(f"leasecheck heal: {path}: not a run directory", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    records = load_faults(run_dir)
+    if not records:
+        click.echo(f"{run_dir}: no active faults recorded; nothing to heal")
+        return
+    for rec in records:
+        click.echo(f"{rec.get('kind')}: {heal_record(rec)}")
+    save_faults(run_dir, [])
+
+
+@main.command()
+def nemeses() -> None:
+    """List the faults `leasecheck run --nemesis` knows, one line each."""
+    from leasecheck.runner import FAULTS
+
+    width = max(map(len, FAULTS))
+    for name, what in FAULTS.items():
+        click.echo(f"{name:<{width}}  {what}")

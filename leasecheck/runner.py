@@ -27,7 +27,7 @@ from leasecheck.conformance import TargetSpec
 from leasecheck.environment import Environment, prepare
 from leasecheck.hub import Deliveries, Recorder, Slot
 from leasecheck.servers.base import EnvironmentFailure
-from leasecheck.storedir import new_run_dir, write_json
+from leasecheck.storedir import new_run_dir, save_faults, write_json
 from leasecheck.workload import Workload, worker_main
 from nemesis.faults import Fault, KillProcess, PauseProcess, ServerFault
 from nemesis.schedule import Nemesis
@@ -36,8 +36,14 @@ from targets.registry import load
 
 log = logging.getLogger("leasecheck.run")
 
-#: faults this runner knows (the network, clock and Docker ones come with the next nemeses)
-PROCESS_FAULTS = ("pause", "kill", "pause-store", "kill-store")
+#: faults this runner knows, with one line each for ``leasecheck nemeses``
+FAULTS = {
+    "pause": "SIGSTOP one worker for 1.5-3 ttl (the seed's GC pause), then SIGCONT",
+    "kill": "SIGKILL one worker; a replacement starts under a new process number",
+    "pause-store": "SIGSTOP the store's server (Postgres, Redis) for 0.5-1.5 ttl",
+    "kill-store": "SIGKILL the store's server, start it again on the same data 0.5-1.5 ttl later",
+}
+PROCESS_FAULTS = tuple(FAULTS)
 
 
 class BadOptions(ValueError):
@@ -153,8 +159,15 @@ class Run:
         if server is None:
             return None
         if kind == "pause-store":
-            return ServerFault("pause-store", server.pause, server.resume)
+            pid = server.pid
+            record = {"kind": "sigcont", "pids": [pid], "tree": True} if pid else None
+            return ServerFault("pause-store", server.pause, server.resume, record=record)
         return ServerFault("kill-store", server.kill, server.start)
+
+    def _save_faults(self, active: list[Fault]) -> None:
+        """Keep faults.json true: what ``leasecheck heal`` must undo if we die now."""
+        records = [r for r in (f.undo_record() for f in active) if r is not None]
+        save_faults(self.run_dir, records)
 
     # -------------------------------------------------------------------- run
 
@@ -187,11 +200,13 @@ class Run:
             self.nemesis = Nemesis(
                 opts.nemesis, opts.nemesis_interval, _durations(opts.ttl_ms / 1000), self._make_fault,
                 self.writer.nemesis, random.Random(f"{self.seed}/nemesis"),
+                on_change=self._save_faults,
             )
             try:
                 self._drive(started)
             finally:
                 self._wind_down()
+                save_faults(self.run_dir, [])
             self._final_reads()
             producer.close()
         finally:

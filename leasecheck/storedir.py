@@ -34,3 +34,20 @@ def new_run_dir(store: Path, target: str) -> Path:
 
 def write_json(path: Path, obj: Any) -> None:
     path.write_bytes(msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
+
+
+FAULTS_FILE = "faults.json"
+
+
+def save_faults(run_dir: Path, records: list[dict[str, Any]]) -> None:
+    """Atomically replace the run's record of active faults (see :mod:`nemesis.heal`)."""
+    tmp = run_dir / f".{FAULTS_FILE}.tmp"
+    tmp.write_bytes(msgspec.json.encode({"active": records}))
+    os.replace(tmp, run_dir / FAULTS_FILE)
+
+
+def load_faults(run_dir: Path) -> list[dict[str, Any]]:
+    try:
+        return list(msgspec.json.decode((run_dir / FAULTS_FILE).read_bytes()).get("active", []))
+    except FileNotFoundError:
+        return []

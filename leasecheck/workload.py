@@ -15,7 +15,6 @@ so the recorded interval always contains the real one, whatever the timing.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import random
 import signal
@@ -27,6 +26,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from leasecheck.conformance import TargetSpec
+from leasecheck.servers.base import die_with_parent
 from targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
 
 
@@ -117,15 +117,6 @@ class Client:
         except Exception:
             pass
         self.target = self.spec.make()
-
-
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when the harness dies: no orphan is left stopped."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 class Worker:

@@ -26,6 +26,9 @@ class Fault(Protocol):
     def heal(self) -> dict[str, Any] | None:
         """Undo it; return the heal event's value, or None when nothing was left to undo."""
 
+    def undo_record(self) -> dict[str, Any] | None:
+        """How to undo it without this object (see :mod:`nemesis.heal`); None if nothing outlives us."""
+
 
 def _signal(pid: int, sig: signal.Signals) -> bool:
     try:
@@ -55,6 +58,9 @@ class PauseProcess:
         _signal(self.pid, signal.SIGCONT)
         return {"victims": [self.process], "pid": self.pid}
 
+    def undo_record(self) -> dict[str, Any] | None:
+        return {"kind": "sigcont", "pids": [self.pid]} if self.paused else None
+
 
 @dataclass
 class KillProcess:
@@ -72,6 +78,9 @@ class KillProcess:
     def heal(self) -> dict[str, Any] | None:
         return None
 
+    def undo_record(self) -> dict[str, Any] | None:
+        return None
+
 
 @dataclass
 class ServerFault:
@@ -81,6 +90,8 @@ class ServerFault:
     inflict: Callable[[], None]
     undo: Callable[[], None]
     victim: str = "store"
+    #: how to undo it from outside (e.g. SIGCONT the server's process tree); None if nothing to do
+    record: dict[str, Any] | None = None
     active: bool = field(default=False)
 
     def start(self) -> dict[str, Any]:
@@ -94,6 +105,9 @@ class ServerFault:
         self.active = False
         self.undo()
         return {"victims": [self.victim]}
+
+    def undo_record(self) -> dict[str, Any] | None:
+        return self.record if self.active else None
 
 
 #: the nemesis event ``f`` recorded when a fault starts, and when it is healed

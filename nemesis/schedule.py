@@ -1,9 +1,12 @@
-"""Running faults on a seeded schedule, and healing all of them on any exit."""
+"""Running faults on a seeded schedule — several at once — and healing all of them on any exit."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import random
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +21,14 @@ Make = Callable[[str, random.Random], Fault | None]
 
 @dataclass
 class Nemesis:
-    """Every ``interval_s`` (± half, from the seed) start one fault, chosen from ``kinds``;
-    heal it after ``duration_s(kind, rng)``. ``heal_all()`` undoes whatever is active:
-    the runner calls it on normal exit, Ctrl-C and exceptions."""
+    """Every ``interval_s`` (± half, from the seed) start a fault chosen from ``kinds``
+    and heal it ``duration_s(kind, rng)`` later; up to ``max_active`` faults overlap.
+
+    ``on_change(active)`` is told the active faults whenever they change (the
+    runner keeps a state file from it, so ``leasecheck heal`` can undo them
+    even after the harness was SIGKILLed). ``heal_all()`` undoes whatever is
+    active: the runner calls it on normal exit, Ctrl-C and exceptions.
+    """
 
     kinds: Sequence[str]
     interval_s: float
@@ -28,12 +36,16 @@ class Nemesis:
     make: Make
     record: Record
     rng: random.Random
+    max_active: int = 2
+    on_change: Callable[[list[Fault]], None] = lambda active: None
     active: list[Fault] = field(default_factory=list)
     started: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _thread: threading.Thread | None = None
     error: BaseException | None = None
+    _heals: list[tuple[float, int, Fault]] = field(default_factory=list)
+    _order: Any = field(default_factory=itertools.count)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _thread: threading.Thread | None = None
 
     def start(self) -> None:
         if not self.kinds:
@@ -43,32 +55,41 @@ class Nemesis:
 
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self.rng.uniform(0.5, 1.5) * self.interval_s):
-                kind = self.rng.choice(list(self.kinds))
+            next_start = time.monotonic() + self.rng.uniform(0.5, 1.5) * self.interval_s
+            while not self._stop.is_set():
+                now = time.monotonic()
                 with self._lock:
-                    if self._stop.is_set():
-                        return
-                    fault = self.make(kind, self.rng)
-                    if fault is None:
-                        continue
-                    value = fault.start()
-                    self.active.append(fault)
-                    self.started += 1
-                    self.record(EVENTS[kind][0], value)
-                if self._stop.wait(self.duration_s(kind, self.rng)):
-                    return
-                self._heal(fault, kind)
+                    while self._heals and self._heals[0][0] <= now:
+                        _, _, fault = heapq.heappop(self._heals)
+                        self._heal(fault)
+                    if now >= next_start:
+                        next_start = now + self.rng.uniform(0.5, 1.5) * self.interval_s
+                        if len(self.active) < self.max_active:
+                            self._inflict(self.rng.choice(list(self.kinds)), now)
+                    wake = min([next_start] + [h[0] for h in self._heals[:1]])
+                self._stop.wait(max(0.0, wake - time.monotonic()))
         except BaseException as e:  # reported by the runner, which heals all
             self.error = e
 
-    def _heal(self, fault: Fault, kind: str) -> None:
-        with self._lock:
-            if fault not in self.active:
-                return
-            self.active.remove(fault)
-            value = fault.heal()
-            if value is not None:
-                self.record(EVENTS[kind][1], value)
+    def _inflict(self, kind: str, now: float) -> None:
+        fault = self.make(kind, self.rng)
+        if fault is None:
+            return
+        value = fault.start()
+        self.active.append(fault)
+        self.started += 1
+        self.record(EVENTS[kind][0], value)
+        heapq.heappush(self._heals, (now + self.duration_s(kind, self.rng), next(self._order), fault))
+        self.on_change(list(self.active))
+
+    def _heal(self, fault: Fault) -> None:
+        if fault not in self.active:
+            return
+        self.active.remove(fault)
+        value = fault.heal()
+        if value is not None:
+            self.record(EVENTS.get(fault.name, (fault.name, "heal"))[1], value)
+        self.on_change(list(self.active))
 
     def active_names(self) -> list[str]:
         with self._lock:
@@ -78,10 +99,8 @@ class Nemesis:
         """Stop scheduling and undo every active fault (idempotent)."""
         self._stop.set()
         with self._lock:
-            faults, self.active = self.active, []
-            for fault in faults:
-                value = fault.heal()
-                if value is not None:
-                    self.record(EVENTS.get(fault.name, (fault.name, "heal"))[1], value)
+            for fault in list(self.active):
+                self._heal(fault)
+            self._heals.clear()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(30)

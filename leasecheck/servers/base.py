@@ -12,6 +12,7 @@ instead and none of this is used.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -25,6 +26,20 @@ from pathlib import Path
 
 class EnvironmentFailure(Exception):
     """The test environment could not be set up (a server would not start, a binary is missing)."""
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent (the harness) dies.
+
+    Even ``kill -9`` of the harness then leaves no worker or server behind —
+    and none stopped by a pause it can no longer heal. Call it last in a child
+    (a change of user id clears it).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def free_port() -> int:
@@ -82,6 +97,10 @@ class LocalServer(ABC):
         """Runs in the child before exec: its own process group, so signals reach only it."""
         os.setpgrp()
 
+    def _child_setup(self) -> None:
+        self._preexec()
+        die_with_parent()
+
     @abstractmethod
     def _ready(self) -> bool:
         """Does the server answer a real request yet?"""
@@ -95,7 +114,7 @@ class LocalServer(ABC):
         try:
             self.process = subprocess.Popen(
                 self._command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=self._preexec, cwd=self.directory,
+                preexec_fn=self._child_setup, cwd=self.directory,
             )
         except OSError as e:
             raise EnvironmentFailure(f"{self.kind}: cannot start {self._command()[0]}: {e}") from None
