@@ -135,7 +135,7 @@ def _csv(value: str) -> tuple[str, ...]:
 @main.command()
 @click.option("--target", default="sqlite", show_default=True, help="Backend: a registered name (see `leasecheck targets`) or module:Class.")
 @click.option("--url", default=None, help="Use this store (DSN, redis:// URL, SQLite path) instead of starting one.")
-@click.option("--nemesis", default="pause", show_default=True, help="Comma-separated faults: pause, kill, pause-store, kill-store; 'none' for none.")
+@click.option("--nemesis", default="pause", show_default=True, help="Comma-separated faults (see `leasecheck nemeses`); 'none' for none.")
 @click.option("--nemesis-interval", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True, help="Seconds between faults (± half, from the seed).")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Seconds of workload before the final phase.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=5, show_default=True, help="Worker processes.")
@@ -146,10 +146,11 @@ def _csv(value: str) -> tuple[str, ...]:
 @click.option("--seed", type=int, default=None, help="Seed of every random choice (printed; replay a run with it).")
 @click.option("--store", "store_dir", default="store", show_default=True, help="Folder of run directories.")
 @click.option("--clock-uncertainty", "clock_uncertainty_ms", type=click.FloatRange(min=0), default=10.0, show_default=True, help="Most the store's clock can misjudge an interval, ms (recorded in the history).")
+@click.option("--store-skew", "store_skew_ms", type=click.FloatRange(min=0), default=None, help="Most the clock-store fault skews the store's clock, ms (default ttl/4; recorded as 2x in the uncertainty).")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the summary.")
 def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, time_limit: float, concurrency: int,
         ttl_ms: int, nodes: int, dup_rate: float, rate: float, seed: int | None, store_dir: str,
-        clock_uncertainty_ms: float, as_json: bool) -> None:
+        clock_uncertainty_ms: float, store_skew_ms: float | None, as_json: bool) -> None:
     """Run a backend under concurrent workers and faults, record the history, check it.
 
     With no options: the SQLite reference backend (no server needed) under
@@ -165,7 +166,7 @@ def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, tim
     opts = RunOptions(
         target=target, url=url, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
         concurrency=concurrency, ttl_ms=ttl_ms, nodes=nodes, dup_rate=dup_rate, seed=seed, store=store_dir,
-        clock_uncertainty_ms=clock_uncertainty_ms, workload=Workload(rate=rate),
+        clock_uncertainty_ms=clock_uncertainty_ms, store_skew_ms=store_skew_ms, workload=Workload(rate=rate),
     )
     err = Console(stderr=True, highlight=False)
     try:
@@ -200,6 +201,7 @@ def heal(path: str) -> None:
     lists — resume paused processes, and, with their nemeses, delete toxics,
     reset clocks, unpause containers — and clears the file.
     """
+    import nemesis.clock  # noqa: F401  (registers the clock undo kinds)
     from leasecheck.storedir import load_faults, save_faults
     from nemesis.heal import heal_record
 

@@ -31,21 +31,27 @@ class Environment:
         self.server.cleanup()
 
 
-def prepare(target: type[Target], run_dir: Path, url: str | None) -> Environment:
-    """Start what ``target`` needs, or use ``url``; raises EnvironmentFailure."""
+def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool = False) -> Environment:
+    """Start what ``target`` needs, or use ``url``; raises EnvironmentFailure.
+
+    ``skewable`` starts the server under libfaketime, so the nemesis can skew
+    the store's clock (and only then: it costs a little on every clock read).
+    """
     if url:
         return Environment(url)
     kind = target.store
     if kind == "sqlite":
         return Environment(str(run_dir / "lease.sqlite3"))
     if kind == "postgres":
+        from leasecheck.servers.faketime import FaketimePostgresServer
         from leasecheck.servers.postgres import PostgresServer
 
-        server: LocalServer = PostgresServer()
+        server: LocalServer = FaketimePostgresServer() if skewable else PostgresServer()
     elif kind == "redis":
+        from leasecheck.servers.faketime import FaketimeRedisServer
         from leasecheck.servers.redis import RedisServer
 
-        server = RedisServer(run_dir / "redis")
+        server = FaketimeRedisServer(run_dir / "redis") if skewable else RedisServer(run_dir / "redis")
     else:
         raise EnvironmentFailure(f"target {target.name!r} brings its own store: give its address with --url")
     server.start()

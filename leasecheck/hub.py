@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from histories import HistoryWriter
+from targets.base import Indeterminate, Unavailable
 
 
 class Deliveries:
@@ -69,13 +70,23 @@ class Deliveries:
             self.runs += 1
             nodes = [f"run-{self.runs}/node-{i}" for i in range(self.nodes_per_run)]
             try:
-                self.add_nodes(nodes)
-            except BaseException as e:  # reported by the runner
+                while not self._create(nodes):
+                    if self._stop.wait(0.1):
+                        return
+            except BaseException as e:  # an adapter bug: reported by the runner
                 self.error = e
                 return
             self.rng.shuffle(nodes)
             with self._lock:
                 self.ready.extend(nodes)
+
+    def _create(self, nodes: list[str]) -> bool:
+        """Create a run's nodes; False while the store is down (a nemesis may have it), to retry."""
+        try:
+            self.add_nodes(nodes)  # idempotent: retrying after an unknown outcome is safe
+            return True
+        except (Unavailable, Indeterminate):
+            return False
 
     def next(self) -> str:
         """A node to work on, or "" when none is ready yet (the worker asks again)."""

@@ -17,7 +17,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from leasecheck.hub import Deliveries, Recorder, Slot
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.storedir import new_run_dir, save_faults, write_json
 from leasecheck.workload import Workload, worker_main
+from nemesis.clock import ClockBump, ClockControl, ClockStrobe, required_uncertainty_ms
 from nemesis.faults import Fault, KillProcess, PauseProcess, ServerFault
 from nemesis.schedule import Nemesis
 from targets.base import NodeState, TargetConfig
@@ -42,7 +43,12 @@ FAULTS = {
     "kill": "SIGKILL one worker; a replacement starts under a new process number",
     "pause-store": "SIGSTOP the store's server (Postgres, Redis) for 0.5-1.5 ttl",
     "kill-store": "SIGKILL the store's server, start it again on the same data 0.5-1.5 ttl later",
+    "clock-bump": "step one worker's wall clock by ±2-10 ttl for 1-3 ttl (what its backend sees as now)",
+    "clock-strobe": "flip one worker's wall clock between 0 and ±2-10 ttl every 10-100 ms for 1-3 ttl",
+    "clock-store": "skew the store server's clock (libfaketime) by up to ±--store-skew for 1-2 ttl",
 }
+#: faults that need a store server
+SERVER_FAULTS = ("pause-store", "kill-store", "clock-store")
 PROCESS_FAULTS = tuple(FAULTS)
 
 
@@ -67,6 +73,8 @@ class RunOptions:
     seed: int | None = None
     store: str = "store"
     clock_uncertainty_ms: float = 10.0
+    #: the most the clock-store fault skews the store's clock (default: a quarter of the ttl)
+    store_skew_ms: float | None = None
     op_timeout_s: float = 5.0
     check_budget: float = 60.0
     #: False only for the recorder-overhead benchmark: workers skip recording, the verdict is unknown
@@ -109,6 +117,10 @@ def _durations(ttl_s: float) -> Callable[[str, random.Random], float]:
             return rng.uniform(1.5, 3.0) * ttl_s
         if kind in ("pause-store", "kill-store"):
             return rng.uniform(0.5, 1.5) * ttl_s
+        if kind in ("clock-bump", "clock-strobe"):
+            return rng.uniform(1.0, 3.0) * ttl_s
+        if kind == "clock-store":
+            return rng.uniform(1.0, 2.0) * ttl_s
         return 0.0
 
     return duration
@@ -130,7 +142,12 @@ class Run:
         self.next_slot = 0
         self.stopping = False
         self.env: Environment | None = None
-        if self.target_cls.store not in ("postgres", "redis") and any(k.endswith("-store") for k in opts.nemesis):
+        self.store_skew_ms = opts.store_skew_ms if opts.store_skew_ms is not None else opts.ttl_ms / 4
+        #: the history's clock_uncertainty_ms: a skewed store clock misjudges intervals by up to twice the skew
+        self.uncertainty_ms = opts.clock_uncertainty_ms
+        if "clock-store" in opts.nemesis:
+            self.uncertainty_ms = max(self.uncertainty_ms, required_uncertainty_ms(self.store_skew_ms))
+        if self.target_cls.store not in ("postgres", "redis") and any(k in SERVER_FAULTS for k in opts.nemesis):
             raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)})")
 
     # ----------------------------------------------------------------- workers
@@ -139,8 +156,9 @@ class Run:
         parent, child = self.ctx.Pipe()
         slot = self.next_slot
         self.next_slot += 1
+        spec = TargetSpec(self.spec.target, replace(self.spec.config, clock=self.clocks.clock(slot)))
         p = self.ctx.Process(
-            target=worker_main, args=(child, self.spec, self.opts.workload, self.seed, slot, self.opts.record),
+            target=worker_main, args=(child, spec, self.opts.workload, self.seed, slot, self.opts.record),
             name=f"leasecheck-worker-{slot}", daemon=True,
         )
         p.start()
@@ -149,6 +167,17 @@ class Run:
         return self.recorder.add(parent, slot, p.pid)
 
     def _make_fault(self, kind: str, rng: random.Random) -> Fault | None:
+        ttl = self.opts.ttl_ms
+        if kind in ("clock-bump", "clock-strobe"):
+            # one fault per clock at a time: healing one resets the clock to 0
+            live = [s for s in self.recorder.live() if not self.clocks.is_skewed(s.slot)]
+            if not live:
+                return None
+            v = rng.choice(sorted(live, key=lambda s: s.slot))
+            delta = rng.choice((-1, 1)) * rng.uniform(2, 10) * ttl
+            if kind == "clock-bump":
+                return ClockBump(self.clocks, [v.slot], delta, processes=[v.process])
+            return ClockStrobe(self.clocks, [v.slot], delta, rng.uniform(10, 100), 3 * ttl / 1000, processes=[v.process])
         if kind in ("pause", "kill"):
             live = [s for s in self.recorder.live() if s.pid is not None]
             if not live:
@@ -158,6 +187,8 @@ class Run:
         server = self.env.server if self.env else None
         if server is None:
             return None
+        if kind == "clock-store":
+            return server.clock_fault(rng.uniform(-1, 1) * self.store_skew_ms)  # type: ignore[attr-defined]
         if kind == "pause-store":
             pid = server.pid
             record = {"kind": "sigcont", "pids": [pid], "tree": True} if pid else None
@@ -181,12 +212,13 @@ class Run:
         write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "argv": sys.argv})
         log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
         started = time.monotonic()
+        self.clocks = ClockControl(self.run_dir / "clocks")
         try:
-            self.env = prepare(self.target_cls, self.run_dir, opts.url)
+            self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable="clock-store" in opts.nemesis)
             self.spec = TargetSpec(opts.target, TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s))
             producer = self.spec.make()
             producer.setup()
-            header = Header(opts.ttl_ms, opts.clock_uncertainty_ms, {
+            header = Header(opts.ttl_ms, self.uncertainty_ms, {
                 "target": opts.target, "seed": self.seed, "nemesis": list(opts.nemesis),
                 "concurrency": opts.concurrency, "store": self.target_cls.store,
             })
@@ -212,6 +244,8 @@ class Run:
         finally:
             if getattr(self, "writer", None) is not None:
                 self.writer.close()
+            self.clocks.reset_all()
+            self.clocks.cleanup()
             if self.env is not None:
                 self.env.stop(keep_logs_in=self.run_dir)
             log.removeHandler(handler)
@@ -279,7 +313,7 @@ class Run:
 
     def _final_reads(self) -> None:
         """Wait until every lease can have expired, then read every node once."""
-        time.sleep((self.opts.ttl_ms + self.opts.clock_uncertainty_ms) / 1000 + 0.05)
+        time.sleep((self.opts.ttl_ms + self.uncertainty_ms) / 1000 + 0.05)
         reader = self.spec.make()
         process = self.recorder.new_process()
         nodes = [f"run-{r}/node-{i}" for r in range(1, self.deliveries.runs + 1) for i in range(self.opts.nodes)]

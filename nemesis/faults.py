@@ -117,3 +117,9 @@ EVENTS = {
     "pause-store": ("pause", "resume"),
     "kill-store": ("kill", "start"),
 }
+
+
+# clock faults live in nemesis.clock; their events join the table here
+from nemesis.clock import CLOCK_EVENTS  # noqa: E402
+
+EVENTS.update(CLOCK_EVENTS)
