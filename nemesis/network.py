@@ -510,8 +510,11 @@ class _NetworkFault:
             raise errors[0]
 
     def _value(self, total: int | None) -> dict[str, Any]:
+        """The event value: victims and sizes; at start the scope, at heal which fault (all heal as ``heal``)."""
         value: dict[str, Any] = {"victims": list(self._hit), **self.details()}
-        if total is not None:
+        if total is None:
+            value["fault"] = self.name
+        else:
             value["scope"] = "all" if self._hit and len(self._hit) >= total else "some"
         return value
 

@@ -63,23 +63,27 @@ class Nemesis:
                         _, _, fault = heapq.heappop(self._heals)
                         self._heal(fault)
                     if now >= next_start:
+                        # a fixed number of draws per tick, so the schedule's choices never
+                        # depend on timing (whether the last fault had healed yet)
                         next_start = now + self.rng.uniform(0.5, 1.5) * self.interval_s
+                        tick = random.Random(self.rng.getrandbits(64))
+                        kind = tick.choice(list(self.kinds))
                         if len(self.active) < self.max_active:
-                            self._inflict(self.rng.choice(list(self.kinds)), now)
+                            self._inflict(kind, now, tick)
                     wake = min([next_start] + [h[0] for h in self._heals[:1]])
                 self._stop.wait(max(0.0, wake - time.monotonic()))
         except BaseException as e:  # reported by the runner, which heals all
             self.error = e
 
-    def _inflict(self, kind: str, now: float) -> None:
-        fault = self.make(kind, self.rng)
+    def _inflict(self, kind: str, now: float, rng: random.Random) -> None:
+        fault = self.make(kind, rng)
         if fault is None:
             return
         value = fault.start()
         self.active.append(fault)
         self.started += 1
         self.record(EVENTS[kind][0], value)
-        heapq.heappush(self._heals, (now + self.duration_s(kind, self.rng), next(self._order), fault))
+        heapq.heappush(self._heals, (now + self.duration_s(kind, rng), next(self._order), fault))
         self.on_change(list(self.active))
 
     def _heal(self, fault: Fault) -> None:

@@ -74,7 +74,7 @@ def test_faults_overlap_up_to_max_active_and_heal_all_undoes_the_rest() -> None:
 def test_the_schedule_flows_from_the_seed() -> None:
     def choices(seed: int) -> list[str]:
         log: list = []
-        n = schedule(seed, [], log, [], max_active=1)
+        n = schedule(seed, [], log, [], max_active=100)  # never skips a tick
         n.start()
         wait_until(lambda: len([e for e in log if e[0] == "start"]) >= 5)
         n.heal_all()
@@ -119,4 +119,5 @@ def test_leasecheck_heal_resumes_what_a_dead_harness_left_stopped(tmp_path: Path
 def test_leasecheck_nemeses_lists_every_fault() -> None:
     r = CliRunner().invoke(main, ["nemeses"], catch_exceptions=False)
     assert r.exit_code == 0
-    assert [line.split()[0] for line in r.stdout.splitlines()] == ["pause", "kill", "pause-store", "kill-store"]
+    names = [line.split()[0] for line in r.stdout.splitlines()]
+    assert names == ["pause", "kill", "pause-store", "kill-store", "clock-bump", "clock-strobe", "clock-store"]
