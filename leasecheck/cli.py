@@ -201,7 +201,7 @@ def heal(path: str) -> None:
     lists — resume paused processes, and, with their nemeses, delete toxics,
     reset clocks, unpause containers — and clears the file.
     """
-    import nemesis.clock  # noqa: F401  (registers the clock undo kinds)
+    import nemesis.faults  # noqa: F401  (registers the undo kinds of every nemesis module)
     from leasecheck.storedir import load_faults, save_faults
     from nemesis.heal import heal_record
 

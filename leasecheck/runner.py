@@ -31,6 +31,7 @@ from leasecheck.storedir import new_run_dir, save_faults, write_json
 from leasecheck.workload import Workload, worker_main
 from nemesis.clock import ClockBump, ClockControl, ClockStrobe, required_uncertainty_ms
 from nemesis.faults import Fault, KillProcess, PauseProcess, ServerFault
+from nemesis.network import NETWORK_EVENTS, Network, make_network_fault
 from nemesis.schedule import Nemesis
 from targets.base import NodeState, TargetConfig
 from targets.registry import load
@@ -46,9 +47,14 @@ FAULTS = {
     "clock-bump": "step one worker's wall clock by ±2-10 ttl for 1-3 ttl (what its backend sees as now)",
     "clock-strobe": "flip one worker's wall clock between 0 and ±2-10 ttl every 10-100 ms for 1-3 ttl",
     "clock-store": "skew the store server's clock (libfaketime) by up to ±--store-skew for 1-2 ttl",
+    "partition": "Toxiproxy: cut off one worker, a minority or everyone from the store (hang or refuse) for 1.5-3 ttl",
+    "latency": "Toxiproxy: delay one worker's, a minority's or everyone's traffic by 0.2-1 ttl with jitter",
+    "bandwidth": "Toxiproxy: throttle one worker's, a minority's or everyone's traffic to 1-16 KB/s",
 }
 #: faults that need a store server
 SERVER_FAULTS = ("pause-store", "kill-store", "clock-store")
+#: faults that need each worker to reach the store over TCP through its own proxy
+NETWORK_FAULTS = tuple(NETWORK_EVENTS)
 PROCESS_FAULTS = tuple(FAULTS)
 
 
@@ -117,8 +123,10 @@ def _durations(ttl_s: float) -> Callable[[str, random.Random], float]:
             return rng.uniform(1.5, 3.0) * ttl_s
         if kind in ("pause-store", "kill-store"):
             return rng.uniform(0.5, 1.5) * ttl_s
-        if kind in ("clock-bump", "clock-strobe"):
-            return rng.uniform(1.0, 3.0) * ttl_s
+        if kind in ("clock-bump", "clock-strobe", "partition"):
+            return rng.uniform(1.5, 3.0) * ttl_s if kind == "partition" else rng.uniform(1.0, 3.0) * ttl_s
+        if kind in ("latency", "bandwidth"):
+            return rng.uniform(1.0, 2.0) * ttl_s
         if kind == "clock-store":
             return rng.uniform(1.0, 2.0) * ttl_s
         return 0.0
@@ -142,12 +150,14 @@ class Run:
         self.next_slot = 0
         self.stopping = False
         self.env: Environment | None = None
+        self.toxiproxy: Any = None
+        self.network: Network | None = None
         self.store_skew_ms = opts.store_skew_ms if opts.store_skew_ms is not None else opts.ttl_ms / 4
         #: the history's clock_uncertainty_ms: a skewed store clock misjudges intervals by up to twice the skew
         self.uncertainty_ms = opts.clock_uncertainty_ms
         if "clock-store" in opts.nemesis:
             self.uncertainty_ms = max(self.uncertainty_ms, required_uncertainty_ms(self.store_skew_ms))
-        if self.target_cls.store not in ("postgres", "redis") and any(k in SERVER_FAULTS for k in opts.nemesis):
+        if self.target_cls.store not in ("postgres", "redis") and any(k in SERVER_FAULTS + NETWORK_FAULTS for k in opts.nemesis):
             raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)})")
 
     # ----------------------------------------------------------------- workers
@@ -156,7 +166,10 @@ class Run:
         parent, child = self.ctx.Pipe()
         slot = self.next_slot
         self.next_slot += 1
-        spec = TargetSpec(self.spec.target, replace(self.spec.config, clock=self.clocks.clock(slot)))
+        config = replace(self.spec.config, clock=self.clocks.clock(slot))
+        if self.network is not None:  # each worker reaches the store through its own proxy
+            config = replace(config, url=self.network.route(slot, self.spec.config.url))
+        spec = TargetSpec(self.spec.target, config)
         p = self.ctx.Process(
             target=worker_main, args=(child, spec, self.opts.workload, self.seed, slot, self.opts.record),
             name=f"leasecheck-worker-{slot}", daemon=True,
@@ -168,6 +181,8 @@ class Run:
 
     def _make_fault(self, kind: str, rng: random.Random) -> Fault | None:
         ttl = self.opts.ttl_ms
+        if kind in NETWORK_FAULTS:
+            return make_network_fault(kind, self.network, rng, ttl) if self.network is not None else None
         if kind in ("clock-bump", "clock-strobe"):
             # one fault per clock at a time: healing one resets the clock to 0
             live = [s for s in self.recorder.live() if not self.clocks.is_skewed(s.slot)]
@@ -195,6 +210,23 @@ class Run:
             return ServerFault("pause-store", server.pause, server.resume, record=record)
         return ServerFault("kill-store", server.kill, server.start)
 
+    def _start_network(self) -> None:
+        """Toxiproxy in front of the store; the producer and the final reads bypass it."""
+        from leasecheck.servers.toxiproxy import ToxiproxyServer
+
+        self.toxiproxy = ToxiproxyServer(self.run_dir / "toxiproxy", seed=self.seed).start()
+        self.network = Network(self.toxiproxy.url)
+
+    def _stop_network(self) -> None:
+        if self.network is not None:
+            try:
+                self.network.heal_everything()
+                self.network.close()
+            except Exception as e:  # the server dies with us; say so and go on
+                log.warning("toxiproxy cleanup: %s", e)
+        if self.toxiproxy is not None:
+            self.toxiproxy.stop()
+
     def _save_faults(self, active: list[Fault]) -> None:
         """Keep faults.json true: what ``leasecheck heal`` must undo if we die now."""
         records = [r for r in (f.undo_record() for f in active) if r is not None]
@@ -216,6 +248,8 @@ class Run:
         try:
             self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable="clock-store" in opts.nemesis)
             self.spec = TargetSpec(opts.target, TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s))
+            if any(k in NETWORK_FAULTS for k in opts.nemesis):
+                self._start_network()
             producer = self.spec.make()
             producer.setup()
             header = Header(opts.ttl_ms, self.uncertainty_ms, {
@@ -246,6 +280,7 @@ class Run:
                 self.writer.close()
             self.clocks.reset_all()
             self.clocks.cleanup()
+            self._stop_network()
             if self.env is not None:
                 self.env.stop(keep_logs_in=self.run_dir)
             log.removeHandler(handler)
@@ -298,6 +333,8 @@ class Run:
         """Heal every fault, then let every worker finish its op and exit (kill stragglers)."""
         if hasattr(self, "nemesis"):
             self.nemesis.heal_all()
+        if self.network is not None:
+            self.network.heal_everything()
         if not hasattr(self, "recorder"):
             return
         self.recorder.stopping.set()

@@ -133,6 +133,8 @@ class Worker:
 
     def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any]) -> tuple[str, Any]:
         typ, out = self.client.op(f, node, value, call)
+        if typ == "fail" and out is None:  # unavailable: back off a little, as a real client would
+            time.sleep(self.ttl / 10)
         if typ == "info":
             # this process number is retired: take a new one, with a fresh connection
             self.hub.ask("renumber")

@@ -119,7 +119,9 @@ EVENTS = {
 }
 
 
-# clock faults live in nemesis.clock; their events join the table here
+# clock and network faults live in their own modules; their events join the table here
 from nemesis.clock import CLOCK_EVENTS  # noqa: E402
+from nemesis.network import NETWORK_EVENTS  # noqa: E402
 
 EVENTS.update(CLOCK_EVENTS)
+EVENTS.update(NETWORK_EVENTS)

@@ -58,10 +58,12 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from nemesis.faults import Fault
 from nemesis.heal import Record, undoes
+
+if TYPE_CHECKING:  # only a type here, so nemesis.faults can import this module for its EVENTS
+    from nemesis.faults import Fault
 
 #: who a proxy belongs to: the runner's worker key (its process number or slot), or a name in tests
 WorkerKey = int | str
