@@ -244,7 +244,7 @@ class Run:
         write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "argv": sys.argv})
         log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
         started = time.monotonic()
-        self.clocks = ClockControl(self.run_dir / "clocks")
+        self.clocks = ClockControl()  # a private directory, removed at the end
         try:
             self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable="clock-store" in opts.nemesis)
             self.spec = TargetSpec(opts.target, TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s))
