@@ -147,10 +147,11 @@ def _csv(value: str) -> tuple[str, ...]:
 @click.option("--store", "store_dir", default="store", show_default=True, help="Folder of run directories.")
 @click.option("--clock-uncertainty", "clock_uncertainty_ms", type=click.FloatRange(min=0), default=10.0, show_default=True, help="Most the store's clock can misjudge an interval, ms (recorded in the history).")
 @click.option("--store-skew", "store_skew_ms", type=click.FloatRange(min=0), default=None, help="Most the clock-store fault skews the store's clock, ms (default ttl/4; recorded as 2x in the uncertainty).")
+@click.option("--env", "environment", type=click.Choice(["local", "docker"]), default="local", show_default=True, help="Run Postgres / Redis as local processes or as Docker containers.")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the summary.")
 def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, time_limit: float, concurrency: int,
         ttl_ms: int, nodes: int, dup_rate: float, rate: float, seed: int | None, store_dir: str,
-        clock_uncertainty_ms: float, store_skew_ms: float | None, as_json: bool) -> None:
+        clock_uncertainty_ms: float, store_skew_ms: float | None, environment: str, as_json: bool) -> None:
     """Run a backend under concurrent workers and faults, record the history, check it.
 
     With no options: the SQLite reference backend (no server needed) under
@@ -166,7 +167,8 @@ def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, tim
     opts = RunOptions(
         target=target, url=url, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
         concurrency=concurrency, ttl_ms=ttl_ms, nodes=nodes, dup_rate=dup_rate, seed=seed, store=store_dir,
-        clock_uncertainty_ms=clock_uncertainty_ms, store_skew_ms=store_skew_ms, workload=Workload(rate=rate),
+        clock_uncertainty_ms=clock_uncertainty_ms, store_skew_ms=store_skew_ms, env=environment,
+        workload=Workload(rate=rate),
     )
     err = Console(stderr=True, highlight=False)
     try:
@@ -202,6 +204,11 @@ def heal(path: str) -> None:
     reset clocks, unpause containers — and clears the file.
     """
     import nemesis.faults  # noqa: F401  (registers the undo kinds of every nemesis module)
+
+    try:
+        import nemesis.container  # noqa: F401  (docker is an optional extra)
+    except ImportError:
+        pass
     from leasecheck.storedir import load_faults, save_faults
     from nemesis.heal import heal_record
 

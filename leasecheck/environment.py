@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from targets.base import Target
@@ -12,10 +13,19 @@ from targets.base import Target
 
 @dataclass
 class Environment:
-    """Where the store is (``url``) and, if we started it, its server."""
+    """Where the store is (``url``) and, if we started it, its server (and its Docker run)."""
 
     url: str
     server: LocalServer | None = None
+    docker: Any = None
+
+    def heal_containers(self) -> list[dict[str, Any]]:
+        """Unpause, reconnect and start every container of this run (heal-all)."""
+        if self.docker is None:
+            return []
+        from nemesis.container import heal_containers
+
+        return heal_containers(self.docker.client, self.docker.label)
 
     def stop(self, keep_logs_in: Path | None = None) -> None:
         """Stop the server we started (never one the user gave), keeping its log."""
@@ -29,9 +39,11 @@ class Environment:
             except OSError:
                 pass
         self.server.cleanup()
+        if self.docker is not None:
+            self.docker.close()  # every container and network of the run
 
 
-def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool = False) -> Environment:
+def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool = False, env: str = "local") -> Environment:
     """Start what ``target`` needs, or use ``url``; raises EnvironmentFailure.
 
     ``skewable`` starts the server under libfaketime, so the nemesis can skew
@@ -42,6 +54,8 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
     kind = target.store
     if kind == "sqlite":
         return Environment(str(run_dir / "lease.sqlite3"))
+    if env == "docker":
+        return _in_docker(kind, run_dir)
     if kind == "postgres":
         from leasecheck.servers.faketime import FaketimePostgresServer
         from leasecheck.servers.postgres import PostgresServer
@@ -56,3 +70,19 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
         raise EnvironmentFailure(f"target {target.name!r} brings its own store: give its address with --url")
     server.start()
     return Environment(server.url, server)
+
+
+def _in_docker(kind: str | None, run_dir: Path) -> Environment:
+    """The store as a container on a network of its own (``--env docker``)."""
+    if kind not in ("postgres", "redis"):
+        raise EnvironmentFailure(f"--env docker runs Postgres or Redis stores, not {kind!r}")
+    from leasecheck.servers.docker import DockerRun
+
+    run = DockerRun.open(run_id=run_dir.name.replace(":", "").replace(".", "-").lower())
+    try:
+        server = run.redis(run_dir / "redis") if kind == "redis" else run.postgres(run_dir / "postgres")
+        server.start()
+    except BaseException:
+        run.close()
+        raise
+    return Environment(server.url, server, run)

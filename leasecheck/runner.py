@@ -50,9 +50,14 @@ FAULTS = {
     "partition": "Toxiproxy: cut off one worker, a minority or everyone from the store (hang or refuse) for 1.5-3 ttl",
     "latency": "Toxiproxy: delay one worker's, a minority's or everyone's traffic by 0.2-1 ttl with jitter",
     "bandwidth": "Toxiproxy: throttle one worker's, a minority's or everyone's traffic to 1-16 KB/s",
+    "docker-pause": "--env docker: docker pause the store's container for 0.5-1.5 ttl",
+    "docker-kill": "--env docker: docker kill the store's container, start it again on the same data",
+    "docker-disconnect": "--env docker: take the store's container off its network for 0.5-1.5 ttl",
 }
 #: faults that need a store server
 SERVER_FAULTS = ("pause-store", "kill-store", "clock-store")
+#: faults that need the store in a container (--env docker)
+DOCKER_FAULTS = ("docker-pause", "docker-kill", "docker-disconnect")
 #: faults that need each worker to reach the store over TCP through its own proxy
 NETWORK_FAULTS = tuple(NETWORK_EVENTS)
 PROCESS_FAULTS = tuple(FAULTS)
@@ -78,6 +83,8 @@ class RunOptions:
     rate: float = 0.0
     seed: int | None = None
     store: str = "store"
+    #: "local": stores as local processes; "docker": as containers (Postgres, Redis)
+    env: str = "local"
     clock_uncertainty_ms: float = 10.0
     #: the most the clock-store fault skews the store's clock (default: a quarter of the ttl)
     store_skew_ms: float | None = None
@@ -103,6 +110,12 @@ def validate(opts: RunOptions) -> None:
     unknown = [k for k in opts.nemesis if k not in PROCESS_FAULTS]
     if unknown:
         raise BadOptions(f"unknown nemesis {', '.join(unknown)} (known: {', '.join(PROCESS_FAULTS)})")
+    if opts.env not in ("local", "docker"):
+        raise BadOptions(f"--env must be local or docker, not {opts.env!r}")
+    if opts.env != "docker" and any(k in DOCKER_FAULTS for k in opts.nemesis):
+        raise BadOptions("docker-* faults need --env docker")
+    if opts.env == "docker" and "clock-store" in opts.nemesis:
+        raise BadOptions("clock-store runs the store under libfaketime, which --env docker does not do")
     if opts.concurrency < 1:
         raise BadOptions("--concurrency must be at least 1")
     if opts.ttl_ms < 10:
@@ -121,7 +134,7 @@ def _durations(ttl_s: float) -> Callable[[str, random.Random], float]:
     def duration(kind: str, rng: random.Random) -> float:
         if kind == "pause":
             return rng.uniform(1.5, 3.0) * ttl_s
-        if kind in ("pause-store", "kill-store"):
+        if kind in ("pause-store", "kill-store") or kind in DOCKER_FAULTS:
             return rng.uniform(0.5, 1.5) * ttl_s
         if kind in ("clock-bump", "clock-strobe", "partition"):
             return rng.uniform(1.5, 3.0) * ttl_s if kind == "partition" else rng.uniform(1.0, 3.0) * ttl_s
@@ -157,7 +170,7 @@ class Run:
         self.uncertainty_ms = opts.clock_uncertainty_ms
         if "clock-store" in opts.nemesis:
             self.uncertainty_ms = max(self.uncertainty_ms, required_uncertainty_ms(self.store_skew_ms))
-        if self.target_cls.store not in ("postgres", "redis") and any(k in SERVER_FAULTS + NETWORK_FAULTS for k in opts.nemesis):
+        if self.target_cls.store not in ("postgres", "redis") and any(k in SERVER_FAULTS + NETWORK_FAULTS + DOCKER_FAULTS for k in opts.nemesis):
             raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)})")
 
     # ----------------------------------------------------------------- workers
@@ -202,6 +215,14 @@ class Run:
         server = self.env.server if self.env else None
         if server is None:
             return None
+        if kind in DOCKER_FAULTS:
+            from nemesis.container import ContainerDisconnect, ContainerKill, ContainerPause
+
+            container = getattr(server, "container", None)
+            if container is None:
+                return None
+            cls = {"docker-pause": ContainerPause, "docker-kill": ContainerKill, "docker-disconnect": ContainerDisconnect}[kind]
+            return cls(container)
         if kind == "clock-store":
             return server.clock_fault(rng.uniform(-1, 1) * self.store_skew_ms)  # type: ignore[attr-defined]
         if kind == "pause-store":
@@ -246,7 +267,7 @@ class Run:
         started = time.monotonic()
         self.clocks = ClockControl()  # a private directory, removed at the end
         try:
-            self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable="clock-store" in opts.nemesis)
+            self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable="clock-store" in opts.nemesis, env=opts.env)
             self.spec = TargetSpec(opts.target, TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s))
             if any(k in NETWORK_FAULTS for k in opts.nemesis):
                 self._start_network()
@@ -335,6 +356,9 @@ class Run:
             self.nemesis.heal_all()
         if self.network is not None:
             self.network.heal_everything()
+        if self.env is not None:
+            for report in self.env.heal_containers():
+                log.info("container heal: %s", report)
         if not hasattr(self, "recorder"):
             return
         self.recorder.stopping.set()

@@ -29,9 +29,12 @@ the containers by :mod:`leasecheck.servers.docker`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import docker
+
+from nemesis.heal import Record, undoes
 from docker.errors import APIError, NotFound
 from docker.models.containers import Container
 from docker.models.networks import Network
@@ -80,7 +83,7 @@ def _networks(container: Container) -> dict[str, Any]:
     return dict(container.attrs.get("NetworkSettings", {}).get("Networks") or {})
 
 
-class _ContainerFault:
+class _ContainerFault(ABC):
     """What every container fault holds: the container (resolved once) and the engine's client."""
 
     name: str = ""
@@ -92,6 +95,28 @@ class _ContainerFault:
     def _value(self) -> dict[str, Any]:
         """The nemesis event's value: the victim by name (names are what a reader recognises)."""
         return {"victims": [self.container.name], "container": self.container.short_id}
+
+    @abstractmethod
+    def start(self) -> dict[str, Any]:
+        """Inflict the fault; return the nemesis event's value."""
+
+    @abstractmethod
+    def heal(self) -> dict[str, Any] | None:
+        """Undo it; None when there was nothing of ours to undo."""
+
+    def undo_record(self) -> dict[str, Any] | None:
+        """For ``leasecheck heal``: heal every container of this one's run (by its label)."""
+        run_id = (self.container.labels or {}).get(RUN_LABEL)
+        return {"kind": "docker", "label": run_label(run_id) if run_id else RUN_LABEL}
+
+
+@undoes("docker")
+def _undo_containers(rec: Record) -> str:
+    try:
+        reports = heal_containers(docker.from_env(), rec["label"])
+    except docker.errors.DockerException as e:
+        return f"the Docker engine did not answer: {e}"
+    return f"healed {len(reports)} container(s): {reports}" if reports else "no container of that run"
 
 
 class ContainerPause(_ContainerFault):

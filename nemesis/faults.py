@@ -116,6 +116,10 @@ EVENTS = {
     "kill": ("kill", "start"),
     "pause-store": ("pause", "resume"),
     "kill-store": ("kill", "start"),
+    # nemesis.container's faults (literal here: docker is an optional extra)
+    "docker-pause": ("pause", "resume"),
+    "docker-kill": ("kill", "start"),
+    "docker-disconnect": ("partition", "heal"),
 }
 
 

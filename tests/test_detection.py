@@ -28,6 +28,8 @@ REFERENCE_RUNS = [
     ("redis", "pause,kill,pause-store,kill-store", 15),
     ("redis", "clock-bump,clock-strobe,clock-store", 16),
     ("redis", "partition,latency,bandwidth", 17),
+    ("postgres@docker", "docker-pause,docker-kill,docker-disconnect,pause", 18),
+    ("redis@docker", "docker-pause,docker-kill,docker-disconnect,pause", 19),
 ]
 
 #: (variant, faults, duplicate-delivery rate, seed): each must be invalid with one of its expected kinds
@@ -42,9 +44,13 @@ VARIANT_RUNS = [
 
 
 def go(tmp_path: Path, target: str, faults: str, seed: int, dup_rate: float = 0.1, time_limit: float = 10.0):
+    """One run; ``name@docker`` runs the store as a container (--env docker)."""
+    target, _, env = target.partition("@")
+    if env == "docker":
+        time_limit += 5  # a killed Postgres container takes ~2 s to recover
     return run(RunOptions(
-        target=target, nemesis=tuple(faults.split(",")), nemesis_interval=0.8, time_limit=time_limit,
-        concurrency=5, ttl_ms=TTL_MS, nodes=10, dup_rate=dup_rate, seed=seed, store=str(tmp_path),
+        target=target, env=env or "local", nemesis=tuple(faults.split(",")), nemesis_interval=0.8, time_limit=time_limit,
+        concurrency=5, ttl_ms=TTL_MS, nodes=10, dup_rate=dup_rate, seed=seed, store=str(tmp_path), op_timeout_s=1.0,
     ))
 
 
@@ -71,6 +77,13 @@ def test_reference_backend_is_valid_under_faults(tmp_path: Path, target: str, fa
         assert r.stats["info"] + r.stats["fail_reasons"].get("unavailable", 0) > 0
     assert sum(1 for op in ops if op.type == "ok" and op.f == "commit") > 10
     assert_nothing_left_behind(r.run_dir)
+    if target.endswith("@docker"):
+        import docker
+
+        from nemesis.container import RUN_LABEL
+
+        left = docker.from_env().containers.list(all=True, filters={"label": RUN_LABEL})
+        assert left == [], "the run's containers must be gone"
 
 
 @pytest.mark.parametrize("target, faults, dup_rate, seed", VARIANT_RUNS, ids=[v[0] for v in VARIANT_RUNS])

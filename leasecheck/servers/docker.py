@@ -53,20 +53,19 @@ import uuid
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import docker
-import psycopg
-import redis
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import Mount
 
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, log_tail
-from leasecheck.servers.postgres import SERVER_USER, find_bin_dir
-from leasecheck.servers.redis import find_redis_server
 from nemesis.container import NETWORK_LABEL, RUN_LABEL, run_label
+
+# The store clients (redis, psycopg) and the local servers' helpers that import them are
+# imported where used: each store is an optional extra, and a Redis-only install must work.
 
 #: a child of the runner's logger, so these lines land in the run's leasecheck.log
 log = logging.getLogger("leasecheck.run.docker")
@@ -180,7 +179,8 @@ class DockerRun:
     @classmethod
     def open(cls, client: docker.DockerClient | None = None, run_id: str | None = None) -> "DockerRun":
         """Connect (unless given a client) and create the run's network."""
-        run = cls(client or connect_engine(), **({"run_id": run_id} if run_id else {}))
+        engine = client or connect_engine()
+        run = cls(engine, run_id) if run_id else cls(engine)
         run.ensure_network()
         return run
 
@@ -371,11 +371,15 @@ class ContainerServer(LocalServer):
         while time.monotonic() < deadline:
             state = self._state()
             if not state.get("Running"):
-                raise self._failure(f"container {self.name} exited with code {state.get('ExitCode')} while starting")
+                self._give_up(f"container {self.name} exited with code {state.get('ExitCode')} while starting")
             if self._ready():
                 return
             time.sleep(0.1)
-        failure = self._failure(f"{self.kind} in container {self.name} did not answer within {timeout:g} s")
+        self._give_up(f"{self.kind} in container {self.name} did not answer within {timeout:g} s")
+
+    def _give_up(self, what: str) -> NoReturn:
+        """Remove the container that would not serve (its output goes into the error) and raise."""
+        failure = self._failure(what)
         self.stop()
         raise failure
 
@@ -434,6 +438,8 @@ class ContainerRedisServer(ContainerServer):
         return f"redis://127.0.0.1:{self.port}/0"
 
     def _command(self) -> list[str]:
+        from leasecheck.servers.redis import find_redis_server
+
         assert self.choice is not None
         binary = find_redis_server() if self.choice.hostroot else "redis-server"
         return [
@@ -454,6 +460,8 @@ class ContainerRedisServer(ContainerServer):
 
 
 def _redis_answers(port: int) -> bool:
+    import redis
+
     client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0, socket_connect_timeout=1.0)
     try:
         return bool(client.ping())
@@ -527,6 +535,8 @@ class ContainerPostgresServer(ContainerServer):
             os.chown(path, uid, gid)
 
     def _command(self) -> list[str]:
+        from leasecheck.servers.postgres import find_bin_dir
+
         assert self.choice is not None
         bin_dir = f"{find_bin_dir()}/" if self.choice.hostroot else ""
         data = f"{DATA}/pgdata"
@@ -542,6 +552,8 @@ class ContainerPostgresServer(ContainerServer):
         return ["/bin/sh", "-c", script]
 
     def _ready(self) -> bool:
+        import psycopg
+
         try:
             with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as conn:
                 conn.execute("SELECT 1")
@@ -551,6 +563,8 @@ class ContainerPostgresServer(ContainerServer):
 
 
 def _host_user_ids() -> tuple[int, int]:
+    from leasecheck.servers.postgres import SERVER_USER
+
     try:
         user = pwd.getpwnam(SERVER_USER)
     except KeyError:
@@ -560,6 +574,8 @@ def _host_user_ids() -> tuple[int, int]:
 
 def _image_user_ids(client: docker.DockerClient, image: str) -> tuple[int, int]:
     """The postgres user's uid and gid inside ``image``: asked of a throwaway container, since images differ (999 in the official one)."""
+    from leasecheck.servers.postgres import SERVER_USER
+
     try:
         out = client.containers.run(image, entrypoint=["sh", "-c", f"id -u {SERVER_USER}; id -g {SERVER_USER}"], remove=True)
         uid, gid = (int(x) for x in out.decode().split())
