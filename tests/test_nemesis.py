@@ -120,4 +120,7 @@ def test_leasecheck_nemeses_lists_every_fault() -> None:
     r = CliRunner().invoke(main, ["nemeses"], catch_exceptions=False)
     assert r.exit_code == 0
     names = [line.split()[0] for line in r.stdout.splitlines()]
-    assert names == ["pause", "kill", "pause-store", "kill-store", "clock-bump", "clock-strobe", "clock-store"]
+    assert names == [
+        "pause", "kill", "pause-store", "kill-store", "clock-bump", "clock-strobe", "clock-store",
+        "partition", "latency", "bandwidth", "docker-pause", "docker-kill", "docker-disconnect",
+    ]
