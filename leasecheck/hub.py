@@ -59,7 +59,8 @@ class Deliveries:
     def stop(self) -> None:
         self._stop.set()
         self._want.set()
-        self._thread.join(30)
+        if self._thread.ident is not None:
+            self._thread.join(30)
 
     def _produce(self) -> None:
         while not self._stop.is_set():
@@ -172,7 +173,8 @@ class Recorder:
         self._thread.start()
 
     def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # never started: nothing to wait for
+            self._thread.join(timeout)
 
     def live(self) -> list[Slot]:
         with self._lock:
@@ -200,6 +202,12 @@ class Recorder:
         except (EOFError, OSError):
             self._died(s)
             return
+        try:
+            self._answer(s, conn, msg)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            self._died(s)  # killed between its message and our answer
+
+    def _answer(self, s: Slot, conn: Connection, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
         if kind == "invoke":
             self.writer.invoke(s.process, msg[1], msg[2], msg[3])

@@ -33,7 +33,7 @@ from nemesis.clock import ClockBump, ClockControl, ClockStrobe, required_uncerta
 from nemesis.faults import Fault, KillProcess, PauseProcess, ServerFault
 from nemesis.network import NETWORK_EVENTS, Network, make_network_fault
 from nemesis.schedule import Nemesis
-from targets.base import NodeState, TargetConfig
+from targets.base import Indeterminate, NodeState, TargetConfig, Unavailable
 from targets.registry import load
 
 log = logging.getLogger("leasecheck.run")
@@ -271,8 +271,11 @@ class Run:
             self.spec = TargetSpec(opts.target, TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s))
             if any(k in NETWORK_FAULTS for k in opts.nemesis):
                 self._start_network()
-            producer = self.spec.make()
-            producer.setup()
+            try:
+                producer = self.spec.make()
+                producer.setup()
+            except (Unavailable, Indeterminate) as e:
+                raise EnvironmentFailure(f"cannot reach the {opts.target} store at {self.env.url}: {e}") from None
             header = Header(opts.ttl_ms, self.uncertainty_ms, {
                 "target": opts.target, "seed": self.seed, "nemesis": list(opts.nemesis),
                 "concurrency": opts.concurrency, "store": self.target_cls.store,

@@ -23,6 +23,8 @@ import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from leasecheck.servers.guard import guard, stop_guard
+
 
 class EnvironmentFailure(Exception):
     """The test environment could not be set up (a server would not start, a binary is missing)."""
@@ -65,6 +67,9 @@ class LocalServer(ABC):
 
     #: the kind of store, as ``Target.store`` names it
     kind: str = ""
+    #: run a guard that kills the server's whole process tree with the harness
+    #: (for servers whose children escape its process group: see :mod:`.guard`)
+    guarded: bool = False
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, port: int | None = None) -> None:
         self._owns_directory = directory is None
@@ -72,6 +77,7 @@ class LocalServer(ABC):
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self._guard: subprocess.Popen[bytes] | None = None
 
     @property
     def log_path(self) -> Path:
@@ -128,6 +134,9 @@ class LocalServer(ABC):
                     + log_tail(self.log_path)
                 )
             if self._ready():
+                if self.guarded:
+                    stop_guard(self._guard)
+                    self._guard = guard(self.process.pid)
                 return self
             time.sleep(0.05)
         self.stop()

@@ -55,6 +55,8 @@ def _major_version(bin_dir: Path) -> int:
 class PostgresServer(LocalServer):
     """A PostgreSQL server we own: its own data directory, loopback port and unix socket."""
 
+    guarded = True  # backends run in sessions of their own: take them down with the harness
+
     kind = "postgres"
 
     def __init__(
