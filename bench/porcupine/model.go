@@ -1,0 +1,259 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The lease model of shared/DESIGN.md ("Lease model"), as a Porcupine model.
+//
+// Each node is one object with state (status, epoch, owner, result), and its
+// protected resource is a second object, a fenced register holding the largest
+// epoch it accepted. Objects are independent, so the history is partitioned
+// per object (P-compositionality) and each partition starts from the initial
+// state: (READY, 0, none, none) for a node, 0 for a resource.
+//
+// A crashed claim may take any epoch above the current one. Rather than branch
+// on infinitely many epochs, the state keeps the least possible epoch and a
+// "pinned" flag: an unpinned state stands for every epoch >= its epoch, and the
+// first op that names the epoch (a read, or an op carrying it) pins it. Only
+// one such op can meet an unpinned state before it is pinned or replaced by a
+// newer claim, so this is exact, not an approximation.
+
+type opKind uint8
+
+const (
+	opClaim opKind = iota
+	opRenew
+	opEffect
+	opCommit
+	opRelease
+	opRead
+)
+
+var kinds = map[string]opKind{
+	"claim": opClaim, "renew": opRenew, "effect": opEffect,
+	"commit": opCommit, "release": opRelease, "read": opRead,
+}
+
+var kindNames = [...]string{"claim", "renew", "effect", "commit", "release", "read"}
+
+func carriesEpoch(k opKind) bool { return k != opClaim && k != opRead }
+
+type nodeStatus uint8
+
+const (
+	statusUnknown nodeStatus = iota // a read status outside the format: never matches
+	statusReady
+	statusRunning
+	statusSucceeded
+)
+
+var statuses = map[string]nodeStatus{"READY": statusReady, "RUNNING": statusRunning, "SUCCEEDED": statusSucceeded}
+
+var statusNames = [...]string{"?", "READY", "RUNNING", "SUCCEEDED"}
+
+// input is what an invoke asked; key names the object (node, or node's resource).
+type input struct {
+	key    string
+	kind   opKind
+	epoch  int64  // renew, effect, commit, release
+	owner  string // claim
+	result string // commit
+}
+
+// output is what an ok completion said; unknown marks a crashed op.
+type output struct {
+	unknown bool
+	epoch   int64 // claim, read
+	status  nodeStatus
+	owner   string
+	result  string
+}
+
+// state of one object. A comparable struct, so Porcupine's default == works.
+type state struct {
+	status nodeStatus
+	pinned bool  // false: the epoch is unknown but at least `epoch` (after a crashed claim)
+	epoch  int64 // node: current epoch; resource: largest accepted epoch
+	owner  string
+	result string
+}
+
+var initial = state{status: statusReady, pinned: true}
+
+func leaseModel() porcupine.Model {
+	return porcupine.Model{
+		Partition:         partitionByKey,
+		Init:              func() interface{} { return initial },
+		Step:              func(s, in, out interface{}) (bool, interface{}) { return step(s.(state), in.(input), out.(output)) },
+		Hash:              func(s interface{}) uint64 { return hashState(s.(state)) },
+		DescribeOperation: describeOperation,
+		DescribeState:     func(s interface{}) string { return fmt.Sprintf("%+v", s.(state)) },
+	}
+}
+
+// partitionByKey splits the history per object, keeping each one's order.
+func partitionByKey(history []porcupine.Operation) [][]porcupine.Operation {
+	index := make(map[string]int)
+	var parts [][]porcupine.Operation
+	for _, op := range history {
+		k := op.Input.(input).key
+		i, ok := index[k]
+		if !ok {
+			i = len(parts)
+			index[k] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], op)
+	}
+	return parts
+}
+
+// step is the sequential specification. A crashed op (unknown output) is
+// always legal: it either took effect (applied here when it is legal in s) or
+// did not, and an op that did not can be linearized at the end, where it
+// returns, so applying it there changes nothing anyone observed.
+func step(s state, in input, out output) (bool, state) {
+	switch in.kind {
+	case opClaim:
+		return claim(s, in, out)
+	case opRead:
+		if out.unknown {
+			return true, s
+		}
+		return read(s, out)
+	case opEffect:
+		ok := in.epoch >= s.epoch
+		if ok {
+			s.epoch = in.epoch
+		}
+		return ok || out.unknown, s
+	default:
+		return fenced(s, in, out)
+	}
+}
+
+func claim(s state, in input, out output) (bool, state) {
+	if s.status == statusSucceeded {
+		return out.unknown, s // a crashed claim on a finished node failed
+	}
+	if out.unknown {
+		return true, state{status: statusRunning, pinned: false, epoch: s.epoch + 1, owner: in.owner}
+	}
+	// an unpinned s.epoch is a lower bound of the real epoch e0: some e0 in
+	// [s.epoch, out.epoch) exists iff out.epoch > s.epoch, as for a pinned one
+	if out.epoch <= s.epoch {
+		return false, s
+	}
+	return true, state{status: statusRunning, pinned: true, epoch: out.epoch, owner: in.owner}
+}
+
+// holds reports whether s can be the lease with epoch e, and pins it if so.
+func holds(s state, e int64) (bool, state) {
+	if s.status != statusRunning {
+		return false, s
+	}
+	if s.pinned {
+		return e == s.epoch, s
+	}
+	if e < s.epoch {
+		return false, s
+	}
+	s.pinned, s.epoch = true, e
+	return true, s
+}
+
+func fenced(s state, in input, out output) (bool, state) {
+	if out.unknown && !s.pinned {
+		return true, s // nobody returned that epoch yet: treat the crashed op as not applied
+	}
+	ok, next := holds(s, in.epoch)
+	if !ok {
+		return out.unknown, s
+	}
+	switch in.kind {
+	case opCommit:
+		next.status, next.result = statusSucceeded, in.result
+	case opRelease:
+		next.status, next.owner = statusReady, ""
+	}
+	return true, next
+}
+
+func read(s state, out output) (bool, state) {
+	if out.status != s.status {
+		return false, s
+	}
+	switch s.status {
+	case statusReady:
+		return out.epoch == s.epoch, s
+	case statusRunning:
+		if out.owner != s.owner {
+			return false, s
+		}
+		return holds(s, out.epoch)
+	default: // SUCCEEDED
+		return out.epoch == s.epoch && out.owner == s.owner && out.result == s.result, s
+	}
+}
+
+func hashState(s state) uint64 {
+	h := uint64(14695981039346656037)
+	mix := func(x uint64) { h = (h ^ x) * 1099511628211 }
+	mix(uint64(s.status))
+	if s.pinned {
+		mix(1)
+	}
+	mix(uint64(s.epoch))
+	for i := 0; i < len(s.owner); i++ {
+		mix(uint64(s.owner[i]))
+	}
+	for i := 0; i < len(s.result); i++ {
+		mix(uint64(s.result[i]))
+	}
+	return h
+}
+
+func describeOperation(in, out interface{}) string {
+	i, o := in.(input), out.(output)
+	res := "ok"
+	if o.unknown {
+		res = "unknown"
+	} else if i.kind == opRead {
+		res = fmt.Sprintf("%s e%d %s %s", statusNames[o.status], o.epoch, o.owner, o.result)
+	} else if i.kind == opClaim {
+		res = fmt.Sprintf("e%d", o.epoch)
+	}
+	return fmt.Sprintf("%s(e%d %s%s) -> %s", kindNames[i.kind], i.epoch, i.owner, i.result, res)
+}
+
+// nondeterministicModel is the same specification with a crashed op's two
+// outcomes as two next states (took effect, or not), via Porcupine's
+// NondeterministicModel power-set construction.
+func nondeterministicModel() porcupine.Model {
+	nm := porcupine.NondeterministicModel{
+		Partition: partitionByKey,
+		Init:      func() []interface{} { return []interface{}{initial} },
+		Step: func(s, in, out interface{}) []interface{} {
+			return stepAll(s.(state), in.(input), out.(output))
+		},
+		Hash:              func(s interface{}) uint64 { return hashState(s.(state)) },
+		DescribeOperation: describeOperation,
+		DescribeState:     func(s interface{}) string { return fmt.Sprintf("%+v", s.(state)) },
+	}
+	return nm.ToModel()
+}
+
+func stepAll(s state, in input, out output) []interface{} {
+	ok, next := step(s, in, out)
+	switch {
+	case !ok:
+		return nil
+	case out.unknown && next != s:
+		return []interface{}{s, next}
+	default:
+		return []interface{}{next}
+	}
+}
