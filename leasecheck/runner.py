@@ -128,21 +128,23 @@ def validate(opts: RunOptions) -> None:
         raise BadOptions("--dup-rate must be between 0 and 1")
 
 
+#: how long each fault lasts, in ttls (low, high); a worker pause outlasts the ttl (the seed's GC pause)
+DURATIONS = {
+    "pause": (1.5, 3.0), "partition": (1.5, 3.0),
+    "pause-store": (0.5, 1.5), "kill-store": (0.5, 1.5),
+    "docker-pause": (0.5, 1.5), "docker-kill": (0.5, 1.5), "docker-disconnect": (0.5, 1.5),
+    "clock-bump": (1.0, 3.0), "clock-strobe": (1.0, 3.0), "clock-store": (1.0, 2.0),
+    "latency": (1.0, 2.0), "bandwidth": (1.0, 2.0),
+    "kill": (0.0, 0.0),  # nothing to heal: the replacement starts at once
+}
+
+
 def _durations(ttl_s: float) -> Callable[[str, random.Random], float]:
-    """How long each fault lasts: a worker pause is longer than the ttl (the seed's GC pause)."""
+    """A fault's duration in seconds, drawn from the nemesis' seeded RNG."""
 
     def duration(kind: str, rng: random.Random) -> float:
-        if kind == "pause":
-            return rng.uniform(1.5, 3.0) * ttl_s
-        if kind in ("pause-store", "kill-store") or kind in DOCKER_FAULTS:
-            return rng.uniform(0.5, 1.5) * ttl_s
-        if kind in ("clock-bump", "clock-strobe", "partition"):
-            return rng.uniform(1.5, 3.0) * ttl_s if kind == "partition" else rng.uniform(1.0, 3.0) * ttl_s
-        if kind in ("latency", "bandwidth"):
-            return rng.uniform(1.0, 2.0) * ttl_s
-        if kind == "clock-store":
-            return rng.uniform(1.0, 2.0) * ttl_s
-        return 0.0
+        low, high = DURATIONS[kind]
+        return rng.uniform(low, high) * ttl_s
 
     return duration
 
@@ -155,13 +157,11 @@ class Run:
         self.opts = opts
         self.target_cls = load(opts.target)
         self.seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**31)
-        self.rng = random.Random(self.seed)
         self.progress = progress
         self.ctx = mp.get_context("spawn")
         self.deaths: queue.Queue[Slot] = queue.Queue()
         self.procs: dict[int, mp.process.BaseProcess] = {}
         self.next_slot = 0
-        self.stopping = False
         self.env: Environment | None = None
         self.toxiproxy: Any = None
         self.network: Network | None = None
