@@ -125,6 +125,8 @@ class Slot:
     conn: Connection
     pid: int | None = None
     alive: bool = True
+    #: said hello: past its PR_SET_PDEATHSIG, so a fault may pick it as a victim
+    ready: bool = False
 
 
 @dataclass
@@ -180,6 +182,10 @@ class Recorder:
         with self._lock:
             return [s for s in self.slots.values() if s.alive]
 
+    def ready(self) -> list[Slot]:
+        """Live workers past their start-up: the only fair game for a fault."""
+        return [s for s in self.live() if s.ready]
+
     def _serve(self) -> None:
         try:
             while True:
@@ -209,7 +215,9 @@ class Recorder:
 
     def _answer(self, s: Slot, conn: Connection, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
-        if kind == "invoke":
+        if kind == "hello":
+            s.ready = True
+        elif kind == "invoke":
             self.writer.invoke(s.process, msg[1], msg[2], msg[3])
             conn.send(True)
         elif kind == "complete":

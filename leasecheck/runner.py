@@ -198,7 +198,7 @@ class Run:
             return make_network_fault(kind, self.network, rng, ttl) if self.network is not None else None
         if kind in ("clock-bump", "clock-strobe"):
             # one fault per clock at a time: healing one resets the clock to 0
-            live = [s for s in self.recorder.live() if not self.clocks.is_skewed(s.slot)]
+            live = [s for s in self.recorder.ready() if not self.clocks.is_skewed(s.slot)]
             if not live:
                 return None
             v = rng.choice(sorted(live, key=lambda s: s.slot))
@@ -207,7 +207,7 @@ class Run:
                 return ClockBump(self.clocks, [v.slot], delta, processes=[v.process])
             return ClockStrobe(self.clocks, [v.slot], delta, rng.uniform(10, 100), 3 * ttl / 1000, processes=[v.process])
         if kind in ("pause", "kill"):
-            live = [s for s in self.recorder.live() if s.pid is not None]
+            live = [s for s in self.recorder.ready() if s.pid is not None]
             if not live:
                 return None
             victim = rng.choice(sorted(live, key=lambda s: s.slot))

@@ -209,6 +209,7 @@ def worker_main(conn: Connection, spec: TargetSpec, workload: Workload, seed: in
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     hub = Hub(conn, record)
+    hub.tell("hello")  # from now on a pause is safe: this process dies with the harness
     try:
         worker = Worker(hub, spec, workload, seed, slot)
         worker.run()

@@ -136,7 +136,7 @@ class LocalServer(ABC):
             if self._ready():
                 if self.guarded:
                     stop_guard(self._guard)
-                    self._guard = guard(self.process.pid)
+                    self._guard = guard(self.process.pid, self.directory)
                 return self
             time.sleep(0.05)
         self.stop()

@@ -6,23 +6,24 @@ leave them behind — stopped forever, if a pause was in force. The guard is a
 tiny process, child of the harness, that keeps watching the server's
 descendants; when the harness dies it is told so (its own parent-death signal,
 SIGTERM) and SIGKILLs every process of the tree it last saw (checking each
-one's start time, so a recycled pid is never hit). It leaves quietly once the
-server and all its children are gone.
+one's start time, so a recycled pid is never hit) and every process whose
+working directory is inside the server's directory (children forked since its
+last look, already orphaned). It leaves quietly once the server and all its
+children are gone.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 
 GUARD = r'''
 import ctypes, os, signal, sys, time
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
 libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: told when the harness dies
 root = int(sys.argv[1])
+home = os.path.realpath(sys.argv[2]) + os.sep
 if os.getppid() == 1:
     sys.exit(0)
 
@@ -50,14 +51,23 @@ def tree():
         todo.extend(children.get(p, []))
     return out
 
+def lives_in_home(pid):
+    """A process working in the server's directory is the server's (Postgres backends run in it)."""
+    try:
+        return (os.path.realpath(f"/proc/{pid}/cwd") + os.sep).startswith(home)
+    except OSError:
+        return False
+
 seen = {}
 def kill_all(*_):
-    for pid, st in seen.items():
-        if start_time(pid) == st:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    doomed = {pid for pid, st in seen.items() if start_time(pid) == st}
+    # children forked since the last look, orphaned by now: found by their working directory
+    doomed |= {int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid() and lives_in_home(int(e))}
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     os._exit(0)
 
 signal.signal(signal.SIGTERM, kill_all)
@@ -73,10 +83,10 @@ while True:
 '''
 
 
-def guard(pid: int) -> subprocess.Popen[bytes]:
-    """Start a guard over ``pid``'s process tree (see the module docstring)."""
+def guard(pid: int, home: str | os.PathLike[str]) -> subprocess.Popen[bytes]:
+    """Start a guard over ``pid``'s process tree and every process working in ``home``."""
     return subprocess.Popen(
-        [sys.executable, "-c", GUARD, str(pid)],
+        [sys.executable, "-c", GUARD, str(pid), os.fspath(home)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
