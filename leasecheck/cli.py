@@ -83,7 +83,7 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
     3 bad input.
     """
     out = Console(highlight=False, soft_wrap=False)
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # warnings name paths: never wrap them
     codes = []
     for path in paths:
         try:
@@ -170,7 +170,7 @@ def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, tim
         clock_uncertainty_ms=clock_uncertainty_ms, store_skew_ms=store_skew_ms, env=environment,
         workload=Workload(rate=rate),
     )
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # warnings name paths: never wrap them
     try:
         if as_json:
             result = run_test(opts)
