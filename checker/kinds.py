@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from histories import Header, Op
 
-from checker.explain import at, carried, describe, outcome
+from checker.explain import at, describe, outcome
 from checker.model import SUCCEEDED, agrees, freeze, result_of
 from checker.precedence import MaxBefore
 from checker.verdict import Anomaly
