@@ -322,8 +322,28 @@ def _names(victims: Sequence[Key], processes: Sequence[int] | None) -> dict[str,
     return {"victims": list(processes), "clocks": list(victims)}
 
 
+class _ResetsClocks:
+    """Heal for every worker-clock fault: reset the victims' clocks to 0 (once)."""
+
+    clocks: ClockControl
+    victims: Sequence[Key]
+    processes: Sequence[int] | None
+    active: bool
+
+    def heal(self) -> dict[str, Any] | None:
+        if not self.active:
+            return None
+        self.active = False
+        for victim in self.victims:
+            self.clocks.reset(victim)
+        return _names(self.victims, self.processes)
+
+    def undo_record(self) -> dict[str, Any] | None:
+        return _reset_record(self.clocks, self.victims) if self.active else None
+
+
 @dataclass
-class ClockBump:
+class ClockBump(_ResetsClocks):
     """Step the victims' clocks by ``delta_ms`` (an NTP step, a VM restored from a snapshot); heal resets them to 0.
 
     ``victims`` are clock keys (the runner's worker slots); ``processes``
@@ -344,20 +364,9 @@ class ClockBump:
         self.active = True
         return {**_names(self.victims, self.processes), "delta_ms": self.delta_ms}
 
-    def heal(self) -> dict[str, Any] | None:
-        if not self.active:
-            return None
-        self.active = False
-        for victim in self.victims:
-            self.clocks.reset(victim)
-        return _names(self.victims, self.processes)
-
-    def undo_record(self) -> dict[str, Any] | None:
-        return _reset_record(self.clocks, self.victims) if self.active else None
-
 
 @dataclass
-class ClockStrobe:
+class ClockStrobe(_ResetsClocks):
     """Flip the victims' clocks between +``delta_ms`` and their offset every ``period_ms`` for ``duration_s``.
 
     A clock that keeps jumping back and forth (a flapping time source) breaks
@@ -382,17 +391,6 @@ class ClockStrobe:
             **_names(self.victims, self.processes),
             "delta_ms": self.delta_ms, "period_ms": self.period_ms, "duration_s": self.duration_s,
         }
-
-    def heal(self) -> dict[str, Any] | None:
-        if not self.active:
-            return None
-        self.active = False
-        for victim in self.victims:
-            self.clocks.reset(victim)
-        return _names(self.victims, self.processes)
-
-    def undo_record(self) -> dict[str, Any] | None:
-        return _reset_record(self.clocks, self.victims) if self.active else None
 
 
 def faketime_offset(offset_ms: float) -> str:
