@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from histories import read_history
+from leasecheck.histories import read_history
 from leasecheck.runner import RunOptions, run
-from targets.registry import load
+from leasecheck.targets.registry import load
 
 #: variant -> (faults that expose it, duplicate-delivery rate)
 VARIANTS = {

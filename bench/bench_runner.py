@@ -55,10 +55,10 @@ from typing import Any
 from bench.harness import machine_note, table
 from leasecheck.runner import RunOptions, run
 from leasecheck.servers.base import LocalServer
+from leasecheck.targets.postgres_lease import PostgresLease
+from leasecheck.targets.redis_lease import RedisLease
+from leasecheck.targets.sqlite_lease import SqliteLease
 from leasecheck.workload import Workload
-from targets.postgres_lease import PostgresLease
-from targets.redis_lease import RedisLease
-from targets.sqlite_lease import SqliteLease
 
 #: the folder each worker writes its op stamps into (set by this script, inherited by spawned workers)
 STAMPS_ENV = "LEASECHECK_BENCH_STAMPS"

@@ -92,7 +92,7 @@ class GenStats:
 class NodeState:
     """The store's durable record of one node, plus its protected resource."""
 
-    __slots__ = ("status", "epoch", "owner", "result", "expiry", "effect_max")
+    __slots__ = ("effect_max", "epoch", "expiry", "owner", "result", "status")
 
     def __init__(self) -> None:
         self.status = READY
@@ -181,7 +181,7 @@ def _read_value(st: NodeState) -> dict[str, Any]:
 class Op:
     """One operation in flight: what was asked, and what the store answered."""
 
-    __slots__ = ("f", "node", "value", "crashed", "applies", "ok", "result")
+    __slots__ = ("applies", "crashed", "f", "node", "ok", "result", "value")
 
     def __init__(self, f: str, node: str, value: dict[str, Any], crashed: bool, applies: bool) -> None:
         self.f = f
@@ -200,7 +200,7 @@ class Worker:
     (so ``pop()`` is O(1)); empty when it holds none.
     """
 
-    __slots__ = ("wid", "process", "node", "epoch", "steps", "op", "backoff")
+    __slots__ = ("backoff", "epoch", "node", "op", "process", "steps", "wid")
 
     def __init__(self, wid: int) -> None:
         self.wid = wid

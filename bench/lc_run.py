@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-from checker import check_source
+from leasecheck.checker import check_source
 
 
 def main(argv: list[str] | None = None) -> int:

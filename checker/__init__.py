@@ -5,8 +5,8 @@ checks ops already in memory; ``linearizable(header, node_ops)`` decides one
 node. Nothing here talks to a database or a network: it only judges histories.
 """
 
-from checker.core import DEFAULT_BUDGET, check, check_source, decide_node, is_fenced, linearizable
-from checker.verdict import KINDS, LINEARIZABILITY_KINDS, Anomaly, Verdict
+from leasecheck.checker.core import DEFAULT_BUDGET, check, check_source, decide_node, is_fenced, linearizable
+from leasecheck.checker.verdict import KINDS, LINEARIZABILITY_KINDS, Anomaly, Verdict
 
 __all__ = [
     "DEFAULT_BUDGET",

@@ -3,7 +3,7 @@
 Per node (nodes are independent), the named kinds are checked straight from
 their definitions; then, unless one of them already proves the node has no
 linearization, linearizability is decided from the epoch order
-(:mod:`checker.order`), falling back to the WGL search (:mod:`checker.search`)
+(:mod:`leasecheck.checker.order`), falling back to the WGL search (:mod:`leasecheck.checker.search`)
 only where the epoch order cannot decide, within a time budget.
 """
 
@@ -13,18 +13,17 @@ import gc
 import os
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
-from histories import Header, HistoryReader, Op
-
-from checker import kinds, order
-from checker.explain import at, describe
-from checker.model import INITIAL, READY, REGISTER_INITIAL, SUCCEEDED, freeze, lease_step, register_step
-from checker.order import Decision, Undecided
-from checker.search import search
-from checker.verdict import LINEARIZABILITY_KINDS, KINDS, Verdict
+from leasecheck.checker import kinds, order
+from leasecheck.checker.explain import at, describe
+from leasecheck.checker.model import INITIAL, READY, REGISTER_INITIAL, SUCCEEDED, freeze, lease_step, register_step
+from leasecheck.checker.order import Decision, Undecided
+from leasecheck.checker.search import search
+from leasecheck.checker.verdict import KINDS, LINEARIZABILITY_KINDS, Verdict
+from leasecheck.histories import Header, HistoryReader, Op
 
 Engine = Literal["auto", "search"]
 

@@ -13,9 +13,8 @@ from collections.abc import Mapping
 
 import networkx as nx
 
-from histories import Op
-
-from checker.verdict import Anomaly
+from leasecheck.checker.verdict import Anomaly
+from leasecheck.histories import Op
 
 
 def at(t: int | None) -> str:

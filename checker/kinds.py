@@ -1,7 +1,7 @@
 """The named anomaly kinds of DESIGN.md, each checked straight from its definition.
 
 Each check is a pure function of one node's ops that appends findings; most are
-one pass over the ops with :class:`~checker.precedence.MaxBefore` answering
+one pass over the ops with :class:`~leasecheck.checker.precedence.MaxBefore` answering
 "the largest epoch observed before this invoke". Epochs are the version order
 (the way Elle uses unique writes), so no search is needed for any of them.
 Unfenced nodes (``"epoch": null``) are judged by grant order instead: claims
@@ -15,12 +15,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from histories import Header, Op
-
-from checker.explain import at, describe, outcome
-from checker.model import SUCCEEDED, agrees, freeze, result_of
-from checker.precedence import MaxBefore
-from checker.verdict import Anomaly
+from leasecheck.checker.explain import at, describe, outcome
+from leasecheck.checker.model import SUCCEEDED, agrees, freeze, result_of
+from leasecheck.checker.precedence import MaxBefore
+from leasecheck.checker.verdict import Anomaly
+from leasecheck.histories import Header, Op
 
 #: detailed findings kept per (node, kind); the rest are only counted
 MAX_PER_KIND = 100

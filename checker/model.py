@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from histories import Op
+from leasecheck.histories import Op
 
 READY, RUNNING, SUCCEEDED = "READY", "RUNNING", "SUCCEEDED"
 

@@ -25,12 +25,11 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from histories import Op
-
-from checker.explain import at, describe
-from checker.kinds import stale_effects
-from checker.model import READY, RUNNING, SUCCEEDED, agrees, owner_of, result_of
-from checker.precedence import MaxBefore
+from leasecheck.checker.explain import at, describe
+from leasecheck.checker.kinds import stale_effects
+from leasecheck.checker.model import READY, RUNNING, SUCCEEDED, agrees, owner_of, result_of
+from leasecheck.checker.precedence import MaxBefore
+from leasecheck.histories import Op
 
 PHASE = {"claim": 0, "renew": 1, "commit": 2, "release": 2}
 

@@ -9,12 +9,11 @@ maximum answers each such question with one binary search: O(n log n) overall.
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import attrgetter
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import Any
 
-from histories import Op
-
+from leasecheck.histories import Op
 
 _DONE = attrgetter("complete_time")
 
@@ -26,7 +25,7 @@ class MaxBefore:
     never before anything and must not be passed in.
     """
 
-    __slots__ = ("_times", "_keys", "_ops")
+    __slots__ = ("_keys", "_ops", "_times")
 
     def __init__(self, ops: Iterable[Op], key: Callable[[Op], Any]) -> None:
         ordered = sorted(ops, key=_DONE)  # linear when already in completion order

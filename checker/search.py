@@ -16,11 +16,11 @@ ops at a time. A deadline turns a search that runs too long into ``None``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
-from histories import Op
+from leasecheck.histories import Op
 
 Step = Callable[[Any, Op], list[Any]]
 
@@ -40,7 +40,7 @@ class SearchResult:
 
 
 class _Entry:
-    __slots__ = ("op", "id", "is_call", "match", "prev", "next")
+    __slots__ = ("id", "is_call", "match", "next", "op", "prev")
 
     def __init__(self, op: Op | None, id_: int, is_call: bool) -> None:
         self.op = op

@@ -8,7 +8,7 @@ format, and nothing else: it knows no checker, no backend and no fault.
 See ``shared/DESIGN.md`` ("History format v1") for the normative rules.
 """
 
-from histories.format import (
+from leasecheck.histories.format import (
     CLIENT_FUNCTIONS,
     FAIL_REASONS,
     FORMAT_NAME,
@@ -21,8 +21,8 @@ from histories.format import (
     make_op,
     named_epoch,
 )
-from histories.reader import HistoryError, HistoryReader, read_history
-from histories.writer import HistoryWriter
+from leasecheck.histories.reader import HistoryError, HistoryReader, read_history
+from leasecheck.histories.writer import HistoryWriter
 
 __all__ = [
     "CLIENT_FUNCTIONS",

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from histories.format import (
+from leasecheck.histories.format import (
     CLIENT_FUNCTIONS,
     EPOCH_CARRIERS,
     EVENT_TYPES,
@@ -204,7 +204,7 @@ class HistoryReader:
             self._file.close()
             self._file = None
 
-    def __enter__(self) -> "HistoryReader":
+    def __enter__(self) -> HistoryReader:
         return self
 
     def __exit__(self, *exc: object) -> None:

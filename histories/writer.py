@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from histories.format import NEMESIS, Header
+from leasecheck.histories.format import NEMESIS, Header
 
 _encode = msgspec.json.Encoder().encode
 
@@ -111,7 +111,7 @@ class HistoryWriter:
                 os.close(self._fd)
                 self._fd = -1
 
-    def __enter__(self) -> "HistoryWriter":
+    def __enter__(self) -> HistoryWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

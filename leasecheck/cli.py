@@ -14,10 +14,10 @@ import click
 import msgspec
 from rich.console import Console
 
-from checker import DEFAULT_BUDGET, check_source
-from histories import HistoryError
+from leasecheck.checker import DEFAULT_BUDGET, check_source
+from leasecheck.histories import HistoryError
 from leasecheck.report import print_targets, print_verdict
-from targets.registry import TargetNotFound, available, load
+from leasecheck.targets.registry import TargetNotFound, available, load
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_BAD_INPUT = 0, 1, 2, 3
 #: the test environment failed (a server would not start, ...): not a verdict on the backend
@@ -203,14 +203,14 @@ def heal(path: str) -> None:
     lists — resume paused processes, and, with their nemeses, delete toxics,
     reset clocks, unpause containers — and clears the file.
     """
-    import nemesis.faults  # noqa: F401  (registers the undo kinds of every nemesis module)
+    import leasecheck.nemesis.faults
 
     try:
-        import nemesis.container  # noqa: F401  (docker is an optional extra)
+        import leasecheck.nemesis.container  # noqa: F401  (docker is an optional extra)
     except ImportError:
         pass
+    from leasecheck.nemesis.heal import heal_record
     from leasecheck.storedir import load_faults, save_faults
-    from nemesis.heal import heal_record
 
     run_dir = Path(path)
     if not run_dir.is_dir():

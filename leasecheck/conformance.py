@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from targets.base import Lease, OffsetClock, Refused, Target, TargetConfig
-from targets.registry import load
+from leasecheck.targets.base import Lease, OffsetClock, Refused, Target, TargetConfig
+from leasecheck.targets.registry import load
 
 
 @dataclass(frozen=True)

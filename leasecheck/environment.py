@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
-from targets.base import Target
+from leasecheck.targets.base import Target
 
 
 @dataclass
@@ -23,7 +23,7 @@ class Environment:
         """Unpause, reconnect and start every container of this run (heal-all)."""
         if self.docker is None:
             return []
-        from nemesis.container import heal_containers
+        from leasecheck.nemesis.container import heal_containers
 
         return heal_containers(self.docker.client, self.docker.label)
 

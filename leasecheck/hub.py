@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from histories import HistoryWriter
-from targets.base import Indeterminate, Unavailable
+from leasecheck.histories import HistoryWriter
+from leasecheck.targets.base import Indeterminate, Unavailable
 
 
 class Deliveries:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-
 from typing import Any
 
 from rich.console import Console
@@ -11,8 +10,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from checker import KINDS, Verdict
-from checker.explain import render_chain
+from leasecheck.checker import KINDS, Verdict
+from leasecheck.checker.explain import render_chain
 
 _STYLE = {True: ("valid", "bold green"), False: ("INVALID", "bold red"), "unknown": ("unknown", "bold yellow")}
 
@@ -70,7 +69,7 @@ class LiveProgress:
         self.opts = opts
         self.live = Live(Text("starting…"), console=console, refresh_per_second=4, transient=True)
 
-    def __enter__(self) -> "LiveProgress":
+    def __enter__(self) -> LiveProgress:
         self.live.__enter__()
         return self
 

@@ -21,20 +21,20 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from checker import Verdict, check_source
-from histories import Header, HistoryWriter
+from leasecheck.checker import Verdict, check_source
 from leasecheck.conformance import TargetSpec
 from leasecheck.environment import Environment, prepare
+from leasecheck.histories import Header, HistoryWriter
 from leasecheck.hub import Deliveries, Recorder, Slot
+from leasecheck.nemesis.clock import ClockBump, ClockControl, ClockStrobe, required_uncertainty_ms
+from leasecheck.nemesis.faults import Fault, KillProcess, PauseProcess, ServerFault
+from leasecheck.nemesis.network import NETWORK_EVENTS, Network, make_network_fault
+from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.storedir import new_run_dir, save_faults, write_json
+from leasecheck.targets.base import Indeterminate, NodeState, TargetConfig, Unavailable
+from leasecheck.targets.registry import load
 from leasecheck.workload import Workload, worker_main
-from nemesis.clock import ClockBump, ClockControl, ClockStrobe, required_uncertainty_ms
-from nemesis.faults import Fault, KillProcess, PauseProcess, ServerFault
-from nemesis.network import NETWORK_EVENTS, Network, make_network_fault
-from nemesis.schedule import Nemesis
-from targets.base import Indeterminate, NodeState, TargetConfig, Unavailable
-from targets.registry import load
 
 log = logging.getLogger("leasecheck.run")
 
@@ -216,7 +216,7 @@ class Run:
         if server is None:
             return None
         if kind in DOCKER_FAULTS:
-            from nemesis.container import ContainerDisconnect, ContainerKill, ContainerPause
+            from leasecheck.nemesis.container import ContainerDisconnect, ContainerKill, ContainerPause
 
             container = getattr(server, "container", None)
             if container is None:

@@ -17,7 +17,7 @@ import msgspec
 
 
 def new_run_dir(store: Path, target: str) -> Path:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     safe = target.replace("/", "_").replace(":", "_")
     path = store / safe / stamp
     path.mkdir(parents=True, exist_ok=False)
@@ -40,7 +40,7 @@ FAULTS_FILE = "faults.json"
 
 
 def save_faults(run_dir: Path, records: list[dict[str, Any]]) -> None:
-    """Atomically replace the run's record of active faults (see :mod:`nemesis.heal`)."""
+    """Atomically replace the run's record of active faults (see :mod:`leasecheck.nemesis.heal`)."""
     tmp = run_dir / f".{FAULTS_FILE}.tmp"
     tmp.write_bytes(msgspec.json.encode({"active": records}))
     os.replace(tmp, run_dir / FAULTS_FILE)

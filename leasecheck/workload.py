@@ -27,7 +27,7 @@ from typing import Any
 
 from leasecheck.conformance import TargetSpec
 from leasecheck.servers.base import die_with_parent
-from targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
+from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
 
 
 @dataclass(frozen=True)

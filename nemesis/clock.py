@@ -4,7 +4,7 @@ Why per worker, and why not the machine's clock: a real clock fault hits one
 machine, and leasecheck's workers are processes on one host. Changing the host's
 clock would skew every worker, the store and the harness's own history at once
 (and needs privileges a CI job does not have). So each worker gets its own
-*logical* wall clock — what :class:`targets.base.TargetConfig.clock` hands its
+*logical* wall clock — what :class:`leasecheck.targets.base.TargetConfig.clock` hands its
 backend — and the harness moves it from its own process.
 
 How the harness reaches a clock in another process: every worker clock is a
@@ -26,7 +26,7 @@ The store's clock is a different matter (see :class:`ServerClockSkew` and
 store's clock, so only a skew of the *store* can make a correct backend look
 wrong, and only that skew belongs in the history's ``clock_uncertainty_ms``
 (:func:`required_uncertainty_ms`). Worker-clock skew exists to catch backends
-that wrongly trust the worker's clock (``targets.broken_postgres.ClientClockPostgres``).
+that wrongly trust the worker's clock (``leasecheck.targets.broken_postgres.ClientClockPostgres``).
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemesis.heal import Record, undoes
+from leasecheck.nemesis.heal import Record, undoes
 
 #: the host's real wall clock, captured before anyone can patch ``time.time``
 #: (:func:`patch_process_time` makes ``time.time`` call a clock that calls this)
 _real_time: Callable[[], float] = time.time
 _monotonic: Callable[[], float] = time.monotonic
 
-#: nemesis event ``f`` at start and heal, per fault kind (merge into nemesis.faults.EVENTS)
+#: nemesis event ``f`` at start and heal, per fault kind (merge into leasecheck.nemesis.faults.EVENTS)
 CLOCK_EVENTS: dict[str, tuple[str, str]] = {
     "clock-bump": ("clock-skew", "clock-reset"),
     "clock-strobe": ("clock-skew", "clock-reset"),
@@ -140,7 +140,7 @@ class WorkerClock:
     the file is mapped on the first call in each process.
     """
 
-    __slots__ = ("path", "_view")
+    __slots__ = ("_view", "path")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -285,7 +285,7 @@ class ClockControl:
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
-    def __enter__(self) -> "ClockControl":
+    def __enter__(self) -> ClockControl:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -296,7 +296,7 @@ class ClockControl:
 
 
 def _reset_record(clocks: ClockControl, victims: Sequence[Key]) -> Record:
-    """How ``leasecheck heal`` resets these worker clocks after the harness died (see :mod:`nemesis.heal`)."""
+    """How ``leasecheck heal`` resets these worker clocks after the harness died (see :mod:`leasecheck.nemesis.heal`)."""
     return {"kind": "clock-reset", "directory": str(clocks.directory), "clocks": [str(v) for v in victims]}
 
 
@@ -508,7 +508,7 @@ class ProcessTimePatch:
         self._datetime: dict[str, Any] = {}
         self.active = False
 
-    def apply(self) -> "ProcessTimePatch":
+    def apply(self) -> ProcessTimePatch:
         now_ms = self._reentrant_clock()
         now_s = lambda: now_ms() / 1000.0  # noqa: E731
         replacements: dict[str, Any] = {
@@ -539,7 +539,7 @@ class ProcessTimePatch:
     def _reentrant_clock(self) -> Callable[[], float]:
         """``clock``, made safe to build on ``time.time``: a call from inside it gets the host's time.
 
-        :class:`targets.base.OffsetClock` and most hand-written clocks call
+        :class:`leasecheck.targets.base.OffsetClock` and most hand-written clocks call
         ``time.time()``, which is now the skewed clock itself; without this guard
         they would recurse forever. Per thread, so threads do not see each
         other's guard.
@@ -569,7 +569,7 @@ class ProcessTimePatch:
         self._datetime.clear()
         self.active = False
 
-    def __enter__(self) -> "ProcessTimePatch":
+    def __enter__(self) -> ProcessTimePatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -602,7 +602,7 @@ def patch_process_time(clock: Callable[[], float]) -> ProcessTimePatch:
     code the only remedy is libfaketime in the worker (see
     :mod:`leasecheck.servers.faketime`), with its own limits.
 
-    ``clock`` may itself call ``time.time`` (as :class:`targets.base.OffsetClock`
+    ``clock`` may itself call ``time.time`` (as :class:`leasecheck.targets.base.OffsetClock`
     does): inside it, ``time.time`` is the host's. Returns the patch;
     ``.undo()`` or ``with`` restores.
     """

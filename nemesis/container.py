@@ -1,6 +1,6 @@
 """Docker container faults: pause, kill and disconnect a store's container; heal every one of a run.
 
-These are the ``--env docker`` counterparts of :mod:`nemesis.faults`' store
+These are the ``--env docker`` counterparts of :mod:`leasecheck.nemesis.faults`' store
 faults, done by the engine instead of by signals: ``docker pause`` freezes every
 process of the container at once through the cgroup freezer (a Postgres
 postmaster *and* all its backends, no /proc walk), ``docker kill`` crashes the
@@ -33,11 +33,11 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import docker
-
-from nemesis.heal import Record, undoes
 from docker.errors import APIError, NotFound
 from docker.models.containers import Container
 from docker.models.networks import Network
+
+from leasecheck.nemesis.heal import Record, undoes
 
 #: label on every container and network of a run: its run id
 RUN_LABEL = "leasecheck.run"

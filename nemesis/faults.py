@@ -27,7 +27,7 @@ class Fault(Protocol):
         """Undo it; return the heal event's value, or None when nothing was left to undo."""
 
     def undo_record(self) -> dict[str, Any] | None:
-        """How to undo it without this object (see :mod:`nemesis.heal`); None if nothing outlives us."""
+        """How to undo it without this object (see :mod:`leasecheck.nemesis.heal`); None if nothing outlives us."""
 
 
 def _signal(pid: int, sig: signal.Signals) -> bool:
@@ -116,7 +116,7 @@ EVENTS = {
     "kill": ("kill", "start"),
     "pause-store": ("pause", "resume"),
     "kill-store": ("kill", "start"),
-    # nemesis.container's faults (literal here: docker is an optional extra)
+    # leasecheck.nemesis.container's faults (literal here: docker is an optional extra)
     "docker-pause": ("pause", "resume"),
     "docker-kill": ("kill", "start"),
     "docker-disconnect": ("partition", "heal"),
@@ -124,8 +124,8 @@ EVENTS = {
 
 
 # clock and network faults live in their own modules; their events join the table here
-from nemesis.clock import CLOCK_EVENTS  # noqa: E402
-from nemesis.network import NETWORK_EVENTS  # noqa: E402
+from leasecheck.nemesis.clock import CLOCK_EVENTS  # noqa: E402
+from leasecheck.nemesis.network import NETWORK_EVENTS  # noqa: E402
 
 EVENTS.update(CLOCK_EVENTS)
 EVENTS.update(NETWORK_EVENTS)

@@ -40,8 +40,8 @@ HTTP API (``POST /proxies``, ``PATCH /proxies/{name}``, ``POST|DELETE
 the standard library: per-instance address, a timeout on every call, every
 error status raised.
 
-Besides the standard library this module imports only :mod:`nemesis.faults`'
-types and :mod:`nemesis.heal`'s registry.
+Besides the standard library this module imports only :mod:`leasecheck.nemesis.faults`'
+types and :mod:`leasecheck.nemesis.heal`'s registry.
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from nemesis.heal import Record, undoes
+from leasecheck.nemesis.heal import Record, undoes
 
-if TYPE_CHECKING:  # only a type here, so nemesis.faults can import this module for its EVENTS
-    from nemesis.faults import Fault
+if TYPE_CHECKING:  # only a type here, so leasecheck.nemesis.faults can import this module for its EVENTS
+    from leasecheck.nemesis.faults import Fault
 
 #: who a proxy belongs to: the runner's worker key (its process number or slot), or a name in tests
 WorkerKey = int | str

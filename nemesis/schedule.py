@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nemesis.faults import EVENTS, Fault
+from leasecheck.nemesis.faults import EVENTS, Fault
 
 #: record(f, value): write one nemesis event into the history
 Record = Callable[[str, Any], None]

@@ -122,7 +122,7 @@ class TargetConfig:
 
 
 class Target(ABC):
-    """A lease backend under test. Subclass it and register it (see :mod:`targets.registry`).
+    """A lease backend under test. Subclass it and register it (see :mod:`leasecheck.targets.registry`).
 
     ``fenced`` declares whether claims hand out epochs (fencing tokens); an
     unfenced backend is judged by grant order instead. ``store`` names the

@@ -1,6 +1,6 @@
 """Deliberately broken Postgres leases: each one a real-world mistake, each one the checker must catch.
 
-Both subclass :class:`targets.postgres_lease.PostgresLease` and override as
+Both subclass :class:`leasecheck.targets.postgres_lease.PostgresLease` and override as
 little as possible, so the only difference from the reference is the bug in
 the class name. They exist to prove that leasecheck's faults and checker find
 these mistakes: a run against one of them that comes back valid is a bug in
@@ -9,13 +9,13 @@ leasecheck.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import sql
 
-from targets.base import Lease, Outcome, Refused, TargetConfig
-from targets.postgres_lease import PostgresLease
+from leasecheck.targets.base import Lease, Outcome, Refused, TargetConfig
+from leasecheck.targets.postgres_lease import PostgresLease
 
 
 class FenceInMemoryPostgres(PostgresLease):
@@ -80,4 +80,4 @@ class ClientClockPostgres(PostgresLease):
     exposed_by = ("clock-skew",)
 
     def _now(self) -> sql.Composable:
-        return sql.Literal(datetime.fromtimestamp(self.config.clock() / 1000.0, tz=timezone.utc))
+        return sql.Literal(datetime.fromtimestamp(self.config.clock() / 1000.0, tz=UTC))

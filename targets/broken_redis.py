@@ -1,12 +1,12 @@
 """Deliberately broken Redis leases: real failure modes, to prove the checker catches them.
 
-Each differs from :class:`targets.redis_lease.RedisLease` by the Lua rule it
+Each differs from :class:`leasecheck.targets.redis_lease.RedisLease` by the Lua rule it
 gets wrong (a class attribute the scripts are assembled from), nothing else.
 """
 
 from __future__ import annotations
 
-from targets.redis_lease import RedisLease
+from leasecheck.targets.redis_lease import RedisLease
 
 
 class QueueAsAuthorityRedis(RedisLease):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from targets.base import Lease, Outcome, Refused
-from targets.sqlite_lease import SqliteLease, store_now_ns
+from leasecheck.targets.base import Lease, Outcome, Refused
+from leasecheck.targets.sqlite_lease import SqliteLease, store_now_ns
 
 
 class TtlOnlySqlite(SqliteLease):

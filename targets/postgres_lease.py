@@ -1,4 +1,4 @@
-"""The reference fenced lease on PostgreSQL, with the same rules as :mod:`targets.sqlite_lease`.
+"""The reference fenced lease on PostgreSQL, with the same rules as :mod:`leasecheck.targets.sqlite_lease`.
 
 Every operation is one autocommit statement: a conditional ``UPDATE ...
 RETURNING`` whose ``WHERE`` is the rule, so Postgres' row lock (and its
@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
+from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS lease_nodes (

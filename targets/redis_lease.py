@@ -3,7 +3,7 @@
 Redis runs a script atomically, so a script is this backend's transaction: the
 claim reads the node and writes owner, attempt, expiry and the new epoch with
 nothing in between, which is what makes two racing claims impossible to both
-win. The semantics are exactly :mod:`targets.sqlite_lease`'s, rule for rule
+win. The semantics are exactly :mod:`leasecheck.targets.sqlite_lease`'s, rule for rule
 and refusal for refusal.
 
 Per node four keys (``lc:{node}:...``; the ``prefix`` option replaces ``lc``)
@@ -21,7 +21,7 @@ its own lease.
 
 The scripts are assembled from a few Lua conditions held in class attributes
 (``CLAIM_GUARD``, ``NEXT_EPOCH``, ``COMMIT_GUARD``, ``EFFECT_GUARD``), so a
-deliberately broken variant (:mod:`targets.broken_redis`) differs from this
+deliberately broken variant (:mod:`leasecheck.targets.broken_redis`) differs from this
 one by the one rule it gets wrong and nothing else.
 
 Errors: a store that cannot be reached before the script is sent is
@@ -41,7 +41,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
+from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
 
 #: helpers every script starts with; KEYS are always state, epoch, fence, effects
 PRELUDE = r"""

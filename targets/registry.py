@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from targets.base import Target
+from leasecheck.targets.base import Target
 
 ENTRY_POINT_GROUP = "leasecheck.targets"
 

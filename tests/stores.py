@@ -16,8 +16,8 @@ from leasecheck.conformance import TargetSpec
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.servers.postgres import PostgresServer
 from leasecheck.servers.redis import RedisServer
-from targets.base import TargetConfig
-from targets.registry import load
+from leasecheck.targets.base import TargetConfig
+from leasecheck.targets.registry import load
 
 TTL_MS = 300
 

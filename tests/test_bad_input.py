@@ -35,12 +35,12 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import event, given, settings
 from hypothesis import note as _note
-from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
-
-from histories import CLIENT_FUNCTIONS, FAIL_REASONS, HistoryError, read_history
-from leasecheck.cli import main
+from hypothesis.control import currently_in_test_context
 from sim import PLANTERS, SimConfig, render, simulate
+
+from leasecheck.cli import main
+from leasecheck.histories import CLIENT_FUNCTIONS, FAIL_REASONS, HistoryError, read_history
 
 # enough examples for a few thousand files in the "ci" profile, and about 10x fewer in "dev"
 EXAMPLES = settings.default.max_examples * 5
@@ -201,7 +201,7 @@ def json_mutation(draw: Any, objs: list[Any]) -> str:
 class Mutant(tuple):
     """(original, mutant, what was done), shown briefly in Hypothesis' failure report."""
 
-    def __new__(cls, base: int, mutant: bytes, done: list[str]) -> "Mutant":
+    def __new__(cls, base: int, mutant: bytes, done: list[str]) -> Mutant:
         return super().__new__(cls, (BASES[base], mutant, done))
 
     def __init__(self, base: int, mutant: bytes, done: list[str]) -> None:
@@ -328,7 +328,7 @@ def _check(workdir: Path, case: tuple[bytes, bytes, list[str]]) -> None:
     note("; ".join(done))
     try:
         note(render(mutant.decode().splitlines(keepends=True)))
-    except Exception:  # noqa: BLE001 - only a readability aid; the mutant may not be JSON
+    except Exception:
         note(repr(mutant[:3000]))
     path = workdir / "history.jsonl"
     path.write_bytes(mutant)

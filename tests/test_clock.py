@@ -26,9 +26,7 @@ import pytest
 import redis
 
 from leasecheck.conformance import TargetSpec
-from leasecheck.servers.base import EnvironmentFailure, LocalServer
-from leasecheck.servers.faketime import FaketimePostgresServer, FaketimeRedisServer, find_libfaketime
-from nemesis.clock import (
+from leasecheck.nemesis.clock import (
     CLOCK_EVENTS,
     ClockBump,
     ClockControl,
@@ -39,8 +37,10 @@ from nemesis.clock import (
     patch_process_time,
     required_uncertainty_ms,
 )
-from nemesis.heal import heal_record
-from targets.base import Lease, Refused, Target, TargetConfig
+from leasecheck.nemesis.heal import heal_record
+from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.servers.faketime import FaketimePostgresServer, FaketimeRedisServer, find_libfaketime
+from leasecheck.targets.base import Lease, Refused, Target, TargetConfig
 
 TTL_MS = 2000
 #: how far two reads of "now" in one process may sit apart on a loaded CI machine
@@ -98,8 +98,8 @@ def _process_time_offsets() -> dict[str, float]:
         "time.time": time.time() * 1000.0 - real,
         "time.time_ns": time.time_ns() / 1e6 - real,
         "datetime.now": bound_early.now().timestamp() * 1000.0 - real,
-        "datetime.utcnow": bound_early.utcnow().replace(tzinfo=datetime.timezone.utc).timestamp() * 1000.0 - real,
-        "datetime.now(utc)": datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000.0 - real,
+        "datetime.utcnow": bound_early.utcnow().replace(tzinfo=datetime.UTC).timestamp() * 1000.0 - real,
+        "datetime.now(utc)": datetime.datetime.now(datetime.UTC).timestamp() * 1000.0 - real,
         "localtime": (time.mktime(time.localtime()) - time.mktime(time.localtime(real / 1000.0))) * 1000.0,
     }
 
@@ -228,7 +228,7 @@ def test_patch_process_time_makes_the_process_follow_its_skewed_clock(clocks: Cl
 
 
 def test_patch_process_time_accepts_a_clock_built_on_time_time() -> None:
-    from targets.base import OffsetClock
+    from leasecheck.targets.base import OffsetClock
 
     with patch_process_time(OffsetClock(-HOUR_MS)):
         assert near(time.time() * 1000.0 - _real_ms(), -HOUR_MS)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from stores import Store
 
 from leasecheck.conformance import SCENARIOS, Result, TargetSpec
-from stores import Store
 
 REFERENCES = ["sqlite", "postgres", "redis"]
 

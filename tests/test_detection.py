@@ -12,10 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from histories import read_history
+from leasecheck.histories import read_history
 from leasecheck.runner import RunOptions, run
 from leasecheck.storedir import load_faults
-from targets.registry import load
+from leasecheck.targets.registry import load
 
 TTL_MS = 300
 
@@ -80,7 +80,7 @@ def test_reference_backend_is_valid_under_faults(tmp_path: Path, target: str, fa
     if target.endswith("@docker"):
         import docker
 
-        from nemesis.container import RUN_LABEL
+        from leasecheck.nemesis.container import RUN_LABEL
 
         left = docker.from_env().containers.list(all=True, filters={"label": RUN_LABEL})
         assert left == [], "the run's containers must be gone"

@@ -29,12 +29,12 @@ import docker
 import pytest
 from docker.models.containers import Container
 
+from leasecheck.nemesis.container import CONTAINER_EVENTS, ContainerDisconnect, ContainerKill, ContainerPause, heal_containers
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.docker import HOSTROOT_IMAGE, ContainerServer, DockerRun, ensure_base_image
-from nemesis.container import CONTAINER_EVENTS, ContainerDisconnect, ContainerKill, ContainerPause, heal_containers
-from targets.base import Indeterminate, Lease, NodeState, Refused, Target, TargetConfig, Unavailable
-from targets.postgres_lease import PostgresLease
-from targets.redis_lease import RedisLease
+from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, TargetConfig, Unavailable
+from leasecheck.targets.postgres_lease import PostgresLease
+from leasecheck.targets.redis_lease import RedisLease
 
 ROOT = Path(__file__).resolve().parent.parent
 TTL_MS = 300
@@ -367,7 +367,7 @@ def test_an_op_in_flight_when_the_store_is_disconnected_is_indeterminate(redis_c
 def _outcome(op: Callable[[], object]) -> object:
     try:
         return op()
-    except Exception as e:  # noqa: BLE001 - the exception is the outcome under test
+    except Exception as e:
         return e
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from checker import check_source
-from histories import HistoryError
+from leasecheck.checker import check_source
+from leasecheck.histories import HistoryError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "histories" / "examples"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((EXAMPLES / "expected.json").read_text())

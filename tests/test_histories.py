@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from checker import check_source
-from histories import Header, HistoryError, HistoryReader, HistoryWriter, read_history
+from leasecheck.checker import check_source
+from leasecheck.histories import Header, HistoryError, HistoryReader, HistoryWriter, read_history
 
 HEADER = {"format": "leasecheck-history", "version": 1, "ttl_ms": 1000, "clock_uncertainty_ms": 0}
 
@@ -146,7 +146,7 @@ def test_writer_round_trip(tmp_path: Path) -> None:
 WRITER_LOOP = textwrap.dedent(
     """
     import sys
-    from histories import Header, HistoryWriter
+    from leasecheck.histories import Header, HistoryWriter
     w = HistoryWriter(sys.argv[1], Header(1000, 0))
     i = 0
     while True:

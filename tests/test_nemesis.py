@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,9 @@ import psutil
 from click.testing import CliRunner
 
 from leasecheck.cli import main
+from leasecheck.nemesis.faults import PauseProcess
+from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.storedir import load_faults, save_faults
-from nemesis.faults import PauseProcess
-from nemesis.schedule import Nemesis
 
 
 class Toy:

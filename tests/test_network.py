@@ -25,15 +25,8 @@ from typing import Any
 
 import pytest
 
-from leasecheck.servers import toxiproxy as toxiproxy_server
-from leasecheck.servers.base import EnvironmentFailure, LocalServer
-from leasecheck.servers.toxiproxy import (
-    INSTALL_SCRIPT,
-    ToxiproxyServer,
-    find_toxiproxy_server,
-)
-from nemesis.heal import heal_record
-from nemesis.network import (
+from leasecheck.nemesis.heal import heal_record
+from leasecheck.nemesis.network import (
     NETWORK_EVENTS,
     Bandwidth,
     Latency,
@@ -44,9 +37,16 @@ from nemesis.network import (
     store_endpoint,
     with_endpoint,
 )
-from targets.base import Indeterminate, Lease, Target, TargetConfig, Unavailable
-from targets.postgres_lease import PostgresLease
-from targets.redis_lease import RedisLease
+from leasecheck.servers import toxiproxy as toxiproxy_server
+from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.servers.toxiproxy import (
+    INSTALL_SCRIPT,
+    ToxiproxyServer,
+    find_toxiproxy_server,
+)
+from leasecheck.targets.base import Indeterminate, Lease, Target, TargetConfig, Unavailable
+from leasecheck.targets.postgres_lease import PostgresLease
+from leasecheck.targets.redis_lease import RedisLease
 
 #: the backends' client timeout here: short, so a hang costs a second or two
 TIMEOUT_S = 1.0

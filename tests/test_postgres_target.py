@@ -20,10 +20,10 @@ import pytest
 
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.postgres import PostgresServer
-from targets import registry
-from targets.base import Indeterminate, Lease, NodeState, Refused, Target, TargetConfig, Unavailable, system_clock_ms
-from targets.broken_postgres import ClientClockPostgres, FenceInMemoryPostgres
-from targets.postgres_lease import PostgresLease
+from leasecheck.targets import registry
+from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, TargetConfig, Unavailable, system_clock_ms
+from leasecheck.targets.broken_postgres import ClientClockPostgres, FenceInMemoryPostgres
+from leasecheck.targets.postgres_lease import PostgresLease
 
 TTL_MS = 300
 T = TypeVar("T")
@@ -207,7 +207,7 @@ def test_concurrent_setup_creates_the_tables_once(server: PostgresServer) -> Non
         barrier.wait()
         try:
             t.setup()
-        except Exception as e:  # noqa: BLE001 - any failure is the finding
+        except Exception as e:
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(t,)) for t in targets]
@@ -257,7 +257,7 @@ def test_killing_the_server_mid_statement_is_indeterminate_then_unavailable(
     def renew() -> None:
         try:
             outcome.append(a.renew(lease))
-        except Exception as e:  # noqa: BLE001 - the exception type is what we check
+        except Exception as e:
             outcome.append(e)
 
     thread = threading.Thread(target=renew)

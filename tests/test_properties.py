@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
-
-from checker import check_source, linearizable
-from histories import Header, Op, read_history
 from sim import MS, PLANTERS, UNFENCED_PLANTERS, SimConfig, render, sim_histories, simulate
+
+from leasecheck.checker import check_source, linearizable
+from leasecheck.histories import Header, Op, read_history
 
 #: kinds that by themselves mean the node has no linearization under the lease model
 LINEARIZABILITY_KINDS = {

@@ -18,10 +18,10 @@ import pytest
 
 from leasecheck.servers.base import EnvironmentFailure, free_port
 from leasecheck.servers.redis import RedisServer
-from targets import registry
-from targets.base import Indeterminate, Lease, NodeState, Refused, Target, TargetConfig, Unavailable
-from targets.broken_redis import NoIncrementRedis, QueueAsAuthorityRedis
-from targets.redis_lease import RedisLease
+from leasecheck.targets import registry
+from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, TargetConfig, Unavailable
+from leasecheck.targets.broken_redis import NoIncrementRedis, QueueAsAuthorityRedis
+from leasecheck.targets.redis_lease import RedisLease
 
 TTL_MS = 300
 T = TypeVar("T")

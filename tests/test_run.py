@@ -42,13 +42,13 @@ import redis
 from click.testing import CliRunner
 from psycopg import sql
 
-from histories import read_history
-from histories.format import Op
 from leasecheck.cli import main
+from leasecheck.histories import read_history
+from leasecheck.histories.format import Op
 from leasecheck.runner import Run, RunOptions, RunResult, run
 from leasecheck.servers.base import LocalServer
-from targets.base import Target
-from targets.registry import load
+from leasecheck.targets.base import Target
+from leasecheck.targets.registry import load
 
 REPO = Path(__file__).resolve().parent.parent
 TTL_MS = 300
@@ -594,8 +594,8 @@ def test_postgres_killed_and_restarted_again_and_again_stays_valid(tmp_path: Pat
 
 def test_store_unreachable_while_adding_nodes_does_not_abort_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The deterministic form of the kill-store bug: the store is unreachable for one add_nodes call."""
-    from targets.base import Unavailable
-    from targets.sqlite_lease import SqliteLease
+    from leasecheck.targets.base import Unavailable
+    from leasecheck.targets.sqlite_lease import SqliteLease
 
     calls = []
     original = SqliteLease.add_nodes
@@ -616,7 +616,7 @@ def test_recorder_survives_a_worker_killed_between_invoke_and_ack(tmp_path: Path
     import random
     from multiprocessing import Pipe
 
-    from histories import Header, HistoryWriter
+    from leasecheck.histories import Header, HistoryWriter
     from leasecheck.hub import Deliveries, Recorder
 
     died = []

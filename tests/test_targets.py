@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from pathlib import Path
 
@@ -11,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from leasecheck.cli import main
-from targets.base import Lease, Target, TargetConfig
-from targets.registry import TargetNotFound, available, load
+from leasecheck.targets.base import Lease, Target, TargetConfig
+from leasecheck.targets.registry import TargetNotFound, available, load
 
 REFERENCES = {"sqlite", "postgres", "redis"}
 BROKEN = {
@@ -23,7 +22,7 @@ BROKEN = {
 
 def test_every_registered_backend_loads_and_declares_itself() -> None:
     names = set(available())
-    assert REFERENCES | BROKEN <= names
+    assert names >= REFERENCES | BROKEN
     for name in names:
         cls = load(name)
         assert issubclass(cls, Target) and cls.name == name and cls.store in {"sqlite", "postgres", "redis"}
@@ -39,7 +38,7 @@ def test_leasecheck_targets_lists_references_and_variants() -> None:
     r = CliRunner().invoke(main, ["targets", "--json"], catch_exceptions=False)
     assert r.exit_code == 0
     rows = {row["name"]: row for row in map(json.loads, r.stdout.splitlines())}
-    assert REFERENCES | BROKEN <= set(rows)
+    assert set(rows) >= REFERENCES | BROKEN
     assert rows["sqlite-ttl-only"]["expected"] == ["stale-commit", "stale-effect"]
     human = CliRunner().invoke(main, ["targets"], catch_exceptions=False)
     assert human.exit_code == 0 and "sqlite-non-atomic-claim" in human.stdout
@@ -48,7 +47,7 @@ def test_leasecheck_targets_lists_references_and_variants() -> None:
 def test_third_party_backend_by_module_and_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "acme_lock.py").write_text(textwrap.dedent(
         '''
-        from targets.sqlite_lease import SqliteLease
+        from leasecheck.targets.sqlite_lease import SqliteLease
 
         class AcmeLock(SqliteLease):
             """Acme's lock, adapted to leasecheck."""
@@ -70,9 +69,9 @@ def test_third_party_backend_by_module_and_class(tmp_path: Path, monkeypatch: py
     [
         ("nope", "unknown target 'nope'"),
         ("no_such_module:X", "cannot import no_such_module"),
-        ("targets.sqlite_lease:Nope", "has no Nope"),
-        ("targets.base:Lease", "not a targets.Target subclass"),
-        ("targets.sqlite_lease:", "expected module:Class"),
+        ("leasecheck.targets.sqlite_lease:Nope", "has no Nope"),
+        ("leasecheck.targets.base:Lease", "not a targets.Target subclass"),
+        ("leasecheck.targets.sqlite_lease:", "expected module:Class"),
     ],
 )
 def test_bad_target_names_say_why(spec: str, words: str) -> None:

@@ -111,7 +111,7 @@ class LocalServer(ABC):
     def _ready(self) -> bool:
         """Does the server answer a real request yet?"""
 
-    def start(self, timeout: float = 30.0) -> "LocalServer":
+    def start(self, timeout: float = 30.0) -> LocalServer:
         """Start the server and wait until it answers; raise EnvironmentFailure if it doesn't."""
         if self.pid is not None:
             return self
@@ -178,7 +178,7 @@ class LocalServer(ABC):
         if self.pid is not None:
             os.killpg(self.pid, signal.SIGCONT)
 
-    def __enter__(self) -> "LocalServer":
+    def __enter__(self) -> LocalServer:
         return self.start()
 
     def cleanup(self) -> None:

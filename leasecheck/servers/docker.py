@@ -4,7 +4,7 @@ Why containers at all, when :mod:`leasecheck.servers.redis` and ``.postgres``
 already run the stores as local processes: a container can be frozen whole
 (``docker pause``), crashed whole (``docker kill``) and taken off its network
 (``docker network disconnect``) by the engine, which is what
-:mod:`nemesis.container` does — no pid bookkeeping, no process-group tricks.
+:mod:`leasecheck.nemesis.container` does — no pid bookkeeping, no process-group tricks.
 
 **No registry needed.** The machines this runs on reach no image registry, so
 an image is chosen like this (``choose_image``):
@@ -37,7 +37,7 @@ local servers: Redis fsyncs its AOF before every reply, Postgres keeps
 
 Every container and the network carry the label ``leasecheck.run=<run id>``;
 :meth:`DockerRun.close` removes everything so labelled, and
-:func:`nemesis.container.heal_containers` heals it.
+:func:`leasecheck.nemesis.container.heal_containers` heals it.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import Mount
 
+from leasecheck.nemesis.container import NETWORK_LABEL, RUN_LABEL, run_label
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, log_tail
-from nemesis.container import NETWORK_LABEL, RUN_LABEL, run_label
 
 # The store clients (redis, psycopg) and the local servers' helpers that import them are
 # imported where used: each store is an optional extra, and a Redis-only install must work.
@@ -174,10 +174,10 @@ class DockerRun:
 
     client: docker.DockerClient
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
-    servers: list["ContainerServer"] = field(default_factory=list)
+    servers: list[ContainerServer] = field(default_factory=list)
 
     @classmethod
-    def open(cls, client: docker.DockerClient | None = None, run_id: str | None = None) -> "DockerRun":
+    def open(cls, client: docker.DockerClient | None = None, run_id: str | None = None) -> DockerRun:
         """Connect (unless given a client) and create the run's network."""
         engine = client or connect_engine()
         run = cls(engine, run_id) if run_id else cls(engine)
@@ -208,11 +208,11 @@ class DockerRun:
         except APIError as e:
             raise EnvironmentFailure(f"docker: cannot create network {self.network_name}: {e}") from None
 
-    def redis(self, directory: str | os.PathLike[str] | None = None, **options: Any) -> "ContainerRedisServer":
+    def redis(self, directory: str | os.PathLike[str] | None = None, **options: Any) -> ContainerRedisServer:
         """A Redis container of this run (not started); options as :class:`ContainerServer`."""
         return self._add(ContainerRedisServer(self, directory, **options))
 
-    def postgres(self, directory: str | os.PathLike[str] | None = None, **options: Any) -> "ContainerPostgresServer":
+    def postgres(self, directory: str | os.PathLike[str] | None = None, **options: Any) -> ContainerPostgresServer:
         """A Postgres container of this run (not started); options as :class:`ContainerServer`."""
         return self._add(ContainerPostgresServer(self, directory, **options))
 
@@ -233,7 +233,7 @@ class DockerRun:
             server.container = None
         remove_run(self.client, self.run_id)
 
-    def __enter__(self) -> "DockerRun":
+    def __enter__(self) -> DockerRun:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -267,7 +267,7 @@ class ContainerServer(LocalServer):
     ``stop`` stops it gracefully and removes it; ``kill``, ``pause``,
     ``resume`` act on the whole container. ``container`` is the Docker SDK
     object while the container exists (None otherwise): hand it to
-    :mod:`nemesis.container`'s faults. ``image`` is the image asked for (see
+    :mod:`leasecheck.nemesis.container`'s faults. ``image`` is the image asked for (see
     :func:`choose_image`); ``pull`` allows pulling it.
     """
 
@@ -347,7 +347,7 @@ class ContainerServer(LocalServer):
             return {}
         return dict(self.container.attrs.get("State") or {})
 
-    def start(self, timeout: float = 60.0) -> "ContainerServer":
+    def start(self, timeout: float = 60.0) -> ContainerServer:
         """Create the container (or start the killed one again) and wait until the store answers."""
         state = self._state()
         if state.get("Running"):

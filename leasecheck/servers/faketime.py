@@ -4,7 +4,7 @@ The reference backends judge lease expiry by the store's clock, so the clock
 fault that matters for them is a skew of the *server's* wall clock. We never
 touch the machine's clock: the server alone runs with libfaketime preloaded,
 reading its offset from a small control file that
-:class:`nemesis.clock.ServerClockSkew` rewrites (``+1.5``, ``-0.25``, ``+0``:
+:class:`leasecheck.nemesis.clock.ServerClockSkew` rewrites (``+1.5``, ``-0.25``, ``+0``:
 seconds relative to the real time). ``FAKETIME_NO_CACHE=1`` makes the server
 re-read it on every clock call, so an edit takes effect at once, in every
 running backend process — measured: ``+3600`` moves Postgres'
@@ -64,10 +64,10 @@ import os
 import shutil
 from pathlib import Path
 
+from leasecheck.nemesis.clock import ServerClockSkew, write_faketime_offset
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.postgres import PostgresServer
 from leasecheck.servers.redis import RedisServer
-from nemesis.clock import ServerClockSkew, write_faketime_offset
 
 #: where Debian's libfaketime package puts the preload library (any architecture)
 LIBFAKETIME_GLOB = "/usr/lib/*/faketime/libfaketime.so.1"
