@@ -10,6 +10,7 @@ in epoch order") and renders the cycle or chain that proves the anomaly.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import pairwise
 
 import networkx as nx
 
@@ -70,7 +71,7 @@ def interval(op: Op) -> str:
 
 def precedence_graph(ops: list[Op]) -> nx.DiGraph:
     """Real-time edges among the cited ops, plus the epoch order the model forces."""
-    g = nx.DiGraph()
+    g: nx.DiGraph[int] = nx.DiGraph()
     for op in ops:
         g.add_node(op.index, op=op)
     for a in ops:
@@ -111,7 +112,7 @@ def render_chain(anomaly: Anomaly, ops: Mapping[int, Op]) -> str:
             lines.append(f"    op {a} -> op {b}: {g.edges[a, b]['why']}")
     else:
         order = list(nx.topological_sort(g))
-        for a, b in zip(order, order[1:]):
+        for a, b in pairwise(order):
             if g.has_edge(a, b):
                 lines.append(f"    op {a} -> op {b}: {g.edges[a, b]['why']}")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """The named anomaly kinds of DESIGN.md, each checked straight from its definition.
 
-Each check is a pure function of one node's ops that appends findings; most are
+Each check is a pure function of one node's ops that appends findings (a row of
+:mod:`leasecheck.checker.table` says which kinds it reports, and on which nodes); most are
 one pass over the ops with :class:`~leasecheck.checker.precedence.MaxBefore` answering
 "the largest epoch observed before this invoke". Epochs are the version order
 (the way Elle uses unique writes), so no search is needed for any of them.
@@ -11,39 +12,16 @@ ordered by real time, tokens naming the lease.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from leasecheck.checker.explain import at, describe, outcome
-from leasecheck.checker.model import SUCCEEDED, agrees, freeze, result_of
+from leasecheck.checker.findings import Findings, NodeHistory
+from leasecheck.checker.model import agrees, freeze, result_of
 from leasecheck.checker.precedence import MaxBefore
-from leasecheck.checker.verdict import Anomaly
-from leasecheck.histories import Header, Op
-
-#: detailed findings kept per (node, kind); the rest are only counted
-MAX_PER_KIND = 100
-
-NS_PER_MS = 1_000_000
-
-
-@dataclass
-class Findings:
-    """Collects anomalies, keeping at most ``limit`` per (node, kind) and counting all."""
-
-    limit: int = MAX_PER_KIND
-    anomalies: list[Anomaly] = field(default_factory=list)
-    counts: Counter[str] = field(default_factory=Counter)
-    _per: Counter[tuple[str, str]] = field(default_factory=Counter)
-
-    def add(self, kind: str, node: str, ops: list[Op], explanation: str) -> None:
-        self.counts[kind] += 1
-        self._per[node, kind] += 1
-        if self._per[node, kind] <= self.limit:
-            self.anomalies.append(Anomaly(kind, node, [op.index for op in ops], explanation))
-
-    def kinds_on(self, node: str) -> set[str]:
-        return {k for (n, k), c in self._per.items() if n == node and c}
+from leasecheck.histories import Op
+from leasecheck.histories.vocabulary import STALE_KINDS, SUCCEEDED
 
 
 def _int_epoch(op: Op) -> bool:
@@ -74,9 +52,14 @@ def stale_effects(ops: Iterable[Op]) -> Iterator[tuple[Op, Op]]:
             yield x, op
 
 
-def epoch_order(node: str, ops: list[Op], out: Findings) -> None:
-    """duplicate-epoch, epoch-regression, stale-renew, stale-commit, stale-effect."""
-    ok = [op for op in ops if op.type == "ok" and _int_epoch(op)]
+def epoch_order(n: NodeHistory, out: Findings) -> None:
+    """duplicate-epoch, epoch-regression, stale-renew, stale-commit, stale-effect.
+
+    One pass family over the ok ops that name an epoch: the epochs observed
+    before each invoke (one :class:`MaxBefore`) answer all five.
+    """
+    node = n.node
+    ok = [op for op in n.ops if op.type == "ok" and _int_epoch(op)]
     first_claim: dict[int, Op] = {}
     for op in sorted((o for o in ok if o.f == "claim"), key=lambda o: o.index):
         e = op.epoch
@@ -106,7 +89,7 @@ def epoch_order(node: str, ops: list[Op], out: Findings) -> None:
             )
         elif op.f != "claim" and best > e:
             out.add(
-                f"stale-{op.f}", node, [x, op],
+                STALE_KINDS[op.f], node, [x, op],
                 f"{describe(op)} was invoked at {at(op.invoke_time)}, after {describe(x)} {_observed(x)} "
                 f"at {at(x.complete_time)}; yet the store accepted the {op.f} with the older epoch {e} "
                 f"(completed at {at(op.complete_time)}).",
@@ -120,9 +103,10 @@ def epoch_order(node: str, ops: list[Op], out: Findings) -> None:
         )
 
 
-def commits(node: str, ops: list[Op], fenced: bool, out: Findings) -> None:
-    """duplicate-commit and lost-commit."""
-    key = (lambda o: o.value.get("epoch")) if fenced else (lambda o: freeze(o.value.get("token")))
+def commits(n: NodeHistory, out: Findings) -> None:
+    """duplicate-commit and lost-commit: a lease is named by its epoch, or by its token when unfenced."""
+    node, ops, fenced = n.node, n.ops, n.fenced
+    key: Callable[[Op], Any] = (lambda o: o.value.get("epoch")) if fenced else (lambda o: freeze(o.value.get("token")))
     done = sorted((op for op in ops if op.type == "ok" and op.f == "commit"), key=lambda o: o.index)
     if not done:
         return
@@ -140,6 +124,7 @@ def commits(node: str, ops: list[Op], fenced: bool, out: Findings) -> None:
     starts = [r.invoke_time for r in reads]
     for c in done:
         want = key(c)
+        assert c.complete_time is not None  # an ok op completed
         for r in reads[bisect_right(starts, c.complete_time):]:
             v = r.result
             seen_key = v.get("epoch") if fenced else freeze(v.get("token"))
@@ -156,27 +141,26 @@ def commits(node: str, ops: list[Op], fenced: bool, out: Findings) -> None:
             )
 
 
-def overlapping_fenced(node: str, ops: list[Op], header: Header, out: Findings) -> None:
+def overlapping_fenced(n: NodeHistory, out: Findings) -> None:
     """overlapping-lease, exactly as DESIGN.md defines it for fenced leases."""
-    window = (header.ttl_ms - header.clock_uncertainty_ms) * NS_PER_MS
+    node, ops, header = n.node, n.ops, n.header
+    window = n.surely_held_ns
     if window <= 0:
         return
     claims = sorted((op for op in ops if op.type == "ok" and op.f == "claim" and _int_epoch(op)), key=lambda o: o.epoch)
     if len(claims) < 2:
         return
     epochs = [c.epoch for c in claims]
-    renews: dict[int, list[Op]] = defaultdict(list)
-    released: dict[int, int] = {}
+    renews: dict[int | None, list[Op]] = defaultdict(list)
     for op in ops:
-        e = op.value.get("epoch")
         if op.f == "renew" and op.type == "ok":
-            renews[e].append(op)
-        elif op.f == "release" and op.type in ("ok", "info"):
-            released[e] = min(released.get(e, op.invoke_time), op.invoke_time)
+            renews[op.value.get("epoch")].append(op)
+    released = _first_releases(ops, lambda op: op.value.get("epoch"))
     renew_starts = {e: sorted(r.invoke_time for r in rs) for e, rs in renews.items()}
     renew_ops = {e: sorted(rs, key=lambda r: r.invoke_time) for e, rs in renews.items()}
     for c in claims:
         done = c.complete_time
+        assert done is not None  # an ok op completed
         j = bisect_left(epochs, c.epoch) - 1
         while j >= 0 and claims[j].invoke_time >= done:
             j -= 1
@@ -202,6 +186,17 @@ def overlapping_fenced(node: str, ops: list[Op], header: Header, out: Findings) 
                 f"{at(int(t + window))} (ttl {header.ttl_ms:g} ms minus clock uncertainty "
                 f"{header.clock_uncertainty_ms:g} ms), and it was never released.",
             )
+
+
+def _first_releases(ops: list[Op], lease: Callable[[Op], Any]) -> dict[Any, int]:
+    """When each lease (named by ``lease(op)``) was given back at the earliest: the first
+    invoke of an ok or info release of it (an info release may take effect at once)."""
+    released: dict[Any, int] = {}
+    for op in ops:
+        if op.f == "release" and op.type in ("ok", "info"):
+            k = lease(op)
+            released[k] = min(released.get(k, op.invoke_time), op.invoke_time)
+    return released
 
 
 # ------------------------------------------------------------------- unfenced
@@ -231,12 +226,13 @@ class _Leases:
         return self._by_token[tok][max(i, 0)]
 
 
-def grant_order(node: str, ops: list[Op], out: Findings) -> None:
+def grant_order(n: NodeHistory, out: Findings) -> None:
     """stale-renew / stale-commit / stale-effect of unfenced leases, by grant order.
 
     A holder's op is stale when it was invoked after a newer claim (one invoked
     after the holder's claim completed, with another token) had completed.
     """
+    node, ops = n.node, n.ops
     leases = _Leases(ops)
     claims = leases.claims
     if len(claims) < 2:
@@ -249,42 +245,44 @@ def grant_order(node: str, ops: list[Op], out: Findings) -> None:
         if h is None:
             continue
         tok = freeze(h.result.get("token"))
-        newer = None
+        newer: Op | None = None
+        newer_done = 0
+        assert h.complete_time is not None  # an ok op completed
         for c in claims[bisect_right(starts, h.complete_time):]:
             if c.invoke_time >= op.invoke_time:
                 break
-            if c.complete_time < op.invoke_time and freeze(c.result.get("token")) != tok:  # type: ignore[operator]
-                if newer is None or c.complete_time < newer.complete_time:  # type: ignore[operator]
-                    newer = c
+            c_done = c.complete_time
+            assert c_done is not None
+            if (c_done < op.invoke_time and freeze(c.result.get("token")) != tok
+                    and (newer is None or c_done < newer_done)):
+                newer, newer_done = c, c_done
         if newer is not None:
             out.add(
-                f"stale-{op.f}", node, [h, newer, op],
+                STALE_KINDS[op.f], node, [h, newer, op],
                 f"{describe(op)}, whose lease {describe(h)} was granted at {at(h.complete_time)}, was invoked at "
                 f"{at(op.invoke_time)}, after the newer {describe(newer)} (invoked at {at(newer.invoke_time)}) "
                 f"had been granted at {at(newer.complete_time)}; yet it was accepted.",
             )
 
 
-def overlapping_unfenced(node: str, ops: list[Op], header: Header, out: Findings) -> None:
+def overlapping_unfenced(n: NodeHistory, out: Findings) -> None:
     """overlapping-lease by grant order: a claim granted while an earlier lease was provably held.
 
     With no epochs, two claims are ordered only when one completed before the
     other was invoked; for two concurrent grants, both leases were surely held
     at once if both completed within ttl − uncertainty of the earlier invoke.
     """
-    window = (header.ttl_ms - header.clock_uncertainty_ms) * NS_PER_MS
+    node, ops = n.node, n.ops
+    window = n.surely_held_ns
     if window <= 0:
         return
     leases = _Leases(ops)
     if len(leases.claims) < 2:
         return
-    released: dict[object, int] = {}
+    released = _first_releases(ops, lambda op: freeze(op.value.get("token")))
     grants: list[tuple[int, Op, Op]] = [(c.invoke_time, c, c) for c in leases.claims]
     for op in ops:
-        if op.f == "release" and op.type in ("ok", "info"):
-            tok = freeze(op.value.get("token"))
-            released[tok] = min(released.get(tok, op.invoke_time), op.invoke_time)
-        elif op.type == "ok" and op.f == "renew":
+        if op.type == "ok" and op.f == "renew":
             holder = leases.of(op)
             if holder is not None:
                 grants.append((op.invoke_time, op, holder))
@@ -292,26 +290,29 @@ def overlapping_unfenced(node: str, ops: list[Op], header: Header, out: Findings
     starts = [g[0] for g in grants]
     for c in leases.claims:
         done = c.complete_time
+        assert done is not None  # an ok op completed
         ctok = freeze(c.result.get("token"))
-        lo = bisect_right(starts, done - window)  # type: ignore[operator]
-        hi = bisect_left(starts, done)  # type: ignore[arg-type]
+        lo = bisect_right(starts, done - window)
+        hi = bisect_left(starts, done)
         for t, via, p in reversed(grants[lo:hi]):
             ptok = freeze(p.result.get("token"))
             if p is c or ptok == ctok:
                 continue
-            if p.complete_time < c.invoke_time:  # type: ignore[operator]
-                if released.get(ptok, done) < done:  # type: ignore[operator]
+            p_done = p.complete_time
+            assert p_done is not None
+            if p_done < c.invoke_time:
+                if released.get(ptok, done) < done:
                     continue
                 cited = [p, via, c] if via is not p else [p, c]
                 out.add(
                     "overlapping-lease", node, cited,
                     f"{describe(c)} was granted at {at(done)}, while {describe(p)}, granted earlier at "
-                    f"{at(p.complete_time)}, still held its lease: it was claimed or renewed at {at(t)}, so it ran "
+                    f"{at(p_done)}, still held its lease: it was claimed or renewed at {at(t)}, so it ran "
                     f"until at least {at(int(t + window))}, and it was not released.",
                 )
                 break
             if via is p and p.index < c.index:
-                last = max(p.complete_time, done)  # type: ignore[type-var]
+                last = max(p_done, done)
                 if last >= min(p.invoke_time, c.invoke_time) + window:
                     continue
                 if released.get(ptok, last) < last or released.get(ctok, last) < last:
@@ -327,22 +328,27 @@ def overlapping_unfenced(node: str, ops: list[Op], header: Header, out: Findings
 # ---------------------------------------------------------------------- both
 
 
-def stuck(node: str, ops: list[Op], header: Header, out: Findings) -> None:
+def stuck(n: NodeHistory, out: Findings) -> None:
     """stuck-lease: a claim refused as ``held`` after every lease had provably expired."""
+    node, ops, header = n.node, n.ops, n.header
     refused = [op for op in ops if op.type == "fail" and op.f == "claim" and op.result.get("reason") == "held"]
     if not refused:
         return
-    slack = (header.ttl_ms + header.clock_uncertainty_ms) * NS_PER_MS
+    slack = n.surely_expired_ns
     maybe = [op.invoke_time for op in ops if op.type == "info" and op.f in ("claim", "renew")]
     first_maybe = min(maybe) if maybe else None
     grants = sorted((op for op in ops if op.type == "ok" and op.f in ("claim", "renew")), key=lambda o: o.invoke_time)
     starts = [g.invoke_time for g in grants]
-    latest: list[Op] = []
+    #: for each prefix of ``grants``: the latest completion among them, and its op
+    latest: list[tuple[int, Op]] = []
     for g in grants:
-        latest.append(g if not latest or g.complete_time > latest[-1].complete_time else latest[-1])  # type: ignore[operator]
+        g_done = g.complete_time
+        assert g_done is not None  # an ok op completed
+        latest.append((g_done, g) if not latest or g_done > latest[-1][0] else latest[-1])
     for f in refused:
         done = f.complete_time
-        if first_maybe is not None and first_maybe < done:  # type: ignore[operator]
+        assert done is not None  # a failed op completed
+        if first_maybe is not None and first_maybe < done:
             continue
         k = bisect_left(starts, done)
         if k == 0:
@@ -352,12 +358,12 @@ def stuck(node: str, ops: list[Op], header: Header, out: Findings) -> None:
                 f"or could have been.",
             )
             continue
-        last = latest[k - 1]
-        if f.invoke_time > last.complete_time + slack:  # type: ignore[operator]
+        last_done, last = latest[k - 1]
+        if f.invoke_time > last_done + slack:
             out.add(
                 "stuck-lease", node, [last, f],
                 f"{describe(f)} was invoked at {at(f.invoke_time)} and refused as held, but the last lease "
-                f"activity, {describe(last)}, completed at {at(last.complete_time)}: every lease had expired by "
-                f"{at(int(last.complete_time + slack))} (ttl {header.ttl_ms:g} ms plus clock uncertainty "  # type: ignore[operator]
+                f"activity, {describe(last)}, completed at {at(last_done)}: every lease had expired by "
+                f"{at(int(last_done + slack))} (ttl {header.ttl_ms:g} ms plus clock uncertainty "
                 f"{header.clock_uncertainty_ms:g} ms).",
             )

@@ -17,8 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from leasecheck.histories import Op
-
-READY, RUNNING, SUCCEEDED = "READY", "RUNNING", "SUCCEEDED"
+from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED
 
 State = tuple[str, Any, Any, Any]
 INITIAL: State = (READY, 0, None, None)
@@ -82,7 +81,7 @@ def lease_step(state: State, op: Op, fenced: bool, info_keys: Iterable[Any] = ()
     op names but no ok claim granted. Granting any other key helps nothing:
     nobody names it, and it only blocks ops that name the current key.
     """
-    status, key, owner, result = state
+    status, key, owner, _ = state
     f = op.f
     if f == "read":
         return [state] if read_matches(state, op, fenced) else []
@@ -112,6 +111,10 @@ def lease_step(state: State, op: Op, fenced: bool, info_keys: Iterable[Any] = ()
 
 
 def register_step(largest: float, op: Op) -> list[float]:
-    """The protected resource: an effect is accepted iff its epoch ≥ the largest accepted."""
-    e = op.value.get("epoch")
+    """The protected resource: an effect is accepted iff its epoch ≥ the largest accepted.
+
+    Only effects that carry an integer epoch are passed in (the search of an
+    unfenced node has no protected resource to judge).
+    """
+    e: int = op.value["epoch"]
     return [e] if e >= largest else []

@@ -27,9 +27,10 @@ import networkx as nx
 
 from leasecheck.checker.explain import at, describe
 from leasecheck.checker.kinds import stale_effects
-from leasecheck.checker.model import READY, RUNNING, SUCCEEDED, agrees, owner_of, result_of
+from leasecheck.checker.model import agrees, owner_of, result_of
 from leasecheck.checker.precedence import MaxBefore
 from leasecheck.histories import Op
+from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED
 
 PHASE = {"claim": 0, "renew": 1, "commit": 2, "release": 2}
 
@@ -50,6 +51,7 @@ class Undecided(Exception):
 
 
 def _block(op: Op) -> int:
+    """The block an ok op must be linearized in: ``4·epoch + phase`` (see above)."""
     e = op.epoch
     if op.f == "read":
         status = op.result.get("status")
@@ -57,8 +59,36 @@ def _block(op: Op) -> int:
     return 4 * e + PHASE[op.f]
 
 
-def _no(ops: list[Op], why: str) -> Decision:
+class _Refuted(Exception):
+    """Raised by a step of :func:`decide` that found why no linearization exists."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.why)
+        self.decision = decision
+
+
+def _refutation(ops: list[Op], why: str) -> Decision:
+    """The node has no linearization: ``ops`` (cited by index order) prove it, ``why`` says how."""
     return Decision(False, sorted(ops, key=lambda o: o.index), why)
+
+
+def _no(ops: list[Op], why: str) -> _Refuted:
+    """The refutation as an exception, for a step of :func:`decide` to raise."""
+    return _Refuted(_refutation(ops, why))
+
+
+@dataclass(slots=True)
+class _Epochs:
+    """The ok ops of one fenced node, by the epoch (block) they belong to."""
+
+    #: the ok claim that granted each epoch
+    claim: dict[int, Op] = field(default_factory=dict)
+    #: the ok commit or release that ended each epoch's lease
+    end: dict[int, Op] = field(default_factory=dict)
+    #: the ok reads showing the state an epoch's end left (READY or SUCCEEDED)
+    after: dict[int, list[Op]] = field(default_factory=lambda: defaultdict(list))
+    #: the first op (by index) naming each epoch other than by its claim
+    used: dict[int, Op] = field(default_factory=dict)
 
 
 def decide(ops: list[Op]) -> Decision:
@@ -66,7 +96,31 @@ def decide(ops: list[Op]) -> Decision:
 
     ``ops`` are the node's ops (any order); effects, failed ops, and info reads
     and renews are ignored here (the protected resource is checked separately,
-    and the others cannot change the state).
+    and the others cannot change the state). Each step below either refutes the
+    node (and says why) or narrows what the next one must consider; their order
+    decides which proof is reported when there are several.
+    """
+    done, maybe_claims, maybe_ends = _split(ops)
+    if not done:
+        return Decision(True)
+    try:
+        epochs = _by_epoch(done)
+        seen = MaxBefore(done, key=_block)
+        chosen = _needed_ends(epochs, maybe_ends)
+        _nothing_after_commit(epochs, chosen, done)
+        chosen += _needed_claims(epochs, done, maybe_claims, seen)
+        chosen += [(op, _block(op)) for op in done]
+        _real_time_respects_blocks(chosen, seen)
+    except _Refuted as no:
+        return no.decision
+    return Decision(True)
+
+
+def _split(ops: list[Op]) -> tuple[list[Op], list[Op], list[Op]]:
+    """(ok ops, info claims, info commits and releases): what can change the lease's state.
+
+    Every op that must have happened needs an epoch to be placed in a block; an
+    op without one (a fenced node with a null epoch somewhere) is for the search.
     """
     done: list[Op] = []
     maybe_claims: list[Op] = []
@@ -84,53 +138,66 @@ def decide(ops: list[Op]) -> Decision:
             if type(op.value.get("epoch")) is not int:
                 raise Undecided(f"op {op.index} names no epoch")
             maybe_ends.append(op)
+    return done, maybe_claims, maybe_ends
 
-    claim: dict[int, Op] = {}
-    end: dict[int, Op] = {}
-    after: dict[int, list[Op]] = defaultdict(list)
-    used: dict[int, Op] = {}
+
+def _by_epoch(done: list[Op]) -> _Epochs:
+    """Sort the ok ops into epochs, refuting what no block order can hold.
+
+    An epoch is granted once and ended at most once; epochs start above 0, and
+    only a READY read may show epoch 0 (nothing was ever claimed).
+    """
+    epochs = _Epochs()
+    claim, end = epochs.claim, epochs.end
     for op in sorted(done, key=lambda o: o.index):
         e = op.epoch
         if op.f == "claim":
             if e <= 0:
-                return _no([op], f"{describe(op)} was granted epoch {e}, but epochs start above 0.")
+                raise _no([op], f"{describe(op)} was granted epoch {e}, but epochs start above 0.")
             if e in claim:
-                return _no([claim[e], op], f"{describe(claim[e])} and {describe(op)} were both granted epoch {e}.")
+                raise _no([claim[e], op], f"{describe(claim[e])} and {describe(op)} were both granted epoch {e}.")
             claim[e] = op
             continue
         if op.f in ("commit", "release"):
             if e in end:
-                return _no([end[e], op], f"{describe(end[e])} and {describe(op)} both ended the lease of epoch {e}.")
+                raise _no([end[e], op], f"{describe(end[e])} and {describe(op)} both ended the lease of epoch {e}.")
             end[e] = op
         elif op.f == "read" and op.result.get("status") != RUNNING:
             if e == 0:
                 if op.result.get("status") != READY:
-                    return _no([op], f"{describe(op)} read {op.result.get('status')} with epoch 0, before any claim.")
+                    raise _no([op], f"{describe(op)} read {op.result.get('status')} with epoch 0, before any claim.")
                 continue
-            after[e].append(op)
+            epochs.after[e].append(op)
         if e <= 0:
-            return _no([op], f"{describe(op)} names epoch {e}, which no claim can grant.")
-        used.setdefault(e, op)
+            raise _no([op], f"{describe(op)} names epoch {e}, which no claim can grant.")
+        epochs.used.setdefault(e, op)
+    return epochs
 
-    # which end each epoch's after-reads need: an ok one, or the earliest fitting info one
-    if done:
-        seen = MaxBefore((o for o in done), key=_block)
+
+def _needed_ends(epochs: _Epochs, maybe_ends: list[Op]) -> list[tuple[Op, int]]:
+    """The info ends that reads of an ended epoch need, placed in their epoch's end block.
+
+    Reads after an epoch's end must agree on how it ended (released or committed,
+    with which result). If an ok op ended it, that op must be the one; else the
+    earliest-invoked fitting info op is always the best choice (it constrains
+    the real-time order least).
+    """
     chosen: list[tuple[Op, int]] = []
-    for e, reads in after.items():
+    for e, reads in epochs.after.items():
         statuses = {r.result.get("status") for r in reads}
         if len(statuses) > 1:
             a = next(r for r in reads if r.result.get("status") == READY)
             b = next(r for r in reads if r.result.get("status") == SUCCEEDED)
-            return _no([a, b], f"{describe(a)} and {describe(b)} saw epoch {e} both released and committed.")
+            raise _no([a, b], f"{describe(a)} and {describe(b)} saw epoch {e} both released and committed.")
         want = "release" if READY in statuses else "commit"
         results = {repr(r.result.get("result")) for r in reads} if want == "commit" else set()
         if len(results) > 1:
-            return _no(reads[:2], f"{describe(reads[0])} and {describe(reads[1])} read different results of epoch {e}.")
+            raise _no(reads[:2], f"{describe(reads[0])} and {describe(reads[1])} read different results of epoch {e}.")
         sample = reads[0]
-        if e in end:
-            x = end[e]
+        if e in epochs.end:
+            x = epochs.end[e]
             if x.f != want or (want == "commit" and not agrees(result_of(x), sample.result.get("result"))):
-                return _no([x, sample], f"{describe(sample)} {_shows(sample)}, but epoch {e} ended with {describe(x)}.")
+                raise _no([x, sample], f"{describe(sample)} {_shows(sample)}, but epoch {e} ended with {describe(x)}.")
             continue
         fits = [
             m for m in maybe_ends
@@ -139,75 +206,91 @@ def decide(ops: list[Op]) -> Decision:
         ]
         fits.sort(key=lambda m: m.invoke_time)
         if not fits:
-            return _no([sample], f"{describe(sample)} {_shows(sample)}, but no {want} of epoch {e} could have done that.")
+            raise _no([sample], f"{describe(sample)} {_shows(sample)}, but no {want} of epoch {e} could have done that.")
         chosen.append((fits[0], 4 * e + 2))
+    return chosen
 
-    # at most one commit, and it ends everything
-    committed = [x for x in end.values() if x.f == "commit"] + [m for m, _ in chosen if m.f == "commit"]
+
+def _nothing_after_commit(epochs: _Epochs, chosen: list[tuple[Op, int]], done: list[Op]) -> None:
+    """At most one commit, and it ends everything: a SUCCEEDED node grants no later epoch."""
+    committed = [x for x in epochs.end.values() if x.f == "commit"] + [m for m, _ in chosen if m.f == "commit"]
     if len(committed) > 1:
         a, b = sorted(committed, key=lambda o: o.index)[:2]
-        return _no([a, b], f"{describe(a)} and {describe(b)} both committed the node.")
+        raise _no([a, b], f"{describe(a)} and {describe(b)} both committed the node.")
     if committed:
         c = committed[0]
         ce = c.value.get("epoch")
         higher = [o for o in done if o.epoch > ce]
         if higher:
             h = min(higher, key=lambda o: o.index)
-            return _no([c, h], f"{describe(c)} committed the node with epoch {ce}, but {describe(h)} names the later "
-                               f"epoch {h.epoch}: no lease follows a commit.")
+            raise _no([c, h], f"{describe(c)} committed the node with epoch {ce}, but {describe(h)} names the later "
+                              f"epoch {h.epoch}: no lease follows a commit.")
 
-    # epochs used with no ok claim need an info claim each
+
+def _needed_claims(epochs: _Epochs, done: list[Op], maybe_claims: list[Op], seen: MaxBefore) -> list[tuple[Op, int]]:
+    """An info claim for each epoch that ops use but no ok claim granted, placed in its claim block.
+
+    Reads pin the owner of an epoch. Which info claim grants which epoch is a
+    bipartite matching (an info claim grants at most one epoch, and only one it
+    could have been granted: invoked before anything of a later block completed,
+    for the owner that reads show).
+    """
+    claim = epochs.claim
     owners: dict[int, set[object]] = defaultdict(set)
     for op in done:
         if op.f == "read" and op.result.get("status") in (RUNNING, SUCCEEDED):
             owners[op.epoch].add(repr(op.result.get("owner")))
             if op.epoch in claim and not agrees(owner_of(claim[op.epoch]), op.result.get("owner")):
                 c = claim[op.epoch]
-                return _no([c, op], f"{describe(op)} shows owner {op.result.get('owner')!r} for epoch {op.epoch}, "
-                                    f"but {describe(c)} was granted it for {owner_of(c)!r}.")
-    needed = sorted(e for e in used if e not in claim)
-    if needed:
+                raise _no([c, op], f"{describe(op)} shows owner {op.result.get('owner')!r} for epoch {op.epoch}, "
+                                   f"but {describe(c)} was granted it for {owner_of(c)!r}.")
+    needed = sorted(e for e in epochs.used if e not in claim)
+    if not needed:
+        return []
+    for e in needed:
+        if len(owners[e]) > 1:
+            r = [o for o in done if o.f == "read" and o.epoch == e][:2]
+            raise _no(r, f"reads show two owners for epoch {e}.")
+    shown = {op.epoch: op.result.get("owner") for op in done
+             if op.f == "read" and op.result.get("status") in (RUNNING, SUCCEEDED)}
+    g: nx.Graph[tuple[str, int]] = nx.Graph()
+    g.add_nodes_from(("e", e) for e in needed)
+    for m in maybe_claims:
+        g.add_node(("c", m.index))
+        limit = seen.query(m.invoke_time)[0]
         for e in needed:
-            if len(owners[e]) > 1:
-                r = [o for o in done if o.f == "read" and o.epoch == e][:2]
-                return _no(r, f"reads show two owners for epoch {e}.")
-        shown = {op.epoch: op.result.get("owner") for op in done
-                 if op.f == "read" and op.result.get("status") in (RUNNING, SUCCEEDED)}
-        g = nx.Graph()
-        g.add_nodes_from(("e", e) for e in needed)
-        for m in maybe_claims:
-            g.add_node(("c", m.index))
-            limit = seen.query(m.invoke_time)[0]
-            for e in needed:
-                if limit is not None and limit > 4 * e:
-                    continue
-                if e in shown and not agrees(owner_of(m), shown[e]):
-                    continue
-                g.add_edge(("e", e), ("c", m.index))
-        match = nx.bipartite.hopcroft_karp_matching(g, top_nodes=[("e", e) for e in needed]) if g.number_of_edges() else {}
-        by_index = {m.index: m for m in maybe_claims}
-        for e in needed:
-            if ("e", e) not in match:
-                op = used[e]
-                return _no([op], f"{describe(op)} names epoch {e}, but no claim granted it, and no indeterminate claim "
-                                 f"could have (none was invoked early enough, or for the owner that reads show).")
-            chosen.append((by_index[match["e", e][1]], 4 * e))
+            if limit is not None and limit > 4 * e:
+                continue
+            if e in shown and not agrees(owner_of(m), shown[e]):
+                continue
+            g.add_edge(("e", e), ("c", m.index))
+    match = nx.bipartite.hopcroft_karp_matching(g, top_nodes=[("e", e) for e in needed]) if g.number_of_edges() else {}
+    by_index = {m.index: m for m in maybe_claims}
+    chosen: list[tuple[Op, int]] = []
+    for e in needed:
+        if ("e", e) not in match:
+            op = epochs.used[e]
+            raise _no([op], f"{describe(op)} names epoch {e}, but no claim granted it, and no indeterminate claim "
+                            f"could have (none was invoked early enough, or for the owner that reads show).")
+        chosen.append((by_index[match["e", e][1]], 4 * e))
+    return chosen
 
-    # the real-time order must respect the block order
-    if not done:
-        return Decision(True)
-    for op in done:
-        chosen.append((op, _block(op)))
+
+def _real_time_respects_blocks(chosen: list[tuple[Op, int]], seen: MaxBefore) -> None:
+    """No op may complete before the invoke of an op in an earlier block.
+
+    That is exactly when the real-time order extends to a total order of the
+    blocks (ops inside a block commute), so this is the final, exact test.
+    """
     for op, block in chosen:
         worst, x = seen.query(op.invoke_time)
         if x is not None and worst > block:
-            return _no(
+            raise _no(
                 [x, op],
                 f"{describe(x)} completed at {at(x.complete_time)}, before {describe(op)} was invoked at "
                 f"{at(op.invoke_time)}, yet the lease model needs {describe(op)} to take effect first "
                 f"({_phase_words(op, block)} comes before {_phase_words(x, _block(x))}).",
             )
-    return Decision(True)
 
 
 def _shows(read: Op) -> str:
@@ -228,5 +311,5 @@ def decide_register(ops: list[Op]) -> Decision:
     to take effect: accepting more only raises the bar.
     """
     for x, op in stale_effects(ops):
-        return _no([x, op], f"the protected resource accepted {describe(op)} after {describe(x)} had been accepted.")
+        return _refutation([x, op], f"the protected resource accepted {describe(op)} after {describe(x)} had been accepted.")
     return Decision(True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from leasecheck.histories import Op
 
@@ -29,9 +29,11 @@ class MaxBefore:
 
     def __init__(self, ops: Iterable[Op], key: Callable[[Op], Any]) -> None:
         ordered = sorted(ops, key=_DONE)  # linear when already in completion order
-        self._times: list[int] = [op.complete_time for op in ordered]  # type: ignore[misc]
-        keys = self._keys = []
-        best = self._ops = []
+        # every op passed in completed (see above), so every time is an int
+        self._times = cast(list[int], [op.complete_time for op in ordered])
+        keys: list[Any] = []
+        best: list[Op] = []
+        self._keys, self._ops = keys, best
         best_key: Any = None
         best_op: Op | None = None
         for op in ordered:

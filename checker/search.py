@@ -39,19 +39,31 @@ class SearchResult:
     explored: int = 0
 
 
-class _Entry:
-    __slots__ = ("id", "is_call", "match", "next", "op", "prev")
+class _Link:
+    """A place in the doubly linked entry list: the head has only a successor."""
 
-    def __init__(self, op: Op | None, id_: int, is_call: bool) -> None:
+    __slots__ = ("next",)
+
+    def __init__(self) -> None:
+        self.next: _Entry | None = None
+
+
+class _Entry(_Link):
+    """A call or return of one op; lifted out of the list while its op is linearized."""
+
+    __slots__ = ("id", "is_call", "match", "op", "prev")
+
+    def __init__(self, op: Op, id_: int, is_call: bool) -> None:
+        super().__init__()
         self.op = op
         self.id = id_
         self.is_call = is_call
         self.match: _Entry | None = None
-        self.prev: _Entry | None = None
-        self.next: _Entry | None = None
+        #: every entry has a predecessor once linked (the head at least)
+        self.prev: _Link = self
 
 
-def _build(ops: Sequence[Op]) -> tuple[_Entry, int]:
+def _build(ops: Sequence[Op]) -> tuple[_Link, int]:
     """The entry list (calls before returns at equal times: equal times are concurrent)."""
     items: list[tuple[int, int, int, _Entry]] = []
     required = 0
@@ -64,7 +76,7 @@ def _build(ops: Sequence[Op]) -> tuple[_Entry, int]:
             items.append((op.complete_time, 1, i, ret))
             required += 1
     items.sort(key=lambda t: (t[0], t[1], t[2]))
-    head = _Entry(None, -1, False)
+    head = _Link()
     prev = head
     for *_, e in items:
         prev.next = e
@@ -74,12 +86,12 @@ def _build(ops: Sequence[Op]) -> tuple[_Entry, int]:
 
 
 def _lift(e: _Entry) -> None:
-    e.prev.next = e.next  # type: ignore[union-attr]
+    e.prev.next = e.next
     if e.next is not None:
         e.next.prev = e.prev
     m = e.match
     if m is not None:
-        m.prev.next = m.next  # type: ignore[union-attr]
+        m.prev.next = m.next
         if m.next is not None:
             m.next.prev = m.prev
 
@@ -87,10 +99,10 @@ def _lift(e: _Entry) -> None:
 def _unlift(e: _Entry) -> None:
     m = e.match
     if m is not None:
-        m.prev.next = m  # type: ignore[union-attr]
+        m.prev.next = m
         if m.next is not None:
             m.next.prev = m
-    e.prev.next = e  # type: ignore[union-attr]
+    e.prev.next = e
     if e.next is not None:
         e.next.prev = e
 
@@ -120,7 +132,7 @@ def search(ops: Sequence[Op], initial: Hashable, step: Step, deadline: float | N
             op = entry.op
             nxt: set[Any] = set()
             for s in states:
-                nxt.update(step(s, op))  # type: ignore[arg-type]
+                nxt.update(step(s, op))
             if nxt:
                 new_lin = linearized | (1 << entry.id)
                 new_states = frozenset(nxt)
@@ -142,7 +154,7 @@ def search(ops: Sequence[Op], initial: Hashable, step: Step, deadline: float | N
             best = SearchResult(
                 False,
                 stuck=entry.op if entry is not None else None,
-                prefix=[e.op for e, *_ in stack],  # type: ignore[misc]
+                prefix=[e.op for e, _, _, _ in stack],
             )
         if not stack:
             best.explored = explored

@@ -1,37 +1,12 @@
-"""What the checker says: the verdict JSON of DESIGN.md, as dataclasses."""
+"""What the checker says: the verdict JSON of DESIGN.md, as dataclasses.
+
+The anomaly kinds it may name are declared in :mod:`leasecheck.histories.vocabulary`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-#: every anomaly kind of DESIGN.md, in the order reports list them
-KINDS = (
-    "duplicate-epoch",
-    "epoch-regression",
-    "stale-renew",
-    "stale-commit",
-    "stale-effect",
-    "duplicate-commit",
-    "lost-commit",
-    "overlapping-lease",
-    "stuck-lease",
-    "non-linearizable",
-)
-
-#: kinds that are themselves proof that a node has no linearization; a node with
-#: one of them is not also reported ``non-linearizable`` (DESIGN.md)
-LINEARIZABILITY_KINDS = frozenset(
-    {
-        "duplicate-epoch",
-        "epoch-regression",
-        "stale-renew",
-        "stale-commit",
-        "stale-effect",
-        "duplicate-commit",
-        "lost-commit",
-    }
-)
 
 Validity = bool | Literal["unknown"]
 

@@ -3,25 +3,16 @@
 A history is what a test run leaves behind: a header line and one event per line,
 each an invoke or a completion of a worker's operation, or a nemesis fault. This
 package reads (validating, streaming) and writes (append-only, flushed) that
-format, and nothing else: it knows no checker, no backend and no fault.
+format, and nothing else: it knows no checker, no backend and no fault. Its
+:mod:`~leasecheck.histories.vocabulary` declares the words everyone shares (op
+names, fail reasons, statuses, anomaly kinds).
 
 See ``shared/DESIGN.md`` ("History format v1") for the normative rules.
 """
 
-from leasecheck.histories.format import (
-    CLIENT_FUNCTIONS,
-    FAIL_REASONS,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    NEMESIS,
-    READ_STATUSES,
-    Event,
-    Header,
-    Op,
-    make_op,
-    named_epoch,
-)
+from leasecheck.histories.format import FORMAT_NAME, FORMAT_VERSION, NEMESIS, Event, Header, Op, make_op, named_epoch
 from leasecheck.histories.reader import HistoryError, HistoryReader, read_history
+from leasecheck.histories.vocabulary import CLIENT_FUNCTIONS, FAIL_REASONS, READ_STATUSES
 from leasecheck.histories.writer import HistoryWriter
 
 __all__ = [

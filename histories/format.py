@@ -1,4 +1,8 @@
-"""The vocabulary of history format v1: header, raw events, and paired operations."""
+"""History format v1's records: the header, raw events, and paired operations.
+
+The words they hold (op names, reasons, statuses) are declared in
+:mod:`leasecheck.histories.vocabulary`.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +15,6 @@ FORMAT_VERSION = 1
 
 #: the ``process`` of every fault event
 NEMESIS = "nemesis"
-
-#: client operations and the meaning of their values (DESIGN.md table)
-CLIENT_FUNCTIONS = frozenset({"claim", "renew", "effect", "commit", "release", "read"})
-#: client operations whose invoke value carries the epoch (or the unfenced token)
-EPOCH_CARRIERS = frozenset({"renew", "effect", "commit", "release"})
-EVENT_TYPES = frozenset({"invoke", "ok", "fail", "info"})
-FAIL_REASONS = frozenset(
-    {"held", "terminal", "stale", "expired", "not-owner", "unavailable", "error"}
-)
-READ_STATUSES = frozenset({"READY", "RUNNING", "SUCCEEDED"})
 
 
 class Header(msgspec.Struct, frozen=True):

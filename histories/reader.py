@@ -16,24 +16,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import msgspec
 
-from leasecheck.histories.format import (
-    CLIENT_FUNCTIONS,
-    EPOCH_CARRIERS,
-    EVENT_TYPES,
-    FAIL_REASONS,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    NEMESIS,
-    READ_STATUSES,
-    Event,
-    Header,
-    Op,
-    named_epoch,
-)
+from leasecheck.histories.format import FORMAT_NAME, FORMAT_VERSION, NEMESIS, Event, Header, Op, named_epoch
+from leasecheck.histories.vocabulary import CLIENT_FUNCTIONS, EPOCH_CARRIERS, EVENT_TYPES, FAIL_REASONS, READ_STATUSES
 
 
 class HistoryError(Exception):
@@ -150,7 +138,7 @@ def _check_completion_value(ev: Event, f: str) -> str | None:
     elif f == "read":
         s = v.get("status")
         if s.__class__ is not str or s not in READ_STATUSES:
-            return f"ok read status must be one of READY, RUNNING, SUCCEEDED, not {s!r}"
+            return f"ok read status must be one of {', '.join(sorted(READ_STATUSES))}, not {s!r}"
         e = v.get("epoch")
         if e is not None and not _is_int(e):
             return f'ok read "epoch" must be an integer or null, not {e!r}'
@@ -251,7 +239,7 @@ class HistoryReader:
                     raise error(lineno, f"time goes backwards: {t} ns after {last_time} ns")
                 last_time = t
                 p = ev.process
-                if p.__class__ is str:
+                if isinstance(p, str):
                     if p != NEMESIS:
                         raise error(lineno, f'process must be an integer or "nemesis", not {p!r}')
                     if ev.type not in EVENT_TYPES:
@@ -305,7 +293,8 @@ class HistoryReader:
                         epoch = ev.value.get("epoch") if typ == "ok" else None
                     else:
                         epoch = inv.value.get("epoch")
-                    yield Op(inv.index, p, f, inv.node, inv.value, typ, ev.value, inv.time, done, ev.index, epoch)
+                    # the invoke's node was checked to be a non-empty str when it was read
+                    yield Op(inv.index, p, f, cast(str, inv.node), inv.value, typ, ev.value, inv.time, done, ev.index, epoch)
                 else:
                     raise error(lineno, f"unknown type {typ!r} (invoke, ok, fail or info)")
         except OSError as e:
@@ -319,9 +308,9 @@ class HistoryReader:
                 f"{self.name}: {len(open_ops)} op(s) never completed (the run may have been cut short); "
                 "they count as info"
             )
-        for inv in sorted(open_ops.values(), key=lambda e: e.index):
+        for p, inv in sorted(open_ops.items(), key=lambda pe: pe[1].index):
             yield Op(
-                inv.index, inv.process, inv.f, inv.node, inv.value, "info", {}, inv.time, None, None,  # type: ignore[arg-type]
+                inv.index, p, inv.f, cast(str, inv.node), inv.value, "info", {}, inv.time, None, None,
                 named_epoch(inv.f, "info", inv.value, {}),
             )
 

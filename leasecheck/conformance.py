@@ -15,24 +15,16 @@ import os
 import queue
 import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any, cast
 
-from leasecheck.targets.base import Lease, OffsetClock, Refused, Target, TargetConfig
-from leasecheck.targets.registry import load
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """How to build a client of the backend in any process: registry name or module:Class, and config."""
-
-    target: str
-    config: TargetConfig
-
-    def make(self, **changes: Any) -> Target:
-        config = replace(self.config, **changes) if changes else self.config
-        return load(self.target)(config)
+from leasecheck.histories.vocabulary import RUNNING, SUCCEEDED
+from leasecheck.targets.base import Lease, OffsetClock, Refused, Target
+from leasecheck.targets.registry import TargetSpec
+from leasecheck.waiting import poll
 
 
 @dataclass
@@ -45,22 +37,32 @@ class Result:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, step: float = 0.01) -> Any:
-    """Poll ``condition`` until it returns something truthy; None at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value or time.monotonic() > deadline:
-            return value or None
-        time.sleep(step)
-
-
 def _claim_until_granted(t: Target, node: str, owner: str, timeout: float) -> Lease | None:
     def attempt() -> Lease | None:
         r = t.try_claim(node, owner)
         return r if isinstance(r, Lease) else None
 
-    return wait_for(attempt, timeout)
+    return poll(attempt, timeout)
+
+
+def _fresh_node(scenario: str) -> str:
+    """A node name no other run of any scenario used: scenarios share one store."""
+    return f"{scenario}-{os.getpid()}-{time.monotonic_ns()}"
+
+
+def _takeover_timeout(spec: TargetSpec) -> float:
+    """How long a successor keeps trying to claim: ten ttls, plus slack for a slow store."""
+    return 10 * spec.config.ttl_ms / 1000 + 5
+
+
+@contextmanager
+def _closing(*clients: Target) -> Iterator[None]:
+    """Close every client however the scenario ends (a refused step returns early)."""
+    try:
+        yield
+    finally:
+        for c in clients:
+            c.close()
 
 
 def _ctx() -> mp.context.SpawnContext:
@@ -90,19 +92,17 @@ def _get(out: Any, procs: list[Any], timeout: float = 120.0) -> Any:
 
 def _race_worker(spec: TargetSpec, owner: str, nodes: list[str], barrier: Any, out: Any) -> None:
     t = spec.make()
-    try:
+    with _closing(t):
         for node in nodes:
             barrier.wait(timeout=60)
             r = t.try_claim(node, owner)
             out.put((node, owner, r.epoch if isinstance(r, Lease) else r.reason))
-    finally:
-        t.close()
 
 
 def race(spec: TargetSpec, rounds: int = 50, prefix: str = "race") -> Result:
     """Two worker processes claim the same READY node at the same instant, ``rounds`` times: one wins each time."""
     t = spec.make()
-    nodes = [f"{prefix}-{os.getpid()}-{time.monotonic_ns()}/{i}" for i in range(rounds)]
+    nodes = [f"{_fresh_node(prefix)}/{i}" for i in range(rounds)]
     for n in nodes:
         t.add_node(n)
     ctx = _ctx()
@@ -144,24 +144,23 @@ def _owner(spec: TargetSpec, node: str, out: Any) -> None:
 def crash_takeover(spec: TargetSpec) -> Result:
     """The owner is SIGKILLed: its lease holds until it expires, then a new worker claims with a larger epoch."""
     t = spec.make()
-    node = f"crash-{os.getpid()}-{time.monotonic_ns()}"
+    node = _fresh_node("crash")
     t.add_node(node)
     ctx = _ctx()
     out = ctx.Queue()
     p = ctx.Process(target=_owner, args=(spec, node, out))
     p.start()
-    try:
+    with _closing(t):
         old = _get(out, [p])
-        os.kill(p.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        assert p.pid is not None  # it has started and reported
+        os.kill(p.pid, signal.SIGKILL)
         p.join()
         if not isinstance(old, int):
             return Result("crash-takeover", False, f"the first claim did not succeed: {old}")
         early = t.try_claim(node, "successor")
         if isinstance(early, Lease):
             return Result("crash-takeover", False, f"a claim right after the crash was granted epoch {early.epoch} while the dead owner's lease (epoch {old}) was live")
-        new = _claim_until_granted(t, node, "successor", timeout=10 * spec.config.ttl_ms / 1000 + 5)
-    finally:
-        t.close()
+        new = _claim_until_granted(t, node, "successor", timeout=_takeover_timeout(spec))
     if new is None:
         return Result("crash-takeover", False, f"no claim succeeded after the owner of epoch {old} died")
     ok = new.epoch is None or new.epoch > old
@@ -174,13 +173,13 @@ def crash_takeover(spec: TargetSpec) -> Result:
 def zombie(spec: TargetSpec) -> Result:
     """The old owner resumes after a new lease exists: its renew, commit and effect are each rejected as stale."""
     old_client, new_client = spec.make(), spec.make()
-    node = f"zombie-{os.getpid()}-{time.monotonic_ns()}"
-    try:
+    node = _fresh_node("zombie")
+    with _closing(old_client, new_client):
         old_client.add_node(node)
         old = old_client.try_claim(node, "zombie")
         if not isinstance(old, Lease):
             return Result("zombie", False, f"the first claim was refused: {old}")
-        new = _claim_until_granted(new_client, node, "successor", timeout=10 * spec.config.ttl_ms / 1000 + 5)
+        new = _claim_until_granted(new_client, node, "successor", timeout=_takeover_timeout(spec))
         if new is None:
             return Result("zombie", False, "nobody could claim after the old lease expired")
         outcomes = {
@@ -189,9 +188,6 @@ def zombie(spec: TargetSpec) -> Result:
             "effect": old_client.effect(old, "zombie-write"),
         }
         state = new_client.read(node)
-    finally:
-        old_client.close()
-        new_client.close()
     accepted = [f for f, r in outcomes.items() if not (isinstance(r, Refused) and r.reason == "stale")]
     words = ", ".join(f"{f} -> {'ok' if r is None else r.reason}" for f, r in outcomes.items())
     if accepted:
@@ -205,15 +201,12 @@ def zombie(spec: TargetSpec) -> Result:
 def duplicate_delivery(spec: TargetSpec) -> Result:
     """The queue delivers the same node to a second worker while the first holds it: never two owners."""
     a, b = spec.make(), spec.make()
-    node = f"dup-{os.getpid()}-{time.monotonic_ns()}"
-    try:
+    node = _fresh_node("dup")
+    with _closing(a, b):
         a.add_node(node)
         first = a.try_claim(node, "first")
         second = b.try_claim(node, "second")
         renewed = a.renew(first) if isinstance(first, Lease) else None
-    finally:
-        a.close()
-        b.close()
     if not isinstance(first, Lease):
         return Result("duplicate-delivery", False, f"the first delivery's claim was refused: {first}")
     if isinstance(second, Lease):
@@ -229,9 +222,9 @@ def duplicate_delivery(spec: TargetSpec) -> Result:
 def epochs_increase(spec: TargetSpec, claims: int = 200) -> Result:
     """Hundreds of claim/release cycles by alternating owners: epochs strictly increase."""
     clients = [spec.make(), spec.make()]
-    node = f"epochs-{os.getpid()}-{time.monotonic_ns()}"
+    node = _fresh_node("epochs")
     epochs: list[int | None] = []
-    try:
+    with _closing(*clients):
         clients[0].add_node(node)
         for i in range(claims):
             c = clients[i % 2]
@@ -242,12 +235,10 @@ def epochs_increase(spec: TargetSpec, claims: int = 200) -> Result:
             r = c.release(lease)
             if r is not None:
                 return Result("epochs-increase", False, f"release {i} was refused: {r.reason}")
-    finally:
-        for c in clients:
-            c.close()
     if epochs and epochs[0] is None:
         return Result("epochs-increase", True, f"{claims} claims granted (unfenced: no epochs to compare)")
-    bad = [(i, a, b) for i, (a, b) in enumerate(zip(epochs, epochs[1:])) if not b > a]  # type: ignore[operator]
+    fenced = cast(list[int], epochs)  # a fenced backend gives every claim an epoch
+    bad = [(i, a, b) for i, (a, b) in enumerate(pairwise(fenced)) if not b > a]
     if bad:
         i, a, b = bad[0]
         return Result("epochs-increase", False, f"claim {i + 1} got epoch {b} after epoch {a} ({len(bad)} such steps)")
@@ -260,19 +251,17 @@ def epochs_increase(spec: TargetSpec, claims: int = 200) -> Result:
 def heartbeat_never_completes(spec: TargetSpec, renews: int = 20) -> Result:
     """A heartbeat proves liveness, never success: after many renews the node is still RUNNING."""
     t = spec.make()
-    node = f"heartbeat-{os.getpid()}-{time.monotonic_ns()}"
-    try:
+    node = _fresh_node("heartbeat")
+    with _closing(t):
         t.add_node(node)
         lease = t.try_claim(node, "beater")
         if not isinstance(lease, Lease):
             return Result("heartbeat", False, f"claim refused: {lease}")
         refused = [r for r in (t.renew(lease) for _ in range(renews)) if r is not None]
         state = t.read(node)
-    finally:
-        t.close()
     if refused:
         return Result("heartbeat", False, f"a renew by the live owner was refused: {refused[0].reason}")
-    if state.status != "RUNNING":
+    if state.status != RUNNING:
         return Result("heartbeat", False, f"after {renews} renews the node is {state.status}")
     return Result("heartbeat", True, f"after {renews} renews the node is RUNNING with epoch {state.epoch}")
 
@@ -283,8 +272,8 @@ def heartbeat_never_completes(spec: TargetSpec, renews: int = 20) -> Result:
 def durable_commit(spec: TargetSpec, restart: Callable[[], None]) -> Result:
     """An acknowledged commit is still there after the store restarts."""
     t = spec.make()
-    node = f"durable-{os.getpid()}-{time.monotonic_ns()}"
-    try:
+    node = _fresh_node("durable")
+    with _closing(t):
         t.add_node(node)
         lease = t.try_claim(node, "committer")
         if not isinstance(lease, Lease):
@@ -292,17 +281,13 @@ def durable_commit(spec: TargetSpec, restart: Callable[[], None]) -> Result:
         r = t.commit(lease, "the-result")
         if r is not None:
             return Result("durable-commit", False, f"commit refused: {r.reason}")
-    finally:
-        t.close()
     restart()
     t = spec.make()
-    try:
-        state = wait_for(lambda: _read_or_none(t, node), timeout=30)
-    finally:
-        t.close()
-    want = ("SUCCEEDED", lease.epoch, "the-result")
+    with _closing(t):
+        state = poll(lambda: _read_or_none(t, node), timeout=30)
+    want = (SUCCEEDED, lease.epoch, "the-result")
     got = None if state is None else (state.status, state.epoch, state.result)
-    ok = got == want if lease.epoch is not None else got is not None and got[0] == "SUCCEEDED" and got[2] == "the-result"
+    ok = got == want if lease.epoch is not None else got is not None and got[0] == SUCCEEDED and got[2] == "the-result"
     return Result("durable-commit", ok, f"after the restart the node reads {got}, committed {want}")
 
 
@@ -320,14 +305,11 @@ def skewed_client(spec: TargetSpec, ahead_ttls: float = 10.0) -> Result:
     """A worker whose clock runs ``ahead_ttls`` ttls ahead cannot take a live lease (expiry is the store's)."""
     honest = spec.make()
     skewed = spec.make(clock=OffsetClock(ahead_ttls * spec.config.ttl_ms))
-    node = f"skew-{os.getpid()}-{time.monotonic_ns()}"
-    try:
+    node = _fresh_node("skew")
+    with _closing(honest, skewed):
         honest.add_node(node)
         first = honest.try_claim(node, "honest")
         stolen = skewed.try_claim(node, "skewed")
-    finally:
-        honest.close()
-        skewed.close()
     if not isinstance(first, Lease):
         return Result("skewed-client", False, f"claim refused: {first}")
     if isinstance(stolen, Lease):

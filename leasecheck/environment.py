@@ -5,10 +5,13 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.targets.base import Target
+
+if TYPE_CHECKING:  # imported where used: the docker SDK is an optional extra
+    from leasecheck.servers.docker import DockerRun
 
 
 @dataclass
@@ -17,7 +20,7 @@ class Environment:
 
     url: str
     server: LocalServer | None = None
-    docker: Any = None
+    docker: DockerRun | None = None
 
     def heal_containers(self) -> list[dict[str, Any]]:
         """Unpause, reconnect and start every container of this run (heal-all)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from types import TracebackType
 from typing import Any
 
 from rich.console import Console
@@ -10,8 +11,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from leasecheck.checker import KINDS, Verdict
+from leasecheck.checker import Verdict
 from leasecheck.checker.explain import render_chain
+from leasecheck.histories.vocabulary import KINDS
 
 _STYLE = {True: ("valid", "bold green"), False: ("INVALID", "bold red"), "unknown": ("unknown", "bold yellow")}
 
@@ -73,8 +75,8 @@ class LiveProgress:
         self.live.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.live.__exit__(*exc)  # type: ignore[arg-type]
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.live.__exit__(kind, exc, tb)
 
     def update(self, s: dict[str, Any]) -> None:
         faults = ", ".join(s["faults"]) or "none"

@@ -22,12 +22,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
-from leasecheck.conformance import TargetSpec
 from leasecheck.servers.base import die_with_parent
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
+from leasecheck.targets.registry import TargetSpec
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ class Worker:
                 continue
             if self.seen and self.rng.random() < self.w.read_rate:
                 other = self.rng.choice(self.seen)
-                self.op("read", other, {}, lambda: self.client.target.read(other))
+                self.op("read", other, {}, partial(self.client.target.read, other))
             self.execute(node)
 
     def execute(self, node: str) -> None:
@@ -176,7 +177,7 @@ class Worker:
             if effects and now - start >= effects[0]:
                 effects.pop(0)
                 payload = f"{self.owner}:{node}:{rng.getrandbits(32):08x}"
-                typ, _ = self.op("effect", node, {**carried, "payload": payload}, lambda: self.client.target.effect(lease, payload))
+                typ, _ = self.op("effect", node, {**carried, "payload": payload}, partial(self.client.target.effect, lease, payload))
                 if typ == "info":
                     return
                 continue

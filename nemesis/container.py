@@ -22,13 +22,17 @@ Every fault records its victims by container name and undoes only what it did.
 finds every container of a run by label and unpauses, reconnects and starts
 whatever needs it, whoever broke it.
 
-This module imports only the standard library and the Docker SDK (nemesis
-never imports the runner); the labels it relies on are defined here and put on
-the containers by :mod:`leasecheck.servers.docker`.
+This module imports only the standard library, the Docker SDK and its nemesis
+siblings (nemesis never imports the runner); the labels it relies on are
+defined here and put on the containers by :mod:`leasecheck.servers.docker`.
+The catalogue (:mod:`leasecheck.nemesis.catalogue`) names its ``make_*``
+factories lazily, so the Docker SDK (an optional extra) is imported only by a
+run that asks for a ``docker-*`` fault.
 """
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -37,20 +41,13 @@ from docker.errors import APIError, NotFound
 from docker.models.containers import Container
 from docker.models.networks import Network
 
+from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.heal import Record, undoes
 
 #: label on every container and network of a run: its run id
 RUN_LABEL = "leasecheck.run"
 #: label on every container: the name of the run network it belongs on (what a heal reconnects)
 NETWORK_LABEL = "leasecheck.network"
-
-#: the nemesis event ``f`` recorded when each fault starts, and when it is healed
-CONTAINER_EVENTS: dict[str, tuple[str, str]] = {
-    "docker-pause": ("pause", "resume"),
-    "docker-kill": ("kill", "start"),
-    "docker-disconnect": ("partition", "heal"),
-}
-
 
 def run_label(run_id: str) -> str:
     """The label filter (``key=value``) that selects one run's containers and network."""
@@ -265,3 +262,27 @@ def heal_containers(client: docker.DockerClient, label: str = RUN_LABEL) -> list
         if done:
             report.append({"container": container.name, "healed": done})
     return report
+
+
+def _store_container(ctx: FaultContext) -> Container | str | None:
+    """The store's container (a ``--env docker`` server has one); None for any other store, or before it exists."""
+    container: Container | str | None = getattr(ctx.server, "container", None)
+    return container
+
+
+def make_docker_pause(ctx: FaultContext, rng: random.Random) -> ContainerPause | None:
+    """The catalogue's ``docker-pause``."""
+    container = _store_container(ctx)
+    return ContainerPause(container) if container is not None else None
+
+
+def make_docker_kill(ctx: FaultContext, rng: random.Random) -> ContainerKill | None:
+    """The catalogue's ``docker-kill``."""
+    container = _store_container(ctx)
+    return ContainerKill(container) if container is not None else None
+
+
+def make_docker_disconnect(ctx: FaultContext, rng: random.Random) -> ContainerDisconnect | None:
+    """The catalogue's ``docker-disconnect``."""
+    container = _store_container(ctx)
+    return ContainerDisconnect(container) if container is not None else None

@@ -4,15 +4,21 @@ Each fault names its victims for the history and knows how to undo itself. A
 killed worker cannot be undone, only replaced, so its heal is a no-op (the
 runner starts a replacement under a new process number); a killed store server
 is healed by starting it again on the same data.
+
+:class:`Fault` is the one protocol every fault of every module follows; the
+``make_*`` functions are the catalogue's factories (:mod:`leasecheck.nemesis.catalogue`).
 """
 
 from __future__ import annotations
 
-import os
+import random
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from leasecheck.nemesis.context import FaultContext
+from leasecheck.nemesis.processes import signal_process as _signal
 
 
 class Fault(Protocol):
@@ -28,14 +34,6 @@ class Fault(Protocol):
 
     def undo_record(self) -> dict[str, Any] | None:
         """How to undo it without this object (see :mod:`leasecheck.nemesis.heal`); None if nothing outlives us."""
-
-
-def _signal(pid: int, sig: signal.Signals) -> bool:
-    try:
-        os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 @dataclass
@@ -87,8 +85,9 @@ class ServerFault:
     """Pause or kill the store's server through the callables of whoever runs it."""
 
     name: str
-    inflict: Callable[[], None]
-    undo: Callable[[], None]
+    #: called for their effect; what they return (a server's ``start`` returns the server) is ignored
+    inflict: Callable[[], object]
+    undo: Callable[[], object]
     victim: str = "store"
     #: how to undo it from outside (e.g. SIGCONT the server's process tree); None if nothing to do
     record: dict[str, Any] | None = None
@@ -110,22 +109,31 @@ class ServerFault:
         return self.record if self.active else None
 
 
-#: the nemesis event ``f`` recorded when a fault starts, and when it is healed
-EVENTS = {
-    "pause": ("pause", "resume"),
-    "kill": ("kill", "start"),
-    "pause-store": ("pause", "resume"),
-    "kill-store": ("kill", "start"),
-    # leasecheck.nemesis.container's faults (literal here: docker is an optional extra)
-    "docker-pause": ("pause", "resume"),
-    "docker-kill": ("kill", "start"),
-    "docker-disconnect": ("partition", "heal"),
-}
+def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
+    """The catalogue's ``pause``: one ready worker, stopped."""
+    victim = ctx.pick_worker(rng, lambda w: w.pid is not None)
+    return PauseProcess(victim.process, victim.pid) if victim is not None and victim.pid is not None else None
 
 
-# clock and network faults live in their own modules; their events join the table here
-from leasecheck.nemesis.clock import CLOCK_EVENTS  # noqa: E402
-from leasecheck.nemesis.network import NETWORK_EVENTS  # noqa: E402
+def make_kill(ctx: FaultContext, rng: random.Random) -> KillProcess | None:
+    """The catalogue's ``kill``: one ready worker, killed (the runner starts its replacement)."""
+    victim = ctx.pick_worker(rng, lambda w: w.pid is not None)
+    return KillProcess(victim.process, victim.pid) if victim is not None and victim.pid is not None else None
 
-EVENTS.update(CLOCK_EVENTS)
-EVENTS.update(NETWORK_EVENTS)
+
+def make_pause_store(ctx: FaultContext, rng: random.Random) -> ServerFault | None:
+    """The catalogue's ``pause-store``: the store's server stopped; ``leasecheck heal`` continues its whole tree."""
+    server = ctx.server
+    if server is None:
+        return None
+    pid = server.pid
+    record = {"kind": "sigcont", "pids": [pid], "tree": True} if pid else None
+    return ServerFault("pause-store", server.pause, server.resume, record=record)
+
+
+def make_kill_store(ctx: FaultContext, rng: random.Random) -> ServerFault | None:
+    """The catalogue's ``kill-store``: the store's server killed, started again on the same data at the heal."""
+    server = ctx.server
+    if server is None:
+        return None
+    return ServerFault("kill-store", server.kill, server.start)

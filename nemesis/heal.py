@@ -15,6 +15,8 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from leasecheck.nemesis.processes import descendants
+
 Record = dict[str, Any]
 UNDO: dict[str, Callable[[Record], str]] = {}
 
@@ -29,32 +31,12 @@ def undoes(kind: str) -> Callable[[Callable[[Record], str]], Callable[[Record], 
     return register
 
 
-def _descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it, from /proc (Postgres forks its backends)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
 @undoes("sigcont")
 def _continue(rec: Record) -> str:
     """Resume stopped processes (and, with ``tree``, everything below them)."""
     done = []
     for pid in rec["pids"]:
-        for p in _descendants(pid) if rec.get("tree") else [pid]:
+        for p in descendants(pid) if rec.get("tree") else [pid]:
             try:
                 os.kill(p, signal.SIGCONT)
                 done.append(p)

@@ -11,18 +11,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from leasecheck.nemesis.faults import EVENTS, Fault
+from leasecheck.nemesis.catalogue import FaultKind
+from leasecheck.nemesis.context import FaultContext
+from leasecheck.nemesis.faults import Fault
 
-#: record(f, value): write one nemesis event into the history
-Record = Callable[[str, Any], None]
-#: make(name, rng) -> a fault ready to start, or None when it has no victim now
-Make = Callable[[str, random.Random], Fault | None]
+#: record(f, value): write one nemesis event into the history (what it returns, e.g. the event's index, is ignored)
+Record = Callable[[str, Any], object]
 
 
 @dataclass
 class Nemesis:
     """Every ``interval_s`` (± half, from the seed) start a fault chosen from ``kinds``
-    and heal it ``duration_s(kind, rng)`` later; up to ``max_active`` faults overlap.
+    (catalogue rows) and heal it its row's duration later; up to ``max_active`` faults overlap.
+
+    Each row's factory makes the fault from ``context`` (the run's workers,
+    clocks, network and store) and the tick's generator; the row also names
+    the events written at start and heal. The schedule knows nothing else
+    about any fault.
 
     ``on_change(active)`` is told the active faults whenever they change (the
     runner keeps a state file from it, so ``leasecheck heal`` can undo them
@@ -30,10 +35,9 @@ class Nemesis:
     active: the runner calls it on normal exit, Ctrl-C and exceptions.
     """
 
-    kinds: Sequence[str]
+    kinds: Sequence[FaultKind]
     interval_s: float
-    duration_s: Callable[[str, random.Random], float]
-    make: Make
+    context: FaultContext
     record: Record
     rng: random.Random
     max_active: int = 2
@@ -41,6 +45,8 @@ class Nemesis:
     active: list[Fault] = field(default_factory=list)
     started: int = 0
     error: BaseException | None = None
+    #: the row each active fault was made from, by identity (a dataclass fault is not hashable)
+    _kind_of: dict[int, FaultKind] = field(default_factory=dict)
     _heals: list[tuple[float, int, Fault]] = field(default_factory=list)
     _order: Any = field(default_factory=itertools.count)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -75,24 +81,26 @@ class Nemesis:
         except BaseException as e:  # reported by the runner, which heals all
             self.error = e
 
-    def _inflict(self, kind: str, now: float, rng: random.Random) -> None:
-        fault = self.make(kind, rng)
+    def _inflict(self, kind: FaultKind, now: float, rng: random.Random) -> None:
+        fault = kind.make(self.context, rng)
         if fault is None:
             return
         value = fault.start()
         self.active.append(fault)
+        self._kind_of[id(fault)] = kind
         self.started += 1
-        self.record(EVENTS[kind][0], value)
-        heapq.heappush(self._heals, (now + self.duration_s(kind, rng), next(self._order), fault))
+        self.record(kind.events[0], value)
+        heapq.heappush(self._heals, (now + kind.duration_s(self.context, rng), next(self._order), fault))
         self.on_change(list(self.active))
 
     def _heal(self, fault: Fault) -> None:
         if fault not in self.active:
             return
         self.active.remove(fault)
+        kind = self._kind_of.pop(id(fault))
         value = fault.heal()
         if value is not None:
-            self.record(EVENTS.get(fault.name, (fault.name, "heal"))[1], value)
+            self.record(kind.events[1], value)
         self.on_change(list(self.active))
 
     def active_names(self) -> list[str]:

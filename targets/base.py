@@ -21,10 +21,9 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-#: reasons a store may give for refusing an operation (DESIGN.md ``fail`` values)
-Reason = Literal["held", "terminal", "stale", "expired", "not-owner", "error"]
+from leasecheck.histories.vocabulary import AnomalyKind, Refusal, Status
 
 
 class Unavailable(Exception):
@@ -37,9 +36,13 @@ class Indeterminate(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """A definite "no" from the store, with DESIGN.md's reason."""
+    """A definite "no" from the store, with DESIGN.md's reason.
 
-    reason: Reason
+    ``unavailable`` is not a refusal: the store was not reached, and the adapter
+    raises :class:`Unavailable` instead.
+    """
+
+    reason: Refusal
     message: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -70,7 +73,7 @@ class Lease:
 class NodeState:
     """A read of the store's durable record of one node."""
 
-    status: Literal["READY", "RUNNING", "SUCCEEDED"]
+    status: Status
     epoch: int | None
     owner: str | None = None
     result: str | None = None
@@ -137,7 +140,7 @@ class Target(ABC):
     fenced: ClassVar[bool] = True
     store: ClassVar[str | None] = None
     bug: ClassVar[str] = ""
-    expected: ClassVar[tuple[str, ...]] = ()
+    expected: ClassVar[tuple[AnomalyKind, ...]] = ()
     exposed_by: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: TargetConfig) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from leasecheck.histories.vocabulary import RUNNING, SUCCEEDED
 from leasecheck.targets.base import Lease, Outcome, Refused
 from leasecheck.targets.sqlite_lease import SqliteLease, store_now_ns
 
@@ -55,9 +56,9 @@ class NonAtomicClaimSqlite(SqliteLease):
         if row is None:
             return Refused("error", f"no such node {node!r}")
         status, epoch, expires = row
-        if status == "SUCCEEDED":
+        if status == SUCCEEDED:
             return Refused("terminal")
-        if status == "RUNNING" and expires > now:
+        if status == RUNNING and expires > now:
             return Refused("held")
         time.sleep(float(self.config.options.get("think_s", 0.02)))
         with self._tx() as db:

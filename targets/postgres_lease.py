@@ -31,6 +31,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
 
 SCHEMA = """
@@ -157,7 +158,7 @@ class PostgresLease(Target):
                 pass
             self._conn = None
 
-    def _run(self, query: sql.Composable | str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _run(self, query: sql.SQL | sql.Composed | str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """One autocommit statement; its rows. Unavailable before sending, Indeterminate after."""
         conn = self._connection()
         try:
@@ -227,9 +228,9 @@ class PostgresLease(Target):
         row = self._row_after_refusal(node)
         if isinstance(row, Refused):
             return row
-        if row == ("READY", 0):
+        if row == (READY, 0):
             return Refused("error", f"no such node {node!r}")
-        return Refused("terminal") if row[0] == "SUCCEEDED" else Refused("held")
+        return Refused("terminal") if row[0] == SUCCEEDED else Refused("held")
 
     def _refusal(self, node: str, epoch: int | None) -> Refused:
         """Why a renew, commit or release of ``epoch`` matched no row (same reasons as sqlite_lease)."""
@@ -241,9 +242,9 @@ class PostgresLease(Target):
             if epoch is not None and current > epoch:
                 return Refused("stale", f"epoch {epoch} < current {current}")
             return Refused("error", f"unknown epoch {epoch}")
-        if status == "SUCCEEDED":
+        if status == SUCCEEDED:
             return Refused("terminal")
-        if status != "RUNNING":
+        if status != RUNNING:
             return Refused("not-owner", "the lease was released")
         return Refused("expired")
 
@@ -313,9 +314,9 @@ class PostgresLease(Target):
     def read(self, node: str) -> NodeState:
         rows = self._run("SELECT status, epoch, owner, result FROM lease_nodes WHERE node = %s", (node,))
         if not rows:
-            return NodeState("READY", 0)
+            return NodeState(READY, 0)
         status, epoch, owner, result = rows[0]
-        return NodeState(status, int(epoch), owner if status != "READY" else None, result)
+        return NodeState(status, int(epoch), owner if status != READY else None, result)
 
     def close(self) -> None:
         self._drop()

@@ -41,6 +41,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
+from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
 
 #: helpers every script starts with; KEYS are always state, epoch, fence, effects
@@ -250,8 +251,8 @@ class RedisLease(Target):
     def read(self, node: str) -> NodeState:
         status, epoch, owner, result = self._run("read", node)
         if status is None:
-            return NodeState("READY", 0)
-        return NodeState(status, int(epoch), owner if status != "READY" else None, result)
+            return NodeState(READY, 0)
+        return NodeState(status, int(epoch), owner if status != READY else None, result)
 
     def close(self) -> None:
         self.client.close()

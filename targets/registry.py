@@ -13,9 +13,11 @@ leasecheck's own backends are registered the same way, in its pyproject.toml.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
+from typing import Any
 
-from leasecheck.targets.base import Target
+from leasecheck.targets.base import Target, TargetConfig
 
 ENTRY_POINT_GROUP = "leasecheck.targets"
 
@@ -37,9 +39,9 @@ def _import(spec: str) -> type[Target]:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise TargetNotFound(f"{spec!r}: cannot import {module_name} ({e})") from None
-    obj = module
+    obj: object = module
     for part in attr.split("."):
-        obj = getattr(obj, part, None)  # type: ignore[assignment]
+        obj = getattr(obj, part, None)
         if obj is None:
             raise TargetNotFound(f"{spec!r}: {module_name} has no {attr}")
     if not (isinstance(obj, type) and issubclass(obj, Target)):
@@ -56,3 +58,20 @@ def load(spec: str) -> type[Target]:
         return _import(spec)
     names = ", ".join(registered) or "none installed"
     raise TargetNotFound(f"unknown target {spec!r} (registered: {names}; or give module:Class)")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """How to build a client of the backend in any process: registry name or module:Class, and config.
+
+    Picklable (a name, not a class), so it travels to spawned worker processes,
+    each of which builds its own client with :meth:`make`.
+    """
+
+    target: str
+    config: TargetConfig
+
+    def make(self, **changes: Any) -> Target:
+        """A new client; ``changes`` override fields of the config (e.g. another ``clock``)."""
+        config = replace(self.config, **changes) if changes else self.config
+        return load(self.target)(config)

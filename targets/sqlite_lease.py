@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
 
 SCHEMA = """
@@ -94,14 +95,14 @@ class SqliteLease(Target):
         row = db.execute("SELECT status, epoch, expires_ns FROM nodes WHERE node = ?", (node,)).fetchone()
         if row is None:
             return Refused("error", f"no such node {node!r}")
-        status, current, expires = row
+        status, current, _ = row
         if epoch is None:  # a claim
-            return Refused("terminal") if status == "SUCCEEDED" else Refused("held")
+            return Refused("terminal") if status == SUCCEEDED else Refused("held")
         if current != epoch:
             return Refused("stale", f"epoch {epoch} < current {current}") if current > epoch else Refused("error", f"unknown epoch {epoch}")
-        if status == "SUCCEEDED":
+        if status == SUCCEEDED:
             return Refused("terminal")
-        if status != "RUNNING":
+        if status != RUNNING:
             return Refused("not-owner", "the lease was released")
         return Refused("expired")
 
@@ -122,7 +123,7 @@ class SqliteLease(Target):
             return Lease(node, owner, epoch)
 
     @staticmethod
-    def _raise_fence(db: sqlite3.Connection, node: str, epoch: int) -> int:
+    def _raise_fence(db: sqlite3.Connection, node: str, epoch: int | None) -> int:
         """Lift the node's fence to ``epoch`` if it is not already higher; 1 if it moved or held.
 
         A claim lifts it too, so the protected resource rejects a zombie's write
@@ -171,9 +172,9 @@ class SqliteLease(Target):
         with self._tx(writes=False) as db:
             row = db.execute("SELECT status, epoch, owner, result FROM nodes WHERE node = ?", (node,)).fetchone()
         if row is None:
-            return NodeState("READY", 0)
+            return NodeState(READY, 0)
         status, epoch, owner, result = row
-        return NodeState(status, epoch, owner if status != "READY" else None, result)
+        return NodeState(status, epoch, owner if status != READY else None, result)
 
     def close(self) -> None:
         self.db.close()

@@ -9,7 +9,8 @@ with exactly that anomaly kind, citing the planted operation.
 Several workers, each an OS-process-like client with one operation outstanding at
 a time, claim nodes, renew, write effects to the protected resource, commit,
 release and read. Every operation takes effect at one linearization point strictly
-inside (invoke, completion), where the store applies it exactly like the lease
+inside (invoke, completion), where the store (``leasecheck.simstore.SimStore``,
+the one the benchmarks' generator uses too) applies it exactly like the lease
 model of DESIGN.md, plus the time rules of a real store (a lease expires ttl after
 its last claim or renew, give or take the clock uncertainty). Crashed operations
 (``info`` completion, or no completion at all) were applied or not, at random,
@@ -27,18 +28,14 @@ import heapq
 import json
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
 
-MS = 1_000_000  # nanoseconds per millisecond
+from leasecheck.simstore import MS, SimStore, StoreClock
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
-# --------------------------------------------------------------------------------------
-# the correct store
 
 
 @dataclass(frozen=True)
@@ -63,106 +60,7 @@ class SimConfig:
     time_quantum_ms: float = 0
     #: how the store's clock misjudges each lease's length, within the uncertainty:
     #: "random", "fast" (leases end up to the uncertainty early) or "slow" (late)
-    store_clock: str = "random"
-
-
-@dataclass
-class _NodeState:
-    status: str = "READY"
-    epoch: int = 0  # the largest epoch granted (the current lease's)
-    owner: str | None = None
-    result: str | None = None
-    expires: int = 0  # harness ns at which the current lease runs out (store's view)
-    resource_max: int = 0  # largest epoch the protected resource accepted
-    tokens: dict[str, int] = field(default_factory=dict)  # unfenced: token -> hidden epoch
-
-
-class Store:
-    """A correct fenced (or token-based unfenced) lease store; ``apply`` at a time.
-
-    The store's clock misjudges each lease's length by at most the clock
-    uncertainty (drawn per grant / renew), which is what DESIGN.md allows.
-    """
-
-    def __init__(self, cfg: SimConfig, nodes: Iterable[str], rng: random.Random) -> None:
-        self.cfg = cfg
-        self.rng = rng
-        self.ttl = cfg.ttl_ms * MS
-        self.cu = cfg.clock_uncertainty_ms * MS
-        self.nodes = {n: _NodeState() for n in nodes}
-        self._tokens = 0
-
-    def _lease_end(self, t: int) -> int:
-        if self.cfg.store_clock == "fast":
-            skew = -self.cu
-        elif self.cfg.store_clock == "slow":
-            skew = self.cu
-        else:
-            skew = self.rng.randint(-self.cu, self.cu) if self.cu else 0
-        return t + self.ttl + skew
-
-    def _new_token(self) -> str:
-        self._tokens += 1
-        return f"tok-{self._tokens}-{self.rng.randint(0, 0xFFFF):04x}"
-
-    def _lease_epoch(self, st: _NodeState, value: dict[str, Any]) -> int:
-        """The epoch an op names: carried (fenced) or looked up by token (unfenced)."""
-        if self.cfg.fenced:
-            return value["epoch"]
-        return st.tokens.get(value.get("token"), -1)
-
-    def apply(self, t: int, f: str, node: str, value: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """Apply one operation at its linearization point ``t``: (type, completion value)."""
-        st = self.nodes[node]
-        fenced = self.cfg.fenced
-        if f == "claim":
-            if st.status == "SUCCEEDED":
-                return "fail", {"reason": "terminal"}
-            if st.status == "RUNNING" and st.expires > t:
-                return "fail", {"reason": "held"}
-            st.epoch += 1
-            st.status, st.owner, st.result = "RUNNING", value["owner"], None
-            st.expires = self._lease_end(t)
-            if fenced:
-                return "ok", {"epoch": st.epoch}
-            token = self._new_token()
-            st.tokens[token] = st.epoch
-            return "ok", {"epoch": None, "token": token}
-        if f == "read":
-            out: dict[str, Any] = {"status": st.status, "epoch": st.epoch if fenced else None}
-            if st.status != "READY":
-                out["owner"] = st.owner
-            if st.status == "SUCCEEDED":
-                out["result"] = st.result
-            return "ok", out
-        e = self._lease_epoch(st, value)
-        if f == "effect":
-            # fenced: the resource's own token check; unfenced: the resource asks the
-            # store whether the token is the newest lease's
-            if fenced:
-                if e >= st.resource_max:
-                    st.resource_max = e
-                    return "ok", {}
-                return "fail", {"reason": "stale"}
-            return ("ok", {}) if e == st.epoch else ("fail", {"reason": "stale"})
-        # renew, commit, release: only the current, held, unexpired lease
-        if e < st.epoch:
-            return "fail", {"reason": "stale"}
-        if st.status == "SUCCEEDED":
-            return "fail", {"reason": "terminal"}
-        if st.status != "RUNNING":
-            return "fail", {"reason": "not-owner"}
-        if st.expires <= t:
-            return "fail", {"reason": "expired"}
-        if f == "renew":
-            st.expires = self._lease_end(t)
-        elif f == "commit":
-            st.status, st.result = "SUCCEEDED", value["result"]
-        elif f == "release":
-            st.status, st.owner = "READY", None
-        else:  # pragma: no cover
-            raise ValueError(f)
-        return "ok", {}
+    store_clock: StoreClock = "random"
 
 
 # --------------------------------------------------------------------------------------
@@ -192,7 +90,14 @@ def simulate(rng: random.Random, cfg: SimConfig = SimConfig()) -> list[str]:
     """Run one simulated test: the v1 history as JSON lines (each ending in "\\n")."""
     ttl = cfg.ttl_ms * MS
     nodes = [f"n{i}" for i in range(cfg.nodes)]
-    store = Store(cfg, nodes, rng)
+    store = SimStore(
+        ttl,
+        clock_uncertainty_ns=cfg.clock_uncertainty_ms * MS,
+        fenced=cfg.fenced,
+        store_clock=cfg.store_clock,
+        rng=rng,
+        nodes=nodes,
+    )
     header = {
         "format": "leasecheck-history",
         "version": 1,
@@ -303,9 +208,8 @@ def simulate(rng: random.Random, cfg: SimConfig = SimConfig()) -> list[str]:
                 w.lease = (op.node, lease)
             elif op.f in ("commit", "release"):
                 w.lease = None
-        elif type_ == "fail" and op.f in ("renew", "commit", "release", "effect"):
-            if events[-1]["value"]["reason"] != "unavailable":
-                w.lease = None
+        elif type_ == "fail" and op.f in ("renew", "commit", "release", "effect") and res["reason"] != "unavailable":
+            w.lease = None
 
     def schedule_next(t: int, w: _Worker, eager: bool = False) -> None:
         if w.lease is not None and rng.random() < cfg.pause_p:

@@ -6,27 +6,34 @@ a skip: a CI run without Postgres or Redis must be red, not silently thinner.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from leasecheck.conformance import TargetSpec
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.servers.postgres import PostgresServer
 from leasecheck.servers.redis import RedisServer
-from leasecheck.targets.base import TargetConfig
-from leasecheck.targets.registry import load
+from leasecheck.targets.base import Lease, Target, TargetConfig
+from leasecheck.targets.registry import TargetSpec, load
 
 TTL_MS = 300
+S = TypeVar("S", bound=LocalServer)
 
 
-def _serve(server: LocalServer) -> Iterator[LocalServer]:
+def serve(make: Callable[[], S], what: str) -> Iterator[S]:
+    """A fixture's body: make ``what`` (e.g. "redis in a container") and start it, yield it, stop it.
+
+    A server that cannot be made or started fails the test with the reason, never a skip.
+    """
     try:
+        server = make()
         server.start()
     except EnvironmentFailure as e:
-        pytest.fail(f"cannot start {server.kind}: {e}", pytrace=False)
+        pytest.fail(f"cannot start {what}: {e}", pytrace=False)
     try:
         yield server
     finally:
@@ -37,12 +44,12 @@ def _serve(server: LocalServer) -> Iterator[LocalServer]:
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     # its own directory under /tmp: the postgres user it runs as cannot enter pytest's
-    yield from _serve(PostgresServer())
+    yield from serve(PostgresServer, "postgres")
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    yield from _serve(RedisServer(tmp_path_factory.mktemp("redis")))
+    yield from serve(lambda: RedisServer(tmp_path_factory.mktemp("redis")), "redis")
 
 
 @dataclass
@@ -75,3 +82,17 @@ def store_for(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str],
         return Store(server.url, server.restart)
 
     return get
+
+
+def new_node(target: Target) -> str:
+    """A node no other test touches, READY."""
+    node = f"run-{uuid.uuid4().hex[:8]}/deploy"
+    target.add_node(node)
+    return node
+
+
+def claim(target: Target, node: str, owner: str) -> Lease:
+    """``owner``'s claim of ``node``, which must be granted."""
+    lease = target.try_claim(node, owner)
+    assert isinstance(lease, Lease), lease
+    return lease

@@ -287,7 +287,7 @@ def judge(path: Path, original: bytes, mutant: bytes, code: int, out: str, err: 
     assert "Traceback" not in out and "Traceback" not in err, "a traceback reached the user"
     assert code in (0, 1, 2, 3), f"exit code {code}"
     try:
-        _, _, reader = read_history(path)
+        read_history(path)
         reader_error: HistoryError | None = None
     except HistoryError as e:
         reader_error = e

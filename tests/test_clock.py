@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import fcntl
+import itertools
 import multiprocessing as mp
 import os
 import shutil
@@ -24,23 +25,18 @@ from typing import Any
 import psycopg
 import pytest
 import redis
+from stores import serve
 
-from leasecheck.conformance import TargetSpec
-from leasecheck.nemesis.clock import (
-    CLOCK_EVENTS,
-    ClockBump,
-    ClockControl,
-    ClockStrobe,
-    ServerClockSkew,
-    WorkerClock,
-    faketime_offset,
-    patch_process_time,
-    required_uncertainty_ms,
-)
+from leasecheck.nemesis.catalogue import FAULTS
+from leasecheck.nemesis.clock import ClockBump, ClockStrobe
 from leasecheck.nemesis.heal import heal_record
+from leasecheck.nemesis.store_clock import ServerClockSkew, faketime_offset, required_uncertainty_ms
+from leasecheck.nemesis.timepatch import patch_process_time
+from leasecheck.nemesis.worker_clocks import ClockControl, WorkerClock
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.servers.faketime import FaketimePostgresServer, FaketimeRedisServer, find_libfaketime
 from leasecheck.targets.base import Lease, Refused, Target, TargetConfig
+from leasecheck.targets.registry import TargetSpec
 
 TTL_MS = 2000
 #: how far two reads of "now" in one process may sit apart on a loaded CI machine
@@ -153,7 +149,7 @@ def test_a_bump_made_here_is_seen_by_the_worker_process_and_heal_resets_it(clock
     assert near(worker.ask("offset"), 0.0)
     fault = ClockBump(clocks, victims=[3], delta_ms=10 * TTL_MS, processes=[7])
     assert fault.start() == {"victims": [7], "clocks": [3], "delta_ms": 10 * TTL_MS}
-    assert CLOCK_EVENTS[fault.name] == ("clock-skew", "clock-reset")
+    assert FAULTS[fault.name].events == ("clock-skew", "clock-reset")
     assert near(worker.ask("offset"), 10 * TTL_MS)
 
     assert fault.heal() == {"victims": [7], "clocks": [3]}
@@ -177,7 +173,7 @@ def test_a_strobe_alternates_in_the_worker_and_ends_by_itself(clocks: ClockContr
     samples = worker.ask("sample", 1.0)
     assert all(near(s, 0.0) or near(s, 1000.0) for s in samples), samples
     levels = [round(s / 1000.0) for s in samples]
-    flips = sum(1 for a, b in zip(levels, levels[1:]) if a != b)
+    flips = sum(1 for a, b in itertools.pairwise(levels) if a != b)
     assert flips >= 6, f"only {flips} flips in {len(samples)} samples"
     assert levels[-10:] == [0] * 10  # the window is over: back to the base offset
     assert fault.heal() == {"victims": [3]}
@@ -318,26 +314,14 @@ def libfaketime() -> Path:
         pytest.fail(str(e), pytrace=False)
 
 
-def _serve(server: LocalServer) -> Iterator[Any]:
-    try:
-        server.start()
-    except EnvironmentFailure as e:
-        pytest.fail(f"cannot start {server.kind} under libfaketime: {e}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
-        server.cleanup()
-
-
 @pytest.fixture(scope="module")
 def faketime_postgres(libfaketime: Path) -> Iterator[FaketimePostgresServer]:
-    yield from _serve(FaketimePostgresServer())
+    yield from serve(FaketimePostgresServer, "postgres under libfaketime")
 
 
 @pytest.fixture(scope="module")
 def faketime_redis(libfaketime: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaketimeRedisServer]:
-    yield from _serve(FaketimeRedisServer(tmp_path_factory.mktemp("faketime-redis")))
+    yield from serve(lambda: FaketimeRedisServer(tmp_path_factory.mktemp("faketime-redis")), "redis under libfaketime")
 
 
 def _host_clock_step() -> Callable[[], float]:

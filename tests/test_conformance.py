@@ -12,7 +12,8 @@ from collections.abc import Callable
 import pytest
 from stores import Store
 
-from leasecheck.conformance import SCENARIOS, Result, TargetSpec
+from leasecheck.conformance import SCENARIOS, Result
+from leasecheck.targets.registry import TargetSpec
 
 REFERENCES = ["sqlite", "postgres", "redis"]
 

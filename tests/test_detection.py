@@ -11,11 +11,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from variants import DETECTION, VariantRun, variant_params
 
 from leasecheck.histories import read_history
 from leasecheck.runner import RunOptions, run
 from leasecheck.storedir import load_faults
-from leasecheck.targets.registry import load
 
 TTL_MS = 300
 
@@ -32,24 +32,18 @@ REFERENCE_RUNS = [
     ("redis@docker", "docker-pause,docker-kill,docker-disconnect,pause", 19),
 ]
 
-#: (variant, faults, duplicate-delivery rate, seed): each must be invalid with one of its expected kinds
-VARIANT_RUNS = [
-    ("sqlite-ttl-only", "pause", 0.1, 21),
-    ("sqlite-non-atomic-claim", "pause", 0.3, 22),
-    ("postgres-fence-in-memory", "pause", 0.1, 23),
-    ("postgres-client-clock", "clock-bump", 0.1, 24),
-    ("redis-queue-as-authority", "partition", 0.3, 25),
-    ("redis-no-increment", "pause,kill", 0.1, 26),
-]
+#: each broken variant under what its ``exposed_by`` names (tests/variants.py): each must be
+#: invalid with one of its expected kinds
+VARIANT_RUNS = variant_params(DETECTION)
 
 
-def go(tmp_path: Path, target: str, faults: str, seed: int, dup_rate: float = 0.1, time_limit: float = 10.0):
+def go(tmp_path: Path, target: str, faults: tuple[str, ...], seed: int, dup_rate: float = 0.1, time_limit: float = 10.0):
     """One run; ``name@docker`` runs the store as a container (--env docker)."""
     target, _, env = target.partition("@")
     if env == "docker":
         time_limit += 5  # a killed Postgres container takes ~2 s to recover
     return run(RunOptions(
-        target=target, env=env or "local", nemesis=tuple(faults.split(",")), nemesis_interval=0.8, time_limit=time_limit,
+        target=target, env=env or "local", nemesis=faults, nemesis_interval=0.8, time_limit=time_limit,
         concurrency=5, ttl_ms=TTL_MS, nodes=10, dup_rate=dup_rate, seed=seed, store=str(tmp_path), op_timeout_s=1.0,
     ))
 
@@ -65,7 +59,7 @@ def assert_nothing_left_behind(run_dir: Path) -> None:
 
 @pytest.mark.parametrize("target, faults, seed", REFERENCE_RUNS, ids=[f"{t}-{f}" for t, f, _ in REFERENCE_RUNS])
 def test_reference_backend_is_valid_under_faults(tmp_path: Path, target: str, faults: str, seed: int) -> None:
-    r = go(tmp_path, target, faults, seed)
+    r = go(tmp_path, target, tuple(faults.split(",")), seed)
     assert r.verdict.valid is True, [a.explanation for a in r.verdict.anomalies[:3]]
     header, ops, reader = read_history(r.run_dir / "history.jsonl")
     started = {e.f for e in reader.nemesis}
@@ -80,19 +74,22 @@ def test_reference_backend_is_valid_under_faults(tmp_path: Path, target: str, fa
     if target.endswith("@docker"):
         import docker
 
-        from leasecheck.nemesis.container import RUN_LABEL
+        from leasecheck.nemesis.container import run_label
 
-        left = docker.from_env().containers.list(all=True, filters={"label": RUN_LABEL})
+        # this run's label only: another Docker run may be going on beside it (pytest -n 2);
+        # the run id is the run directory's name, as leasecheck/environment.py derives it
+        run_id = r.run_dir.name.replace(":", "").replace(".", "-").lower()
+        left = docker.from_env().containers.list(all=True, filters={"label": run_label(run_id)})
         assert left == [], "the run's containers must be gone"
 
 
-@pytest.mark.parametrize("target, faults, dup_rate, seed", VARIANT_RUNS, ids=[v[0] for v in VARIANT_RUNS])
-def test_broken_variant_is_caught_by_its_fault(tmp_path: Path, target: str, faults: str, dup_rate: float, seed: int) -> None:
-    expected = set(load(target).expected)
-    r = go(tmp_path, target, faults, seed, dup_rate=dup_rate, time_limit=15.0)
+@pytest.mark.parametrize("v", VARIANT_RUNS)
+def test_broken_variant_is_caught_by_its_fault(tmp_path: Path, v: VariantRun) -> None:
+    r = go(tmp_path, v.variant, v.nemesis, v.seed, dup_rate=v.dup_rate, time_limit=v.seconds)
     kinds = {a.kind for a in r.verdict.anomalies}
-    assert r.verdict.valid is False, f"{target} under {faults} looked valid"
-    assert kinds & expected, f"{target}: found {kinds}, expected one of {expected}"
+    exposer = ",".join(v.nemesis) or f"duplicate delivery ({v.dup_rate:g})"
+    assert r.verdict.valid is False, f"{v.variant} under {exposer} looked valid: {v.bug!r} not exposed"
+    assert kinds & set(v.expected), f"{v.variant}: found {kinds}, expected one of {v.expected}"
     for a in r.verdict.anomalies:
         assert a.ops and a.explanation
     assert_nothing_left_behind(r.run_dir)

@@ -23,24 +23,26 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import docker
 import pytest
 from docker.models.containers import Container
+from stores import claim, new_node, serve
 
-from leasecheck.nemesis.container import CONTAINER_EVENTS, ContainerDisconnect, ContainerKill, ContainerPause, heal_containers
+from leasecheck.nemesis.catalogue import CATALOGUE, Need
+from leasecheck.nemesis.container import ContainerDisconnect, ContainerKill, ContainerPause, heal_containers
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.docker import HOSTROOT_IMAGE, ContainerServer, DockerRun, ensure_base_image
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, TargetConfig, Unavailable
 from leasecheck.targets.postgres_lease import PostgresLease
 from leasecheck.targets.redis_lease import RedisLease
+from leasecheck.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TTL_MS = 300
 #: the client's own timeout: how long an op waits for a frozen or cut-off store
 TIMEOUT_S = 1.0
-T = TypeVar("T")
 
 
 # --- engine, run, servers ------------------------------------------------------------------------
@@ -76,26 +78,14 @@ def run(client: docker.DockerClient) -> Iterator[DockerRun]:
     assert the_run.networks() == [], "the run's network survived close()"
 
 
-def _serve(server: ContainerServer) -> Iterator[ContainerServer]:
-    try:
-        server.start()
-    except EnvironmentFailure as e:
-        pytest.fail(f"cannot start {server.kind} in a container: {e}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
-        server.cleanup()
-
-
 @pytest.fixture(scope="module")
 def redis_container(run: DockerRun) -> Iterator[ContainerServer]:
-    yield from _serve(run.redis())
+    yield from serve(run.redis, "redis in a container")
 
 
 @pytest.fixture(scope="module")
 def postgres_container(run: DockerRun) -> Iterator[ContainerServer]:
-    yield from _serve(run.postgres())
+    yield from serve(run.postgres, "postgres in a container")
 
 
 BACKENDS: dict[str, type[Target]] = {"redis": RedisLease, "postgres": PostgresLease}
@@ -107,7 +97,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[ContainerServer]:
     server: ContainerServer = request.getfixturevalue(f"{request.param}_container")
     yield server
     heal_containers(server.client, server.run.label)
-    wait_for(lambda: True if server._ready() else None, timeout=30)
+    wait_for(server._ready, timeout=30, every=0.05, what=f"{server.kind} answering again")
 
 
 @pytest.fixture
@@ -128,17 +118,6 @@ def make(store: ContainerServer) -> Iterator[Callable[..., Target]]:
 # --- helpers ---------------------------------------------------------------------------------------
 
 
-def wait_for(attempt: Callable[[], T | None], timeout: float = 15.0, every: float = 0.05) -> T:
-    """Call ``attempt`` until it returns something other than None; fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = attempt()
-        if result is not None:
-            return result
-        time.sleep(every)
-    pytest.fail(f"nothing within {timeout} s")
-
-
 def read_when_back(target: Target, node: str, timeout: float = 30.0) -> NodeState:
     """Read ``node`` as soon as the store answers again (after a kill, a disconnect...)."""
 
@@ -148,19 +127,7 @@ def read_when_back(target: Target, node: str, timeout: float = 30.0) -> NodeStat
         except (Unavailable, Indeterminate):
             return None
 
-    return wait_for(attempt, timeout, every=0.1)
-
-
-def new_node(target: Target) -> str:
-    node = f"run-{uuid.uuid4().hex[:8]}/deploy"
-    target.add_node(node)
-    return node
-
-
-def claim(target: Target, node: str, owner: str) -> Lease:
-    lease = target.try_claim(node, owner)
-    assert isinstance(lease, Lease), lease
-    return lease
+    return wait_for(attempt, timeout, every=0.1, what=f"a read of {node}")
 
 
 def engine_state(container: Container) -> dict[str, Any]:
@@ -290,7 +257,7 @@ def test_redis_runs_the_claim_it_received_while_paused(redis_container: Containe
             a.try_claim(node, "a")
     finally:
         fault.heal()
-    assert wait_for(lambda: a.read(node) if a.read(node).status == "RUNNING" else None).owner == "a"
+    assert wait_for(lambda: a.read(node) if a.read(node).status == "RUNNING" else None, timeout=15, every=0.05).owner == "a"
     a.close()
 
 
@@ -313,7 +280,8 @@ def test_kill_and_heal_keep_an_acknowledged_commit(store: ContainerServer, make:
     b = make()
     assert read_when_back(b, node) == NodeState("SUCCEEDED", lease.epoch, "a", "done")
     assert b.try_claim(node, "b") == Refused("terminal")
-    assert b.effect(Lease(node, "x", 0), "older").reason == "stale", "the fence was lost"  # type: ignore[union-attr]
+    late = b.effect(Lease(node, "x", 0), "older")
+    assert isinstance(late, Refused) and late.reason == "stale", "the fence was lost"
 
 
 def test_disconnect_cuts_the_clients_off_and_heal_restores(store: ContainerServer, run: DockerRun, make: Callable[..., Target]) -> None:
@@ -410,10 +378,11 @@ def test_a_fault_healed_by_heal_containers_first_heals_quietly(run: DockerRun, r
 
 
 def test_event_names_for_the_history() -> None:
-    assert CONTAINER_EVENTS == {
+    container_events = {kind.name: kind.events for kind in CATALOGUE if Need.DOCKER in kind.needs}
+    assert container_events == {
         "docker-pause": ("pause", "resume"), "docker-kill": ("kill", "start"), "docker-disconnect": ("partition", "heal"),
     }
-    assert [f.name for f in (ContainerPause, ContainerKill, ContainerDisconnect)] == list(CONTAINER_EVENTS)
+    assert [f.name for f in (ContainerPause, ContainerKill, ContainerDisconnect)] == list(container_events)
 
 
 # --- images of their own, and cleanup ------------------------------------------------------------------
@@ -469,10 +438,10 @@ def test_close_removes_every_container_and_the_network(client: docker.DockerClie
     server.stop()  # and the server object knows its container is gone
 
 
-def test_a_store_that_cannot_start_fails_with_its_log(run: DockerRun, tmp_path: Path) -> None:
+def test_a_store_that_cannot_start_fails_with_its_log(run: DockerRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = run.redis(tmp_path / "bad", name=f"leasecheck-{run.run_id}-bad")
-    server._command = lambda: ["/usr/bin/redis-server", "--no-such-option", "1"]  # type: ignore[method-assign]
-    with pytest.raises(EnvironmentFailure, match="(?s)exited with code 1 while starting.*no-such-option"):
+    monkeypatch.setattr(server, "_command", lambda: ["/usr/bin/redis-server", "--no-such-option", "1"])
+    with pytest.raises(EnvironmentFailure, match=r"(?s)exited with code 1 while starting.*no-such-option"):
         server.start(timeout=20)
     assert server.container is None  # removed, and its output is in the error
     assert [c.name for c in run.containers() if c.name.endswith("-bad")] == []

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from leasecheck.checker import check_source
+from leasecheck.checker import CHECKS, check_source
 from leasecheck.histories import HistoryError
+from leasecheck.histories.vocabulary import KINDS, LINEARIZABILITY_KINDS, NON_LINEARIZABLE, TIMING_KINDS
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "histories" / "examples"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((EXAMPLES / "expected.json").read_text())
@@ -39,19 +40,38 @@ def test_every_example_is_listed() -> None:
 
 
 def test_expectations_are_well_formed() -> None:
-    kinds = {
-        "duplicate-epoch", "epoch-regression", "stale-renew", "stale-commit", "stale-effect",
-        "duplicate-commit", "lost-commit", "overlapping-lease", "stuck-lease", "non-linearizable",
-    }
     for name, exp in EXPECTED.items():
         assert exp["valid"] in (True, False, "unknown", BAD_INPUT), name
         assert exp["kinds"] == sorted(set(exp["kinds"])), name
-        assert set(exp["kinds"]) <= kinds, name
+        assert set(exp["kinds"]) <= set(KINDS), name
         assert {a["kind"] for a in exp["anomalies"]} == set(exp["kinds"]), name
         assert (exp["valid"] is False) == bool(exp["kinds"]), name
         assert exp["why"], name
         if exp["valid"] == BAD_INPUT:
             assert isinstance(exp["line"], int), name
+
+
+def test_every_kind_has_an_example() -> None:
+    """A new anomaly kind comes with a hand-checked example of it."""
+    shown = {k for exp in EXPECTED.values() for k in exp["kinds"]}
+    assert set(KINDS) - shown == set(), "kinds with no example in histories/examples"
+
+
+def test_kind_classes_partition_the_kinds() -> None:
+    """Every kind is a proof kind, a timing kind, or non-linearizable itself: exactly one."""
+    assert LINEARIZABILITY_KINDS.isdisjoint(TIMING_KINDS)
+    assert LINEARIZABILITY_KINDS | TIMING_KINDS | {NON_LINEARIZABLE} == set(KINDS)
+    assert len(KINDS) == len(set(KINDS))
+
+
+def test_the_table_of_checks_covers_every_kind() -> None:
+    """Each kind is reported by some row, each row reports only known kinds, and a row
+    that is skipped once some kinds are found runs after every row that reports them."""
+    reported = {k for row in CHECKS for k in row.reports}
+    assert reported == set(KINDS)
+    for i, row in enumerate(CHECKS):
+        later = {k for r in CHECKS[i:] for k in r.reports}
+        assert not (row.unless & later), f"row {i} ({row.run.__name__}) runs before a row it depends on"
 
 
 def _invoke_indices(path: Path) -> set[int]:

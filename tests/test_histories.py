@@ -137,7 +137,7 @@ def test_writer_round_trip(tmp_path: Path) -> None:
         w.complete(1, "ok")
         with pytest.raises(ValueError):
             w.complete(1, "ok")
-    header, ops, reader = read_history(p)
+    header, ops, _ = read_history(p)
     assert header.meta == {"target": "sqlite", "seed": 7} and header.clock_uncertainty_ms == 50
     assert [(o.f, o.type, o.invoke_time, o.complete_time) for o in ops] == [("claim", "ok", 100, 300), ("commit", "ok", 400, 500)]
     assert check_source(p).valid is True

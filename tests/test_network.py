@@ -24,19 +24,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from stores import serve
 
+from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, Need
+from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.heal import heal_record
-from leasecheck.nemesis.network import (
-    NETWORK_EVENTS,
-    Bandwidth,
-    Latency,
-    Network,
-    Partition,
-    ToxiproxyClient,
-    make_network_fault,
-    store_endpoint,
-    with_endpoint,
-)
+from leasecheck.nemesis.network import Bandwidth, Latency, Partition
+from leasecheck.nemesis.proxies import Network
+from leasecheck.nemesis.toxiproxy import ToxiproxyClient
 from leasecheck.servers import toxiproxy as toxiproxy_server
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.servers.toxiproxy import (
@@ -44,9 +39,11 @@ from leasecheck.servers.toxiproxy import (
     ToxiproxyServer,
     find_toxiproxy_server,
 )
+from leasecheck.store_network import route
 from leasecheck.targets.base import Indeterminate, Lease, Target, TargetConfig, Unavailable
 from leasecheck.targets.postgres_lease import PostgresLease
 from leasecheck.targets.redis_lease import RedisLease
+from leasecheck.targets.urls import store_endpoint, with_endpoint
 
 #: the backends' client timeout here: short, so a hang costs a second or two
 TIMEOUT_S = 1.0
@@ -61,16 +58,7 @@ def toxiproxy() -> Iterator[ToxiproxyServer]:
     if done.returncode != 0:
         pytest.fail(f"install-toxiproxy.sh failed (exit {done.returncode}):\n{done.stderr}", pytrace=False)
     binary = done.stdout.strip().splitlines()[-1]
-    try:
-        server = ToxiproxyServer(binary=binary, seed=7)
-        server.start()
-    except EnvironmentFailure as e:
-        pytest.fail(f"cannot start toxiproxy: {e}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
-        server.cleanup()
+    yield from serve(lambda: ToxiproxyServer(binary=binary, seed=7), "toxiproxy")
 
 
 @pytest.fixture
@@ -99,7 +87,7 @@ def client(store: tuple[str, LocalServer], network: Network) -> Iterator[Client]
     made: list[Target] = []
 
     def make(worker: str, timeout_s: float = TIMEOUT_S) -> Target:
-        backend = BACKENDS[kind](TargetConfig(url=network.route(worker, server.url), ttl_ms=TTL_MS, timeout_s=timeout_s))
+        backend = BACKENDS[kind](TargetConfig(url=route(network, worker, server.url), ttl_ms=TTL_MS, timeout_s=timeout_s))
         made.append(backend)
         return backend
 
@@ -267,7 +255,7 @@ def test_bandwidth_limits_throughput(client: Client, network: Network) -> None:
 
 
 def test_heal_removes_exactly_its_own_toxics(toxiproxy: ToxiproxyServer, network: Network, redis_server: LocalServer) -> None:
-    network.route("w1", redis_server.url)
+    route(network, "w1", redis_server.url)
     api = ToxiproxyClient(toxiproxy.url)
     slow = Latency(network, ["w1"], latency_ms=10)
     hang = Partition(network, ["w1"], mode="hang")
@@ -286,7 +274,7 @@ def test_heal_everything_leaves_no_toxic_and_every_proxy_enabled(
     toxiproxy: ToxiproxyServer, network: Network, redis_server: LocalServer
 ) -> None:
     for worker in ("w1", "w2", "w3"):
-        network.route(worker, redis_server.url)
+        route(network, worker, redis_server.url)
     faults = [
         Partition(network, ["w1"], mode="hang"),
         Partition(network, ["w2"], mode="cut"),
@@ -310,7 +298,7 @@ def test_leasecheck_heal_undoes_a_fault_from_its_record(
 ) -> None:
     """What faults.json keeps is enough to undo a fault after the harness that made it is gone."""
     for worker in ("w1", "w2"):
-        network.route(worker, redis_server.url)
+        route(network, worker, redis_server.url)
     hang, cut = Partition(network, ["w1"], mode="hang"), Partition(network, ["w2"], mode="cut")
     assert hang.undo_record() is None
     hang.start()
@@ -332,19 +320,25 @@ def test_leasecheck_heal_undoes_a_fault_from_its_record(
 
 def test_seeded_faults_name_their_events_and_victims(network: Network, redis_server: LocalServer) -> None:
     for worker in range(5):
-        network.route(worker, redis_server.url)
+        route(network, worker, redis_server.url)
+
+    kinds = [kind for kind in CATALOGUE if Need.TOXIPROXY in kind.needs]
+    context = FaultContext(ttl_ms=1000, network=network)
 
     def draw(seed: int) -> list[tuple[str, Any]]:
         rng = random.Random(seed)
-        faults = [make_network_fault(kind, network, rng, ttl_ms=1000) for kind in NETWORK_EVENTS for _ in range(4)]
+        faults = [kind.make(context, rng) for kind in kinds for _ in range(4)]
         return [(f.name, f.victims) for f in faults if isinstance(f, (Partition, Latency, Bandwidth))]
 
     first = draw(3)
     assert first == draw(3)  # the seed decides
-    assert {name for name, _ in first} == set(NETWORK_EVENTS)
+    assert {name for name, _ in first} == {kind.name for kind in kinds} == {"partition", "latency", "bandwidth"}
+    assert [kind.events[1] for kind in kinds] == ["heal"] * 3  # one heal event for every network fault
     for _, victims in first:
         assert victims is None or (victims and set(victims) <= set(range(5)))
-    assert make_network_fault("partition", Network(network.api, prefix="empty"), random.Random(1), 1000) is None
+    nobody = FaultContext(ttl_ms=1000, network=Network(network.api, prefix="empty"))
+    assert FAULTS["partition"].make(nobody, random.Random(1)) is None
+    assert FAULTS["latency"].make(FaultContext(ttl_ms=1000), random.Random(1)) is None  # no Toxiproxy at all
 
 
 # ------------------------------------------------------------------------------- addresses
@@ -376,7 +370,7 @@ def test_addresses_a_tcp_proxy_cannot_front_are_refused(url: str) -> None:
 def test_a_missing_binary_names_the_install_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.setattr(toxiproxy_server, "CACHED_BINARY", tmp_path / "toxiproxy-server")
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(EnvironmentFailure, match="install-toxiproxy.sh"):
+    with pytest.raises(EnvironmentFailure, match=r"install-toxiproxy\.sh"):
         find_toxiproxy_server()
     with pytest.raises(EnvironmentFailure, match="not an executable"):
         find_toxiproxy_server(tmp_path / "toxiproxy-server")

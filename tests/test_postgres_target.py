@@ -13,10 +13,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pytest
+from stores import new_node
 
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.postgres import PostgresServer
@@ -24,9 +25,9 @@ from leasecheck.targets import registry
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, TargetConfig, Unavailable, system_clock_ms
 from leasecheck.targets.broken_postgres import ClientClockPostgres, FenceInMemoryPostgres
 from leasecheck.targets.postgres_lease import PostgresLease
+from leasecheck.waiting import wait_for
 
 TTL_MS = 300
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -66,20 +67,7 @@ def make(server: PostgresServer) -> Iterator[Callable[..., Any]]:
 @pytest.fixture
 def node(make: Callable[..., PostgresLease]) -> str:
     """A fresh node, READY; every test has its own so they share one database safely."""
-    name = f"run-{uuid.uuid4().hex[:8]}/deploy"
-    make().add_node(name)
-    return name
-
-
-def wait_for(condition: Callable[[], T | None], timeout: float = 5.0) -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"condition not met within {timeout} s")
+    return new_node(make())
 
 
 def claimed(target: Target, node: str, owner: str) -> Callable[[], Lease | None]:
@@ -105,7 +93,7 @@ def test_claim_is_exclusive_until_expiry_then_taken_over_with_a_larger_epoch(mak
     assert lease_a == Lease(node, "a", 1)
     assert b.try_claim(node, "b") == Refused("held")
     assert b.read(node) == NodeState("RUNNING", 1, "a")
-    lease_b = wait_for(claimed(b, node, "b"))
+    lease_b = wait_for(claimed(b, node, "b"), timeout=5.0, what="b's takeover")
     assert time.monotonic() - invoked >= TTL_MS / 1000 - 0.01, "a live lease was taken over"
     assert lease_b.epoch == 2
     # the claim itself lifted the fence: the zombie's write is refused before the new holder wrote anything
@@ -262,9 +250,14 @@ def test_killing_the_server_mid_statement_is_indeterminate_then_unavailable(
 
     thread = threading.Thread(target=renew)
     thread.start()
-    wait_for(lambda: locker.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leasecheck' AND wait_event_type = 'Lock'"
-    ).fetchone()[0])
+
+    def blocked() -> int:
+        row = locker.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leasecheck' AND wait_event_type = 'Lock'"
+        ).fetchone()
+        return row[0] if row else 0
+
+    wait_for(blocked, timeout=5.0, what="the renewal waiting on the lock")
     backends = server._children()
     server.kill()
     thread.join(5)
@@ -311,7 +304,7 @@ def test_a_paused_server_times_out_as_indeterminate_then_unavailable(
 def test_fence_in_memory_accepts_the_old_owners_writes_after_a_takeover(make: Callable[..., Any], node: str) -> None:
     a, b = make(FenceInMemoryPostgres), make(FenceInMemoryPostgres)
     lease_a = a.try_claim(node, "a")
-    lease_b = wait_for(claimed(b, node, "b"))
+    lease_b = wait_for(claimed(b, node, "b"), timeout=5.0, what="b's takeover")
     assert lease_b.epoch > lease_a.epoch
     assert b.effect(lease_b, "new") is None
     # the zombie wakes up: the reference refuses all three (see the takeover test above)

@@ -8,55 +8,43 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 import pytest
+from stores import claim, new_node, serve
 
-from leasecheck.servers.base import EnvironmentFailure, free_port
+from leasecheck.servers.base import free_port
 from leasecheck.servers.redis import RedisServer
 from leasecheck.targets import registry
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, TargetConfig, Unavailable
 from leasecheck.targets.broken_redis import NoIncrementRedis, QueueAsAuthorityRedis
 from leasecheck.targets.redis_lease import RedisLease
+from leasecheck.waiting import wait_for
 
 TTL_MS = 300
-T = TypeVar("T")
 Make = Callable[..., RedisLease]
-
-
-def _running(directory: Path) -> Iterator[RedisServer]:
-    try:
-        server = RedisServer(directory)
-        server.start()
-    except EnvironmentFailure as e:
-        pytest.fail(f"cannot start redis-server: {e}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One server for the tests that leave it alone."""
-    yield from _running(tmp_path_factory.mktemp("redis"))
+    yield from serve(lambda: RedisServer(tmp_path_factory.mktemp("redis")), "redis-server")
 
 
 @pytest.fixture
 def own_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A server of the test's own, for tests that kill, pause or restart it."""
-    yield from _running(tmp_path / "redis")
+    yield from serve(lambda: RedisServer(tmp_path / "redis"), "redis-server")
 
 
 def _factory(url: Callable[[], str]) -> Iterator[Make]:
     made: list[RedisLease] = []
 
-    def make(cls: type[RedisLease] = RedisLease, ttl_ms: int = TTL_MS, timeout_s: float = 2.0, **config: object) -> RedisLease:
-        target = cls(TargetConfig(url(), ttl_ms=ttl_ms, timeout_s=timeout_s, **config))  # type: ignore[arg-type]
+    def make(cls: type[RedisLease] = RedisLease, ttl_ms: int = TTL_MS, timeout_s: float = 2.0, **config: Any) -> RedisLease:
+        target = cls(TargetConfig(url(), ttl_ms=ttl_ms, timeout_s=timeout_s, **config))
         made.append(target)
         return target
 
@@ -76,30 +64,6 @@ def make_own(own_server: RedisServer) -> Iterator[Make]:
     yield from _factory(lambda: own_server.url)
 
 
-def new_node(target: Target) -> str:
-    """A node no other test touches, READY."""
-    node = f"run-{uuid.uuid4().hex[:8]}/deploy"
-    target.add_node(node)
-    return node
-
-
-def claim(target: Target, node: str, owner: str) -> Lease:
-    lease = target.try_claim(node, owner)
-    assert isinstance(lease, Lease), lease
-    return lease
-
-
-def wait_for(attempt: Callable[[], T | None], timeout: float = 3.0, every: float = 0.01) -> T:
-    """Call ``attempt`` until it returns something other than None, or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = attempt()
-        if result is not None:
-            return result
-        time.sleep(every)
-    pytest.fail(f"nothing within {timeout} s")
-
-
 def takeover(target: Target, node: str, owner: str) -> Lease:
     """Claim as soon as the current lease expires; until then the claim must be refused as held."""
 
@@ -110,18 +74,20 @@ def takeover(target: Target, node: str, owner: str) -> Lease:
         assert outcome == Refused("held")
         return None
 
-    return wait_for(attempt)
+    return wait_for(attempt, timeout=3.0, what=f"{owner}'s takeover of {node}")
 
 
 def wait_expired(target: RedisLease, node: str) -> None:
     """Wait until the server's clock passed the node's lease expiry (asking the server, changing nothing)."""
-    expires_ms = int(target.client.hget(target.keys(node)[0], "expires_ms"))  # type: ignore[arg-type]
+    raw = target.client.hget(target.keys(node)[0], "expires_ms")
+    assert isinstance(raw, (bytes, str)), raw
+    expires_ms = int(raw)
 
     def passed() -> bool | None:
         seconds, micros = target.client.time()
         return True if seconds * 1000 + micros // 1000 >= expires_ms else None
 
-    wait_for(passed)
+    wait_for(passed, timeout=3.0, what="the server's clock past the lease's expiry")
 
 
 # --- semantics ---------------------------------------------------------------------------------
@@ -225,7 +191,8 @@ def test_unknown_nodes_and_epochs(make: Make) -> None:
     assert isinstance(refusal, Refused) and refusal.reason == "error" and "no such node" in refusal.message
     node = new_node(t)
     lease = claim(t, node, "a")
-    assert t.renew(Lease(node, "a", lease.epoch + 5)) == Refused("error", f"unknown epoch {lease.epoch + 5}")  # type: ignore[operator]
+    assert lease.epoch is not None
+    assert t.renew(Lease(node, "a", lease.epoch + 5)) == Refused("error", f"unknown epoch {lease.epoch + 5}")
 
 
 def test_of_racing_claims_exactly_one_wins(make: Make) -> None:
@@ -258,7 +225,12 @@ def test_a_skewed_worker_clock_changes_nothing(make: Make) -> None:
 def test_an_acknowledged_commit_survives_restart_and_kill(own_server: RedisServer, make_own: Make) -> None:
     t = make_own()
     nodes = []
-    for restart in (own_server.restart, lambda: (own_server.kill(), own_server.start())):
+
+    def crash_and_start() -> None:
+        own_server.kill()
+        own_server.start()
+
+    for restart in (own_server.restart, crash_and_start):
         node = new_node(t)
         lease = claim(t, node, "a")
         assert t.commit(lease, "done") is None
@@ -313,7 +285,7 @@ def test_a_paused_server_makes_an_operation_indeterminate(own_server: RedisServe
         return state if state.status == "RUNNING" else None
 
     # why "indeterminate" and not "failed": the server ran the claim when it woke up
-    assert wait_for(running).owner == "a"
+    assert wait_for(running, timeout=3.0, what="the claim applied by the woken server").owner == "a"
 
 
 def test_a_connection_lost_mid_operation_is_indeterminate(own_server: RedisServer, make_own: Make) -> None:

@@ -14,9 +14,10 @@ Postgres and Redis runs without store faults share the session servers of
 runs with ``pause-store`` / ``kill-store`` let the runner start its own server,
 since only a server it owns can be paused or killed.
 
-Not tested here: ``postgres-client-clock``, whose bug only worker clock skew
-exposes (the clock nemeses; see tests/test_detection.py), and the network and
-Docker faults.
+Not tested here: the network, clock and Docker faults, and so the broken variants
+only they expose (``postgres-client-clock``: worker clock skew); the detection matrix
+(tests/test_detection.py) runs those. Which variants run here, with what, is
+generated from their ``exposed_by`` in tests/variants.py.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from psycopg import sql
+from variants import END_TO_END, VariantRun, variant_params
 
 from leasecheck.cli import main
 from leasecheck.histories import read_history
@@ -224,7 +228,7 @@ def contention(history: Path) -> dict[str, int]:
     takeovers = 0
     for node, granted in claims.items():
         granted.sort(key=lambda o: o.epoch)
-        for old, new in zip(granted, granted[1:]):
+        for old, new in itertools.pairwise(granted):
             gave_back = any(r.invoke_time < new.complete_time for r in released[(node, old.epoch)])  # type: ignore[operator]
             if new.epoch > old.epoch and not gave_back:
                 takeovers += 1
@@ -308,30 +312,22 @@ def test_reference_backend_is_valid_under_faults_with_real_contention(
 # ---------------------------------------------------------------- 2. broken backends
 
 
-BROKEN = [
-    # (target, nemesis, dup_rate, seed, time limit)
-    pytest.param("sqlite-ttl-only", ("pause",), 0.1, 1, 10.0, id="sqlite-ttl-only"),
-    pytest.param("sqlite-non-atomic-claim", (), 0.5, 1, 6.0, id="sqlite-non-atomic-claim"),
-    pytest.param("postgres-fence-in-memory", ("pause",), 0.1, 1, 10.0, id="postgres-fence-in-memory"),
-    pytest.param("redis-queue-as-authority", (), 0.5, 1, 6.0, id="redis-queue-as-authority"),
-    pytest.param("redis-no-increment", ("pause", "kill"), 0.1, 1, 8.0, id="redis-no-increment"),
-]
+#: each broken variant exposed by a process fault or duplicate delivery (tests/variants.py)
+BROKEN = variant_params(END_TO_END)
 
 
-@pytest.mark.parametrize(("target", "nemesis", "dup_rate", "seed", "seconds"), BROKEN)
+@pytest.mark.parametrize("v", BROKEN)
 def test_broken_backend_is_caught_by_the_fault_that_exposes_it(
-    tmp_path: Path, fresh_url: Callable[[str], str | None], target: str, nemesis: tuple[str, ...],
-    dup_rate: float, seed: int, seconds: float,
+    tmp_path: Path, fresh_url: Callable[[str], str | None], v: VariantRun
 ) -> None:
-    cls = load(target)
-    exposed = set(cls.exposed_by)
-    assert exposed & (set(nemesis) | ({"duplicate-delivery"} if dup_rate >= 0.3 else set())), "not the fault that exposes it"
-    opts = options(tmp_path, target, fresh_url(target), nemesis=nemesis, dup_rate=dup_rate, seed=seed, time_limit=seconds)
+    opts = options(
+        tmp_path, v.variant, fresh_url(v.variant), nemesis=v.nemesis, dup_rate=v.dup_rate, seed=v.seed, time_limit=v.seconds
+    )
     result = run(opts)
 
     kinds = Counter(a.kind for a in result.verdict.anomalies)
-    assert result.verdict.valid is False, f"{target} passed: the fault did not expose {cls.bug!r}"
-    assert kinds.keys() & set(cls.expected), f"expected one of {cls.expected}, found {dict(kinds)}"
+    assert result.verdict.valid is False, f"{v.variant} passed: the fault did not expose {v.bug!r}"
+    assert kinds.keys() & set(v.expected), f"expected one of {v.expected}, found {dict(kinds)}"
     assert result.verdict.exit_code == 1
     assert_store_directory(result, opts)
 
@@ -341,6 +337,27 @@ def test_broken_backend_is_caught_by_the_fault_that_exposes_it(
 
 def _leasecheck(*args: str, **kw: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "leasecheck", *args], cwd=REPO, **kw)
+
+
+@dataclass
+class Harness:
+    """A ``leasecheck`` child process and the descendants a test saw under it."""
+
+    proc: subprocess.Popen[bytes]
+    kids: list[psutil.Process] = field(default_factory=list)
+
+
+@contextmanager
+def _harness(*args: str, **kw: Any) -> Iterator[Harness]:
+    """``leasecheck ARGS`` as a child; however the test ends, it and the descendants it saw are gone."""
+    h = Harness(_leasecheck(*args, **kw))
+    try:
+        yield h
+    finally:
+        if h.proc.poll() is None:
+            h.proc.kill()
+            h.proc.wait()
+        _reap(h.kids)
 
 
 def _history_in(store: Path) -> Path | None:
@@ -409,24 +426,17 @@ KILLED = [
 @pytest.mark.parametrize(("target", "nemesis"), KILLED)
 def test_harness_killed_mid_run_leaves_a_checkable_history_and_no_process(tmp_path: Path, target: str, nemesis: str) -> None:
     store = tmp_path / "store"
-    harness = _leasecheck(
+    with _harness(
         "run", "--target", target, "--nemesis", nemesis, "--nemesis-interval", "0.5", "--time-limit", "120",
         "--ttl", str(TTL_MS), "--seed", "5", "--store", str(store), "--json",
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    kids: list[psutil.Process] = []
-    try:
-        history, kids = _wait_for_paused_worker(harness, store, events=300, store_pause=nemesis == "pause-store")
-        assert len(kids) >= 5, _describe(kids)
-        harness.send_signal(signal.SIGKILL)
-        harness.wait(10)
-        alive = _wait_gone(kids, 8.0)
+    ) as h:
+        history, h.kids = _wait_for_paused_worker(h.proc, store, events=300, store_pause=nemesis == "pause-store")
+        assert len(h.kids) >= 5, _describe(h.kids)
+        h.proc.send_signal(signal.SIGKILL)
+        h.proc.wait(10)
+        alive = _wait_gone(h.kids, 8.0)
         assert not alive, f"left behind by the killed harness: {_describe(alive)}"
-    finally:
-        if harness.poll() is None:
-            harness.kill()
-            harness.wait()
-        _reap(kids)
 
     code, verdict, err = check_cli(history.parent)
     assert code == 0 and verdict["valid"] is True, (verdict, err)
@@ -486,27 +496,20 @@ def test_ctrl_c_heals_checks_and_exits_with_the_verdict(tmp_path: Path) -> None:
     """SIGINT to the harness's process group (a terminal's Ctrl-C) while a worker and the store
     may be paused: it heals, checks what was recorded, exits 0 and leaves nothing behind."""
     store = tmp_path / "store"
-    harness = _leasecheck(
+    with _harness(
         "run", "--target", "redis", "--nemesis", "pause,pause-store", "--nemesis-interval", "0.5",
         "--time-limit", "120", "--ttl", str(TTL_MS), "--seed", "5", "--store", str(store),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )
-    kids: list[psutil.Process] = []
-    try:
-        history, kids = _wait_for_paused_worker(harness, store, events=200)
+    ) as h:
+        history, h.kids = _wait_for_paused_worker(h.proc, store, events=200)
         started = time.monotonic()
-        os.killpg(harness.pid, signal.SIGINT)
-        out, err = harness.communicate(timeout=60)
+        os.killpg(h.proc.pid, signal.SIGINT)
+        out, err = h.proc.communicate(timeout=60)
         assert time.monotonic() - started < 30
-        assert harness.returncode == 0, (out[-2000:], err[-2000:])
+        assert h.proc.returncode == 0, (out[-2000:], err[-2000:])
         assert b"interrupted" in err and b"valid" in out
-        alive = _wait_gone(kids, 15.0)
+        alive = _wait_gone(h.kids, 15.0)
         assert not alive, f"left behind after Ctrl-C: {_describe(alive)}"
-    finally:
-        if harness.poll() is None:
-            harness.kill()
-            harness.wait()
-        _reap(kids)
     results = json.loads((history.parent / "results.json").read_text())
     assert results["valid"] is True and results["seed"] == 5
     events = nemesis_events(history.parent)

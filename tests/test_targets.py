@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import textwrap
 from pathlib import Path
 
@@ -10,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from leasecheck.cli import main
-from leasecheck.targets.base import Lease, Target, TargetConfig
-from leasecheck.targets.registry import TargetNotFound, available, load
+from leasecheck.histories.vocabulary import KINDS
+from leasecheck.targets.base import Lease, OffsetClock, Target, TargetConfig
+from leasecheck.targets.registry import TargetNotFound, TargetSpec, available, load
 
 REFERENCES = {"sqlite", "postgres", "redis"}
 BROKEN = {
@@ -29,6 +31,7 @@ def test_every_registered_backend_loads_and_declares_itself() -> None:
         assert cls.fenced is True
         if name in BROKEN:
             assert cls.bug and cls.expected and cls.exposed_by, name
+            assert set(cls.expected) <= set(KINDS), name
             assert cls.summary().startswith(("BROKEN", "Postgres lease")), name
         else:
             assert not cls.bug and not cls.expected
@@ -62,6 +65,21 @@ def test_third_party_backend_by_module_and_class(tmp_path: Path, monkeypatch: py
     t.add_node("n")
     assert isinstance(t.try_claim("n", "w"), Lease)
     t.close()
+
+
+def test_target_spec_travels_to_another_process_and_builds_a_client(tmp_path: Path) -> None:
+    """Workers are spawned: the spec pickles (a name, not a class) and each process builds its own client."""
+    spec = TargetSpec("sqlite", TargetConfig(url=str(tmp_path / "spec.db"), ttl_ms=1000))
+    again = pickle.loads(pickle.dumps(spec))
+    assert again == spec
+    t = again.make(clock=OffsetClock(5.0))
+    try:
+        assert t.config.clock == OffsetClock(5.0) and t.config.url == spec.config.url
+        t.setup()
+        t.add_node("n")
+        assert isinstance(t.try_claim("n", "w"), Lease)
+    finally:
+        t.close()
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,13 @@
-"""Store servers leasecheck starts for tests and runs: see :mod:`leasecheck.servers.base`."""
+"""Store servers leasecheck starts for tests and runs: see :mod:`leasecheck.servers.base`.
+
+* :mod:`.base` — :class:`LocalServer`, a server we start, own and stop, as a child process;
+* :mod:`.postgres`, :mod:`.redis`, :mod:`.toxiproxy` — the local servers, from the machine's binaries;
+* :mod:`.faketime` — Postgres and Redis under libfaketime, their clock skewable;
+* :mod:`.docker` — the same stores in containers (``--env docker``), with :mod:`.image`,
+  :mod:`.container` and :mod:`.container_stores`;
+* :mod:`.readiness` — "does this store answer?", asked of local and container servers alike;
+* :mod:`.guard` — the program that takes a server's process tree down with the harness.
+"""
 
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, free_port
 

@@ -18,20 +18,27 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
-import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from leasecheck.servers.guard import guard, stop_guard
+from leasecheck.waiting import poll
+
+#: a path as callers give it (typeshed's name for it)
+StrPath = str | os.PathLike[str]
+
+#: the guard program (see :mod:`leasecheck.servers.guard`), run with ``python -m``; named,
+#: not imported, since a module imported before ``-m`` runs it would be run as a second copy
+GUARD_MODULE = "leasecheck.servers.guard"
 
 
 class EnvironmentFailure(Exception):
     """The test environment could not be set up (a server would not start, a binary is missing)."""
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent (the harness) dies.
+def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` (SIGKILL) to this process when its parent (the harness) dies.
 
     Even ``kill -9`` of the harness then leaves no worker or server behind —
     and none stopped by a pause it can no longer heal. Call it last in a child
@@ -39,9 +46,28 @@ def die_with_parent() -> None:
     """
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def start_guard(pid: int, home: StrPath) -> subprocess.Popen[bytes]:
+    """Start a guard over ``pid``'s process tree and every process working in ``home`` (see :mod:`.guard`).
+
+    In a session of its own, so that no signal meant for the harness's group reaches it.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-m", GUARD_MODULE, str(pid), os.fspath(home)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def stop_guard(proc: subprocess.Popen[bytes] | None) -> None:
+    """The server stopped on purpose: the guard has nothing left to do."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def free_port() -> int:
@@ -71,7 +97,7 @@ class LocalServer(ABC):
     #: (for servers whose children escape its process group: see :mod:`.guard`)
     guarded: bool = False
 
-    def __init__(self, directory: str | os.PathLike[str] | None = None, port: int | None = None) -> None:
+    def __init__(self, directory: StrPath | None = None, port: int | None = None) -> None:
         self._owns_directory = directory is None
         self.directory = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"leasecheck-{self.kind}-"))
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -96,6 +122,10 @@ class LocalServer(ABC):
     def _command(self) -> list[str]:
         """The server's command line (after any one-time initialisation)."""
 
+    def _launcher(self) -> list[str]:
+        """The program ``_command`` runs under (env(1) with variables, for :mod:`.faketime`); none by default."""
+        return []
+
     def _prepare(self) -> None:
         """One-time initialisation of ``directory`` (initdb, config); idempotent."""
 
@@ -116,31 +146,31 @@ class LocalServer(ABC):
         if self.pid is not None:
             return self
         self._prepare()
-        log = open(self.log_path, "ab")
-        try:
-            self.process = subprocess.Popen(
-                self._command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=self._child_setup, cwd=self.directory,
-            )
-        except OSError as e:
-            raise EnvironmentFailure(f"{self.kind}: cannot start {self._command()[0]}: {e}") from None
-        finally:
-            log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+        command = self._launcher() + self._command()
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            try:
+                process = self.process = subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    preexec_fn=self._child_setup, cwd=self.directory,
+                )
+            except OSError as e:
+                raise EnvironmentFailure(f"{self.kind}: cannot start {command[0]}: {e}") from None
+
+        def answers() -> bool:
+            if process.poll() is not None:
                 raise EnvironmentFailure(
-                    f"{self.kind} exited with code {self.process.returncode} while starting; log {self.log_path}:\n"
+                    f"{self.kind} exited with code {process.returncode} while starting; log {self.log_path}:\n"
                     + log_tail(self.log_path)
                 )
-            if self._ready():
-                if self.guarded:
-                    stop_guard(self._guard)
-                    self._guard = guard(self.process.pid, self.directory)
-                return self
-            time.sleep(0.05)
-        self.stop()
-        raise EnvironmentFailure(f"{self.kind} did not answer within {timeout:g} s; log {self.log_path}:\n" + log_tail(self.log_path))
+            return self._ready()
+
+        if not poll(answers, timeout, every=0.05):
+            self.stop()
+            raise EnvironmentFailure(f"{self.kind} did not answer within {timeout:g} s; log {self.log_path}:\n" + log_tail(self.log_path))
+        if self.guarded:
+            stop_guard(self._guard)
+            self._guard = start_guard(process.pid, self.directory)
+        return self
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM (after SIGCONT, in case it is paused), then SIGKILL after ``grace`` seconds."""
@@ -165,9 +195,9 @@ class LocalServer(ABC):
 
     def kill(self) -> None:
         """SIGKILL the server (a crash); ``start()`` brings it back on the same data."""
-        if self.pid is not None:
+        if self.process is not None and self.pid is not None:
             os.kill(self.pid, signal.SIGKILL)
-            self.process.wait()  # type: ignore[union-attr]
+            self.process.wait()
 
     def pause(self) -> None:
         """SIGSTOP the server's process group (servers that fork children outside it override this)."""

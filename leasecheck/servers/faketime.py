@@ -4,7 +4,7 @@ The reference backends judge lease expiry by the store's clock, so the clock
 fault that matters for them is a skew of the *server's* wall clock. We never
 touch the machine's clock: the server alone runs with libfaketime preloaded,
 reading its offset from a small control file that
-:class:`leasecheck.nemesis.clock.ServerClockSkew` rewrites (``+1.5``, ``-0.25``, ``+0``:
+:class:`leasecheck.nemesis.store_clock.ServerClockSkew` rewrites (``+1.5``, ``-0.25``, ``+0``:
 seconds relative to the real time). ``FAKETIME_NO_CACHE=1`` makes the server
 re-read it on every clock call, so an edit takes effect at once, in every
 running backend process — measured: ``+3600`` moves Postgres'
@@ -64,8 +64,8 @@ import os
 import shutil
 from pathlib import Path
 
-from leasecheck.nemesis.clock import ServerClockSkew, write_faketime_offset
-from leasecheck.servers.base import EnvironmentFailure
+from leasecheck.nemesis.store_clock import ServerClockSkew, write_faketime_offset
+from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
 from leasecheck.servers.postgres import PostgresServer
 from leasecheck.servers.redis import RedisServer
 
@@ -77,7 +77,7 @@ MALLOC_DEBUG_GLOB = "/usr/lib/*/libc_malloc_debug.so.0"
 CONTROL_FILE = "faketime.rc"
 
 
-def _find(pattern: str, given: str | os.PathLike[str] | None, what: str, hint: str) -> Path:
+def _find(pattern: str, given: StrPath | None, what: str, hint: str) -> Path:
     if given is not None:
         candidates = [Path(given)]
     else:
@@ -89,12 +89,12 @@ def _find(pattern: str, given: str | os.PathLike[str] | None, what: str, hint: s
     raise EnvironmentFailure(f"{what}: not found at {where} ({hint})")
 
 
-def find_libfaketime(path: str | os.PathLike[str] | None = None) -> Path:
+def find_libfaketime(path: StrPath | None = None) -> Path:
     """The libfaketime preload library: ``path`` if given, else Debian's."""
     return _find(LIBFAKETIME_GLOB, path, "libfaketime", "install it: apt-get install -y libfaketime")
 
 
-def find_malloc_debug(path: str | os.PathLike[str] | None = None) -> Path:
+def find_malloc_debug(path: StrPath | None = None) -> Path:
     """glibc's libc_malloc_debug.so.0 (Redis needs it under libfaketime; see the module docstring)."""
     return _find(MALLOC_DEBUG_GLOB, path, "libc_malloc_debug", "it ships with glibc 2.34 or newer (libc6)")
 
@@ -121,8 +121,8 @@ def _env_binary() -> str:
     return found
 
 
-class FaketimeServerMixin:
-    """What a faketime server adds to a :class:`~leasecheck.servers.base.LocalServer`.
+class FaketimeServer(LocalServer):
+    """What a faketime server adds to a store's server: listed before it (``FaketimeServer, RedisServer``).
 
     The environment goes in through ``env VAR=... server ...``: env(1) execs
     the server in place, so the pid the base class waits for, pauses and kills
@@ -130,11 +130,10 @@ class FaketimeServerMixin:
     in a forked child (unsafe while the harness runs threads).
     """
 
-    directory: Path
     control_file: Path
     libfaketime: Path
 
-    def _init_faketime(self, control_file: str | os.PathLike[str] | None, libfaketime: str | os.PathLike[str] | None) -> None:
+    def _init_faketime(self, control_file: StrPath | None, libfaketime: StrPath | None) -> None:
         self.libfaketime = find_libfaketime(libfaketime)
         self.control_file = Path(control_file) if control_file is not None else self.directory / CONTROL_FILE
         if not self.control_file.exists():
@@ -144,14 +143,19 @@ class FaketimeServerMixin:
         """Libraries to preload before libfaketime (none, unless the server needs a workaround)."""
         return ()
 
-    def _faketime_command(self, command: list[str]) -> list[str]:
+    def _launcher(self) -> list[str]:
+        """env(1) with libfaketime's variables: the store server's own command runs under it."""
         env = faketime_environment(self.control_file, self.libfaketime, self._preload_first())
-        return [_env_binary(), *(f"{key}={value}" for key, value in env.items()), *command]
+        return [_env_binary(), *(f"{key}={value}" for key, value in env.items())]
 
-    def _forget_faketime_shm(self, pid: int | None) -> None:
-        """Remove the shared-memory pair libfaketime makes per process (``/dev/shm/faketime_shm_<pid>``,
-        ``sem.faketime_sem_<pid>``): it removes them at a clean exit, but a SIGKILLed
-        server leaves them behind."""
+    def kill(self) -> None:
+        """SIGKILL the server, and remove the shared-memory pair libfaketime made for it.
+
+        libfaketime removes ``/dev/shm/faketime_shm_<pid>`` and ``sem.faketime_sem_<pid>``
+        at a clean exit; a SIGKILLed server leaves them behind.
+        """
+        pid = self.pid
+        super().kill()
         if pid is None:
             return
         for name in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}"):
@@ -169,7 +173,7 @@ class FaketimeServerMixin:
         return ServerClockSkew(self.control_file, delta_ms)
 
 
-class FaketimePostgresServer(FaketimeServerMixin, PostgresServer):
+class FaketimePostgresServer(FaketimeServer, PostgresServer):
     """A :class:`PostgresServer` whose clock (``now()``, ``clock_timestamp()``) follows ``control_file``.
 
     ``control_file`` defaults to ``<directory>/faketime.rc``; a file given
@@ -178,26 +182,18 @@ class FaketimePostgresServer(FaketimeServerMixin, PostgresServer):
 
     def __init__(
         self,
-        directory: str | os.PathLike[str] | None = None,
+        directory: StrPath | None = None,
         port: int | None = None,
-        bin_dir: str | os.PathLike[str] | None = None,
-        control_file: str | os.PathLike[str] | None = None,
-        libfaketime: str | os.PathLike[str] | None = None,
+        bin_dir: StrPath | None = None,
+        control_file: StrPath | None = None,
+        libfaketime: StrPath | None = None,
     ) -> None:
         find_libfaketime(libfaketime)  # before the base class makes a directory we would leave behind
         super().__init__(directory, port, bin_dir)
         self._init_faketime(control_file, libfaketime)
 
-    def _command(self) -> list[str]:
-        return self._faketime_command(super()._command())
 
-    def kill(self) -> None:
-        pid = self.pid
-        super().kill()
-        self._forget_faketime_shm(pid)
-
-
-class FaketimeRedisServer(FaketimeServerMixin, RedisServer):
+class FaketimeRedisServer(FaketimeServer, RedisServer):
     """A :class:`RedisServer` whose clock (``TIME``, key expiry) follows ``control_file``.
 
     Needs glibc's malloc preloaded before libfaketime (see the module docstring).
@@ -205,12 +201,12 @@ class FaketimeRedisServer(FaketimeServerMixin, RedisServer):
 
     def __init__(
         self,
-        directory: str | os.PathLike[str] | None = None,
+        directory: StrPath | None = None,
         port: int | None = None,
-        binary: str | os.PathLike[str] | None = None,
-        control_file: str | os.PathLike[str] | None = None,
-        libfaketime: str | os.PathLike[str] | None = None,
-        malloc_debug: str | os.PathLike[str] | None = None,
+        binary: StrPath | None = None,
+        control_file: StrPath | None = None,
+        libfaketime: StrPath | None = None,
+        malloc_debug: StrPath | None = None,
     ) -> None:
         find_libfaketime(libfaketime)
         self.malloc_debug = find_malloc_debug(malloc_debug)
@@ -219,11 +215,3 @@ class FaketimeRedisServer(FaketimeServerMixin, RedisServer):
 
     def _preload_first(self) -> tuple[Path, ...]:
         return (self.malloc_debug,)
-
-    def _command(self) -> list[str]:
-        return self._faketime_command(super()._command())
-
-    def kill(self) -> None:
-        pid = self.pid
-        super().kill()
-        self._forget_faketime_shm(pid)

@@ -10,90 +10,83 @@ one's start time, so a recycled pid is never hit) and every process whose
 working directory is inside the server's directory (children forked since its
 last look, already orphaned). It leaves quietly once the server and all its
 children are gone.
+
+It is a program of its own, ``python -m leasecheck.servers.guard PID HOME``,
+started by :meth:`leasecheck.servers.base.LocalServer.start` for a ``guarded``
+server (see :func:`leasecheck.servers.base.start_guard`): a thread of the harness
+would die with it, which is the one moment the guard exists for.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
+import signal
 import sys
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import NoReturn
 
-GUARD = r'''
-import ctypes, os, signal, sys, time
-libc = ctypes.CDLL("libc.so.6", use_errno=True)
-libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: told when the harness dies
-root = int(sys.argv[1])
-home = os.path.realpath(sys.argv[2]) + os.sep
-if os.getppid() == 1:
-    sys.exit(0)
+from leasecheck.nemesis.processes import descendants, process_table, signal_process, start_time
+from leasecheck.servers.base import die_with_parent
 
-def start_time(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+#: how often the guard looks at the server's tree again
+LOOK_EVERY_S = 0.2
 
-def tree():
-    children = {}
-    for e in os.listdir("/proc"):
-        if e.isdigit():
-            try:
-                with open(f"/proc/{e}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(e))
-    out, todo = [], [root]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
 
-def lives_in_home(pid):
-    """A process working in the server's directory is the server's (Postgres backends run in it)."""
-    try:
-        return (os.path.realpath(f"/proc/{pid}/cwd") + os.sep).startswith(home)
-    except OSError:
-        return False
+@dataclass
+class Guard:
+    """What the guard knows: the server's pid, its directory, and the tree it saw last (pid → start time)."""
 
-seen = {}
-def kill_all(*_):
-    doomed = {pid for pid, st in seen.items() if start_time(pid) == st}
-    # children forked since the last look, orphaned by now: found by their working directory
-    doomed |= {int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid() and lives_in_home(int(e))}
-    for pid in doomed:
+    root: int
+    #: the server's directory, resolved, with a trailing separator
+    home: str
+    seen: dict[int, int] = field(default_factory=dict)
+
+    def look(self) -> None:
+        """Add the server's tree as it is now; forget the processes that exited (or whose pid was reused)."""
+        table = {p.pid: p for p in process_table()}
+        for pid in descendants(self.root, list(table.values())):
+            if pid in table:
+                self.seen[pid] = table[pid].start_time
+        self.seen = {pid: started for pid, started in self.seen.items() if pid in table and table[pid].start_time == started}
+
+    def lives_in_home(self, pid: int) -> bool:
+        """A process working in the server's directory is the server's (Postgres backends run in it)."""
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    os._exit(0)
+            return (os.path.realpath(f"/proc/{pid}/cwd") + os.sep).startswith(self.home)
+        except OSError:
+            return False
 
-signal.signal(signal.SIGTERM, kill_all)
-while True:
-    for pid in tree():
-        st = start_time(pid)
-        if st is not None:
-            seen[pid] = st
-    seen = {p: st for p, st in seen.items() if start_time(p) == st}
-    if not seen:
+    def kill_all(self, signum: int = signal.SIGTERM, frame: FrameType | None = None) -> NoReturn:
+        """The harness died: SIGKILL everything of the server's, then leave."""
+        doomed = {pid for pid, started in self.seen.items() if start_time(pid) == started}
+        # children forked since the last look, orphaned by now: found by their working directory
+        doomed |= {p.pid for p in process_table() if p.pid != os.getpid() and self.lives_in_home(p.pid)}
+        for pid in doomed:
+            signal_process(pid, signal.SIGKILL)
         os._exit(0)
-    time.sleep(0.2)
-'''
+
+    def watch(self) -> NoReturn:
+        """Look at the tree until it is gone (the server stopped): then there is nothing left to guard."""
+        while True:
+            self.look()
+            if not self.seen:
+                os._exit(0)
+            time.sleep(LOOK_EVERY_S)
 
 
-def guard(pid: int, home: str | os.PathLike[str]) -> subprocess.Popen[bytes]:
-    """Start a guard over ``pid``'s process tree and every process working in ``home``."""
-    return subprocess.Popen(
-        [sys.executable, "-c", GUARD, str(pid), os.fspath(home)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+def main(argv: list[str]) -> NoReturn:
+    """``guard PID HOME``: guard the tree of ``PID`` and every process working in ``HOME``."""
+    if len(argv) != 2 or not argv[0].isdigit():
+        sys.exit("usage: python -m leasecheck.servers.guard PID HOME")
+    die_with_parent(signal.SIGTERM)  # told when the harness dies, and then kill_all
+    guard = Guard(int(argv[0]), os.path.realpath(argv[1]) + os.sep)
+    if os.getppid() == 1:  # the harness died before we could be told: too late to guard anything
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, guard.kill_all)
+    guard.watch()
 
 
-def stop_guard(proc: subprocess.Popen[bytes] | None) -> None:
-    """The server stopped on purpose: the guard has nothing left to do."""
-    if proc is not None and proc.poll() is None:
-        proc.kill()
-        proc.wait()
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -18,18 +18,18 @@ import pwd
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-import psycopg
-
-from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.nemesis.processes import children, running, signal_process
+from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
+from leasecheck.servers.readiness import postgres_answers
+from leasecheck.waiting import poll
 
 #: the unprivileged user Debian's packages create; used only when we run as root
 SERVER_USER = "postgres"
 
 
-def find_bin_dir(bin_dir: str | os.PathLike[str] | None = None) -> Path:
+def find_bin_dir(bin_dir: StrPath | None = None) -> Path:
     """The directory holding ``initdb`` and ``postgres``: given, the newest Debian install, or on PATH."""
     if bin_dir is not None:
         candidates = [Path(bin_dir)]
@@ -59,12 +59,7 @@ class PostgresServer(LocalServer):
 
     kind = "postgres"
 
-    def __init__(
-        self,
-        directory: str | os.PathLike[str] | None = None,
-        port: int | None = None,
-        bin_dir: str | os.PathLike[str] | None = None,
-    ) -> None:
+    def __init__(self, directory: StrPath | None = None, port: int | None = None, bin_dir: StrPath | None = None) -> None:
         self.bin_dir = find_bin_dir(bin_dir)  # before the base class makes a directory we would leave behind
         self._user = self._server_user()
         super().__init__(directory, port)
@@ -139,12 +134,7 @@ class PostgresServer(LocalServer):
         return [str(self.bin_dir / "postgres"), "-D", str(self.data_dir)]
 
     def _ready(self) -> bool:
-        try:
-            with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as conn:
-                conn.execute("SELECT 1")
-            return True
-        except psycopg.Error:
-            return False
+        return postgres_answers(self.url)
 
     def _children(self) -> list[int]:
         """The postmaster's children (backends, checkpointer, ...), from /proc.
@@ -154,9 +144,7 @@ class PostgresServer(LocalServer):
         signals to "the server" must go to each of them.
         """
         pid = self.pid
-        if pid is None:
-            return []
-        return [child for child, state, ppid in _processes() if ppid == pid and state != "Z"]
+        return [] if pid is None else children(pid)
 
     def _signal_server(self, sig: signal.Signals) -> list[int]:
         """Signal the postmaster and its children; return the children signalled.
@@ -168,12 +156,12 @@ class PostgresServer(LocalServer):
         if pid is None:
             return []
         if sig != signal.SIGCONT:
-            _kill(pid, signal.SIGSTOP)
-        children = self._children()
-        for child in children:
-            _kill(child, sig)
-        _kill(pid, sig)
-        return children
+            signal_process(pid, signal.SIGSTOP)
+        backends = self._children()
+        for backend in backends:
+            signal_process(backend, sig)
+        signal_process(pid, sig)
+        return backends
 
     def pause(self) -> None:
         """SIGSTOP the postmaster and every backend: the server stops answering on open connections too."""
@@ -188,7 +176,7 @@ class PostgresServer(LocalServer):
         if p is None or p.poll() is not None:
             return
         self.resume()
-        _kill(p.pid, signal.SIGINT)
+        signal_process(p.pid, signal.SIGINT)
         try:
             p.wait(grace)
         except subprocess.TimeoutExpired:
@@ -198,35 +186,8 @@ class PostgresServer(LocalServer):
         """Crash the whole server, postmaster and backends at once, as a crash of the machine's processes would."""
         if self.process is None or self.pid is None:
             return
-        children = self._signal_server(signal.SIGKILL)
+        backends = self._signal_server(signal.SIGKILL)
         self.process.wait()
-        _wait_dead(children)
+        # until every child has exited (a zombie has: it holds no shared memory), so a restart finds none
+        poll(lambda: not running(backends), timeout=5.0)
 
-
-def _kill(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _processes() -> list[tuple[int, str, int]]:
-    """(pid, state, ppid) of every process, from /proc."""
-    out = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        out.append((int(stat.split("/")[2]), fields[0], int(fields[1])))
-    return out
-
-
-def _wait_dead(pids: list[int], timeout: float = 5.0) -> None:
-    """Wait until every pid has exited (a zombie has: it holds no shared memory), so a restart finds none."""
-    deadline = time.monotonic() + timeout
-    remaining = set(pids)
-    while remaining and time.monotonic() < deadline:
-        remaining = {pid for pid, state, _ in _processes() if pid in remaining and state != "Z"}
-        if remaining:
-            time.sleep(0.01)

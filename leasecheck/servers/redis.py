@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 
-import redis
+from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
+from leasecheck.servers.readiness import redis_answers
 
-from leasecheck.servers.base import EnvironmentFailure, LocalServer
 
-
-def find_redis_server(binary: str | os.PathLike[str] | None = None) -> str:
+def find_redis_server(binary: StrPath | None = None) -> str:
     """The redis-server executable: ``binary`` if given, else the one on PATH."""
     found = shutil.which(os.fspath(binary) if binary is not None else "redis-server")
     if found is None:
@@ -31,12 +30,7 @@ class RedisServer(LocalServer):
 
     kind = "redis"
 
-    def __init__(
-        self,
-        directory: str | os.PathLike[str] | None = None,
-        port: int | None = None,
-        binary: str | os.PathLike[str] | None = None,
-    ) -> None:
+    def __init__(self, directory: StrPath | None = None, port: int | None = None, binary: StrPath | None = None) -> None:
         self.binary = find_redis_server(binary)
         super().__init__(directory, port)
 
@@ -58,10 +52,4 @@ class RedisServer(LocalServer):
         ]
 
     def _ready(self) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0, socket_connect_timeout=1.0)
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
+        return redis_answers(self.url)

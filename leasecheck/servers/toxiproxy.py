@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
 
 #: the project's checkout: where ``scripts/`` and ``.cache/bin`` live
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ CACHED_BINARY = PROJECT_ROOT / ".cache" / "bin" / "toxiproxy-server"
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def find_toxiproxy_server(binary: str | os.PathLike[str] | None = None) -> str:
+def find_toxiproxy_server(binary: StrPath | None = None) -> str:
     """The toxiproxy-server executable: ``binary`` if given, else the installed one, else PATH's."""
     if binary is not None:
         found = shutil.which(os.fspath(binary))
@@ -54,9 +54,9 @@ class ToxiproxyServer(LocalServer):
 
     def __init__(
         self,
-        directory: str | os.PathLike[str] | None = None,
+        directory: StrPath | None = None,
         port: int | None = None,
-        binary: str | os.PathLike[str] | None = None,
+        binary: StrPath | None = None,
         seed: int | None = None,
     ) -> None:
         self.binary = find_toxiproxy_server(binary)  # before the base class makes a directory we would leave behind

@@ -1,0 +1,62 @@
+"""The table of anomaly checks that drives the checker, one row per check.
+
+Like Elle's anomaly relations, what the checker looks for is data: each row names
+the kinds a check reports, the nodes it applies to (fenced ones are judged by
+epoch order, unfenced ones by grant order), the check function, and the kinds
+that make it redundant once found on the node. :func:`leasecheck.checker.check`
+runs the rows in order on every node and knows no kind by name.
+
+A kind's class (does it prove ``non-linearizable``?) is declared once, with its
+name, in :mod:`leasecheck.histories.vocabulary`; the ``non-linearizable`` row
+reads it from there. Adding a kind: name it in the vocabulary, write its check
+(``check(node, found)``, see :mod:`leasecheck.checker.kinds`), add a row here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from leasecheck.checker import kinds
+from leasecheck.checker.findings import Findings, NodeHistory
+from leasecheck.checker.linearizability import non_linearizable
+from leasecheck.histories.vocabulary import LINEARIZABILITY_KINDS, AnomalyKind
+
+#: a check: reads one node's ops, adds what it finds
+NodeCheck = Callable[[NodeHistory, Findings], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One row: a pure function that finds some anomaly kinds on one node."""
+
+    #: the kinds it may report
+    reports: tuple[AnomalyKind, ...]
+    run: NodeCheck
+    #: the nodes it applies to: fenced ones (True), unfenced ones (False), or all (None)
+    fenced: bool | None = None
+    #: kinds that, already found on the node, make this check pointless (they imply its verdict)
+    unless: frozenset[str] = frozenset()
+
+    def applies(self, node: NodeHistory, found: Findings) -> bool:
+        """Should this row run on ``node``, given what earlier rows found there?"""
+        if self.fenced is not None and self.fenced != node.fenced:
+            return False
+        return not (self.unless and self.unless & found.kinds_on(node.node))
+
+
+#: every check, in the order they run on each node; a row with ``unless`` runs after
+#: the rows that report those kinds
+CHECKS: tuple[Check, ...] = (
+    Check(
+        ("duplicate-epoch", "epoch-regression", "stale-renew", "stale-commit", "stale-effect"),
+        kinds.epoch_order,
+        fenced=True,
+    ),
+    Check(("overlapping-lease",), kinds.overlapping_fenced, fenced=True),
+    Check(("stale-renew", "stale-commit", "stale-effect"), kinds.grant_order, fenced=False),
+    Check(("overlapping-lease",), kinds.overlapping_unfenced, fenced=False),
+    Check(("duplicate-commit", "lost-commit"), kinds.commits),
+    Check(("stuck-lease",), kinds.stuck),
+    Check(("non-linearizable",), non_linearizable, unless=LINEARIZABILITY_KINDS),
+)

@@ -1,0 +1,81 @@
+"""The words every part of leasecheck shares, declared once.
+
+A history names operations (``claim``, ``renew``, …), outcomes (``ok``, ``fail``,
+``info``), the reasons a store refuses (``held``, ``stale``, …) and the statuses a
+read shows; a verdict names anomaly kinds. The backends write these words, the
+reader validates them, the checker and the reports read them. Each is declared
+here, once, as a ``Literal`` type (so mypy catches a misspelt reason in a backend
+or a misspelt kind in a broken variant's ``expected``) with the runtime set
+derived from it. It lives in ``histories`` because everyone may import
+``histories`` (DESIGN.md "Layout") and nobody else is imported by all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, Literal, get_args
+
+# ------------------------------------------------------------------ operations
+
+#: client operations (DESIGN.md, the table of ``f``)
+OpName = Literal["claim", "renew", "effect", "commit", "release", "read"]
+CLIENT_FUNCTIONS: frozenset[str] = frozenset(get_args(OpName))
+#: client operations whose invoke value carries the lease's epoch (or an unfenced token)
+EPOCH_CARRIERS: frozenset[str] = frozenset({"renew", "effect", "commit", "release"})
+
+#: an event's ``type``: an invoke, then exactly one completion
+EventType = Literal["invoke", "ok", "fail", "info"]
+EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
+
+# ---------------------------------------------------------------- fail reasons
+
+#: a definite "no" a store may answer with (a backend's ``Refused``)
+Refusal = Literal["held", "terminal", "stale", "expired", "not-owner", "error"]
+#: every ``fail`` reason of a history: a refusal, or the harness's own
+#: ``unavailable`` (the store was not reached, so the op was definitely not applied)
+FailReason = Literal[Refusal, "unavailable"]
+FAIL_REASONS: frozenset[str] = frozenset(get_args(FailReason))
+
+# ---------------------------------------------------------------- node status
+
+#: a node's status in the store's durable record (what an ok read shows)
+Status = Literal["READY", "RUNNING", "SUCCEEDED"]
+READY: Final = "READY"
+RUNNING: Final = "RUNNING"
+SUCCEEDED: Final = "SUCCEEDED"
+READ_STATUSES: frozenset[str] = frozenset(get_args(Status))
+
+# --------------------------------------------------------------- anomaly kinds
+#
+# The class of a kind is the Literal it is declared in (DESIGN.md, "non-linearizable"):
+# a proof kind is by itself proof that the node has no linearization, so a node
+# with one is not also reported non-linearizable; a timing kind breaks a time
+# bound the lease model does not see, so it never explains non-linearizable.
+# The order of declaration is the order reports list the kinds in.
+
+ProofKind = Literal[
+    "duplicate-epoch",
+    "epoch-regression",
+    "stale-renew",
+    "stale-commit",
+    "stale-effect",
+    "duplicate-commit",
+    "lost-commit",
+]
+TimingKind = Literal["overlapping-lease", "stuck-lease"]
+NON_LINEARIZABLE: Final = "non-linearizable"
+AnomalyKind = Literal[ProofKind, TimingKind, "non-linearizable"]
+
+#: every anomaly kind, in the order reports list them
+KINDS: tuple[AnomalyKind, ...] = get_args(AnomalyKind)
+#: kinds that are themselves proof that a node has no linearization
+LINEARIZABILITY_KINDS: frozenset[str] = frozenset(get_args(ProofKind))
+#: kinds about time bounds only: they never explain ``non-linearizable``
+TIMING_KINDS: frozenset[str] = frozenset(get_args(TimingKind))
+
+#: the kind of an accepted op of an older lease, by its ``f``
+STALE_KINDS: Mapping[str, AnomalyKind] = {
+    "renew": "stale-renew",
+    "commit": "stale-commit",
+    "effect": "stale-effect",
+}

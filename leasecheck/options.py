@@ -1,0 +1,141 @@
+"""What defines a run (:class:`RunOptions`), what refuses one (:func:`validate`), and the durations it derives.
+
+Faults are validated against the catalogue (:mod:`leasecheck.nemesis.catalogue`):
+unknown names are refused naming the known ones, and each fault's needs
+(a store server, Docker, libfaketime) are checked against the options before
+anything is started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from leasecheck.checker import Verdict
+from leasecheck.nemesis.catalogue import FaultKind, Need, UnknownFault, lookup, needing
+from leasecheck.nemesis.store_clock import required_uncertainty_ms
+from leasecheck.workload import Workload
+
+#: stores we run as servers (what the store faults pause, kill and proxy)
+SERVER_STORES = ("postgres", "redis")
+
+
+class BadOptions(ValueError):
+    """Options that cannot make a run; ``str()`` is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything that defines a run; written to test.json so it can be replayed."""
+
+    target: str = "sqlite"
+    url: str | None = None
+    nemesis: tuple[str, ...] = ("pause",)
+    nemesis_interval: float = 5.0
+    time_limit: float = 30.0
+    concurrency: int = 5
+    ttl_ms: int = 1000
+    nodes: int = 20
+    dup_rate: float = 0.1
+    rate: float = 0.0
+    seed: int | None = None
+    store: str = "store"
+    #: "local": stores as local processes; "docker": as containers (Postgres, Redis)
+    env: str = "local"
+    clock_uncertainty_ms: float = 10.0
+    #: the most the clock-store fault skews the store's clock (default: a quarter of the ttl)
+    store_skew_ms: float | None = None
+    op_timeout_s: float = 5.0
+    check_budget: float = 60.0
+    #: False only for the recorder-overhead benchmark: workers skip recording, the verdict is unknown
+    record: bool = True
+    workload: Workload = field(default_factory=Workload)
+
+
+@dataclass
+class RunResult:
+    """What a run produced: its folder, the verdict, and its figures."""
+
+    run_dir: Path
+    seed: int
+    verdict: Verdict
+    stats: dict[str, Any]
+
+
+def _they(names: list[str], one: str, many: str) -> str:
+    return f"{', '.join(names)} {one if len(names) == 1 else many}"
+
+
+def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
+    """Reject options that cannot make a run, before anything is started; the catalogue rows of ``--nemesis``."""
+    try:
+        kinds = lookup(opts.nemesis)
+    except UnknownFault as e:
+        raise BadOptions(str(e)) from None
+    if opts.env not in ("local", "docker"):
+        raise BadOptions(f"--env must be local or docker, not {opts.env!r}")
+    docker_only = needing(kinds, Need.DOCKER)
+    if opts.env != "docker" and docker_only:
+        raise BadOptions(f"{_they(docker_only, 'needs', 'need')} --env docker")
+    faketime = needing(kinds, Need.FAKETIME)
+    if opts.env == "docker" and faketime:
+        raise BadOptions(f"{_they(faketime, 'runs', 'run')} the store under libfaketime, which --env docker does not do")
+    if opts.concurrency < 1:
+        raise BadOptions("--concurrency must be at least 1")
+    if opts.ttl_ms < 10:
+        raise BadOptions("--ttl must be at least 10 ms")
+    if opts.time_limit <= 0 or opts.nemesis_interval <= 0:
+        raise BadOptions("--time-limit and --nemesis-interval must be positive")
+    if opts.nodes < 1:
+        raise BadOptions("--nodes must be at least 1")
+    if not 0 <= opts.dup_rate <= 1:
+        raise BadOptions("--dup-rate must be between 0 and 1")
+    return kinds
+
+
+def check_store(opts: RunOptions, kinds: tuple[FaultKind, ...], store: str | None) -> None:
+    """Reject faults that need a store server for a backend whose store is none we run (a file, the user's own)."""
+    if store not in SERVER_STORES and needing(kinds, Need.SERVER):
+        raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)})")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Every duration a run derives from the lease, worked out here once.
+
+    The ttl comes in milliseconds — as the user gives it, the history records
+    it and backends take it — and stays in milliseconds; what the harness
+    waits for is in seconds, and those are derived here and nowhere else.
+    """
+
+    ttl_ms: int
+    #: the history's clock_uncertainty_ms
+    uncertainty_ms: float
+    #: the most the clock-store fault skews the store's clock
+    store_skew_ms: float
+    op_timeout_s: float
+
+    @classmethod
+    def of(cls, opts: RunOptions, skews_store: bool) -> Timing:
+        """From the options; a skewed store clock misjudges intervals by up to twice the skew."""
+        skew = opts.store_skew_ms if opts.store_skew_ms is not None else opts.ttl_ms / 4
+        uncertainty = opts.clock_uncertainty_ms
+        if skews_store:
+            uncertainty = max(uncertainty, required_uncertainty_ms(skew))
+        return cls(opts.ttl_ms, uncertainty, skew, opts.op_timeout_s)
+
+    @property
+    def visibility_s(self) -> float:
+        """How long a delivered node stays invisible before the queue delivers it again: 1.5 ttl."""
+        return 1.5 * self.ttl_ms / 1000
+
+    @property
+    def wind_down_s(self) -> float:
+        """How long the workers get to finish their op and exit: a renew period or three, an op's timeout, slack."""
+        return 3 * self.ttl_ms / 1000 + self.op_timeout_s + 5
+
+    @property
+    def expiry_wait_s(self) -> float:
+        """How long until every lease can have expired, by any clock the history allows."""
+        return (self.ttl_ms + self.uncertainty_ms) / 1000 + 0.05

@@ -1,0 +1,163 @@
+"""Every fault leasecheck knows, one row each: the only list of faults there is.
+
+Jepsen composes its nemeses in one place (``nemesis/combined.clj``); this is
+that place. The runner, the schedule, ``leasecheck nemeses``, ``--nemesis``
+validation, ``leasecheck heal`` and the tests all read :data:`CATALOGUE`, so a
+new fault is one module (the fault and its factory) plus one row here.
+
+A row says what the fault is called and does, how long it lasts (in ttls), the
+nemesis events it writes when it starts and when it heals, what the run must
+provide for it (:class:`Need`), and its factory: a function of the run's
+:class:`~leasecheck.nemesis.context.FaultContext` and the schedule's per-tick
+random generator that returns a fault ready to start, or None when it has no
+victim now. A fault whose module needs an optional extra (Docker) names its
+factory with :class:`Lazy`, so the extra is imported only when that fault runs.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from leasecheck.nemesis import clock, faults, network, store_clock
+from leasecheck.nemesis.context import FaultContext
+from leasecheck.nemesis.faults import Fault
+
+#: make(context, rng) -> a fault ready to start, or None when it has no victim now
+Factory = Callable[[FaultContext, random.Random], Fault | None]
+
+
+class Need(enum.Enum):
+    """What a fault needs the run to provide; the runner starts it, and refuses a run that cannot."""
+
+    #: a store server we run (Postgres, Redis), not a file or the user's own
+    SERVER = "a store server"
+    #: every worker reaching the store through its own Toxiproxy proxy
+    TOXIPROXY = "Toxiproxy in front of the store"
+    #: the store in a container (``--env docker``)
+    DOCKER = "the store in a container (--env docker)"
+    #: the store as a local process under libfaketime (not ``--env docker``)
+    FAKETIME = "the store under libfaketime (not --env docker)"
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A factory imported when first called: ``module``'s ``function`` (for modules needing an optional extra)."""
+
+    module: str
+    function: str
+
+    def __call__(self, ctx: FaultContext, rng: random.Random) -> Fault | None:
+        factory: Factory = getattr(importlib.import_module(self.module), self.function)
+        return factory(ctx, rng)
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """One row of the catalogue."""
+
+    name: str
+    #: one line for ``leasecheck nemeses``
+    description: str
+    #: how long the fault lasts, in ttls (low, high), drawn from the schedule's generator
+    duration: tuple[float, float]
+    #: the nemesis event ``f`` recorded when the fault starts, and when it is healed
+    events: tuple[str, str]
+    needs: frozenset[Need]
+    factory: Factory | Lazy
+
+    def make(self, ctx: FaultContext, rng: random.Random) -> Fault | None:
+        return self.factory(ctx, rng)
+
+    def duration_s(self, ctx: FaultContext, rng: random.Random) -> float:
+        low, high = self.duration
+        return ctx.ttl_s(rng.uniform(low, high))
+
+    @property
+    def module(self) -> str:
+        """The module that defines the fault (and registers how ``leasecheck heal`` undoes it)."""
+        return self.factory.module if isinstance(self.factory, Lazy) else self.factory.__module__
+
+
+def _row(name: str, description: str, duration: tuple[float, float], events: tuple[str, str],
+         factory: Factory | Lazy, *needs: Need) -> FaultKind:
+    return FaultKind(name, description, duration, events, frozenset(needs), factory)
+
+
+_CONTAINER = "leasecheck.nemesis.container"
+S, T, D, F = Need.SERVER, Need.TOXIPROXY, Need.DOCKER, Need.FAKETIME
+
+#: every fault, in the order ``leasecheck nemeses`` lists them; a worker pause outlasts the ttl (the seed's GC pause)
+CATALOGUE: tuple[FaultKind, ...] = (
+    _row("pause", "SIGSTOP one worker for 1.5-3 ttl (the seed's GC pause), then SIGCONT",
+         (1.5, 3.0), ("pause", "resume"), faults.make_pause),
+    _row("kill", "SIGKILL one worker; a replacement starts under a new process number",
+         (0.0, 0.0), ("kill", "start"), faults.make_kill),  # nothing to heal: the replacement starts at once
+    _row("pause-store", "SIGSTOP the store's server (Postgres, Redis) for 0.5-1.5 ttl",
+         (0.5, 1.5), ("pause", "resume"), faults.make_pause_store, S),
+    _row("kill-store", "SIGKILL the store's server, start it again on the same data 0.5-1.5 ttl later",
+         (0.5, 1.5), ("kill", "start"), faults.make_kill_store, S),
+    _row("clock-bump", "step one worker's wall clock by ±2-10 ttl for 1-3 ttl (what its backend sees as now)",
+         (1.0, 3.0), ("clock-skew", "clock-reset"), clock.make_clock_bump),
+    _row("clock-strobe", "flip one worker's wall clock between 0 and ±2-10 ttl every 10-100 ms for 1-3 ttl",
+         (1.0, 3.0), ("clock-skew", "clock-reset"), clock.make_clock_strobe),
+    _row("clock-store", "skew the store server's clock (libfaketime) by up to ±--store-skew for 1-2 ttl",
+         (1.0, 2.0), ("clock-skew", "clock-reset"), store_clock.make_clock_store, S, F),
+    _row("partition", "Toxiproxy: cut off one worker, a minority or everyone from the store (hang or refuse) for 1.5-3 ttl",
+         (1.5, 3.0), ("partition", "heal"), network.make_partition, S, T),
+    _row("latency", "Toxiproxy: delay one worker's, a minority's or everyone's traffic by 0.2-1 ttl with jitter",
+         (1.0, 2.0), ("latency", "heal"), network.make_latency, S, T),
+    _row("bandwidth", "Toxiproxy: throttle one worker's, a minority's or everyone's traffic to 1-16 KB/s",
+         (1.0, 2.0), ("bandwidth", "heal"), network.make_bandwidth, S, T),
+    _row("docker-pause", "--env docker: docker pause the store's container for 0.5-1.5 ttl",
+         (0.5, 1.5), ("pause", "resume"), Lazy(_CONTAINER, "make_docker_pause"), S, D),
+    _row("docker-kill", "--env docker: docker kill the store's container, start it again on the same data",
+         (0.5, 1.5), ("kill", "start"), Lazy(_CONTAINER, "make_docker_kill"), S, D),
+    _row("docker-disconnect", "--env docker: take the store's container off its network for 0.5-1.5 ttl",
+         (0.5, 1.5), ("partition", "heal"), Lazy(_CONTAINER, "make_docker_disconnect"), S, D),
+)
+
+#: the catalogue by name
+FAULTS: dict[str, FaultKind] = {kind.name: kind for kind in CATALOGUE}
+
+
+class UnknownFault(ValueError):
+    """A fault name the catalogue does not have; ``str()`` names the known ones."""
+
+
+def lookup(names: Iterable[str]) -> tuple[FaultKind, ...]:
+    """The rows for ``names``, in their order; raises UnknownFault naming every unknown and every known name."""
+    names = list(names)
+    unknown = [name for name in names if name not in FAULTS]
+    if unknown:
+        raise UnknownFault(f"unknown nemesis {', '.join(unknown)} (known: {', '.join(FAULTS)})")
+    return tuple(FAULTS[name] for name in names)
+
+
+def needs(kinds: Iterable[FaultKind]) -> frozenset[Need]:
+    """Everything these faults need, together."""
+    return frozenset(need for kind in kinds for need in kind.needs)
+
+
+def needing(kinds: Iterable[FaultKind], need: Need) -> list[str]:
+    """The names of those of ``kinds`` that need ``need``."""
+    return [kind.name for kind in kinds if need in kind.needs]
+
+
+def import_fault_modules() -> list[str]:
+    """Import every fault's module, so each has registered its undo records (for ``leasecheck heal``).
+
+    A module whose optional extra is missing is skipped: no fault of it can
+    have run here. Returns the modules imported.
+    """
+    done = []
+    for module in dict.fromkeys(kind.module for kind in CATALOGUE):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+        done.append(module)
+    return done

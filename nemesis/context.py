@@ -1,0 +1,81 @@
+"""What a fault factory may look at: the run's workers, clocks, network and store, given by the runner.
+
+Why a context object: the catalogue's factories (:mod:`leasecheck.nemesis.catalogue`)
+must pick victims without knowing the runner. The runner builds one
+:class:`FaultContext` when the run starts; ``workers`` is a live view (who is
+ready *now*), everything else is fixed for the run. The per-tick random
+generator is not in it: the schedule hands each factory its own, so a tick's
+draws never depend on timing.
+
+The store server is seen only through the small protocols below, so this
+package never imports the runner's server classes (arrows point one way).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from leasecheck.nemesis.proxies import Network
+from leasecheck.nemesis.worker_clocks import ClockControl
+
+if TYPE_CHECKING:
+    from leasecheck.nemesis.faults import Fault
+
+
+class Worker(Protocol):
+    """A worker a fault may hit: its clock key (``slot``), its history process number and its pid."""
+
+    @property
+    def slot(self) -> int: ...
+    @property
+    def process(self) -> int: ...
+    @property
+    def pid(self) -> int | None: ...
+
+
+class StoreServer(Protocol):
+    """A store server the harness started: what the store faults pause, kill and bring back."""
+
+    @property
+    def pid(self) -> int | None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def kill(self) -> None: ...
+    def start(self) -> object: ...
+
+
+@runtime_checkable
+class SkewableServer(Protocol):
+    """A store server running under libfaketime, which can make the fault that skews its clock."""
+
+    def clock_fault(self, delta_ms: float) -> Fault: ...
+
+
+def no_workers() -> Sequence[Worker]:
+    return ()
+
+
+@dataclass(frozen=True)
+class FaultContext:
+    """The run as the faults see it. ``ttl_ms`` is the one unit of time every fault's size is drawn in."""
+
+    ttl_ms: int
+    #: the workers past their start-up, now (the only fair game for a fault)
+    workers: Callable[[], Sequence[Worker]] = no_workers
+    clocks: ClockControl | None = None
+    network: Network | None = None
+    server: StoreServer | None = None
+    #: the most the ``clock-store`` fault skews the store's clock
+    store_skew_ms: float = 0.0
+
+    def ttl_s(self, ttls: float = 1.0) -> float:
+        """``ttls`` lease durations in seconds (what sleeps and deadlines take)."""
+        return ttls * self.ttl_ms / 1000
+
+    def pick_worker(self, rng: random.Random, eligible: Callable[[Worker], bool] = lambda w: True) -> Worker | None:
+        """One ready, ``eligible`` worker chosen by ``rng`` (in slot order, so the choice follows the seed); None if none."""
+        candidates = sorted((w for w in self.workers() if eligible(w)), key=lambda w: w.slot)
+        return rng.choice(candidates) if candidates else None

@@ -1,0 +1,108 @@
+"""The broken-backend runs, generated from each variant's own ``bug``, ``expected`` and ``exposed_by``.
+
+Two test modules run every deliberately broken variant under what exposes it:
+``test_run.py`` (end to end: verdict, exit code, store directory) and
+``test_detection.py`` (the detection matrix). Both tables come from here, and here
+from the variants' class attributes through the registry, so adding a variant
+(one class, one entry point) adds its tests. What differs between the two modules
+(which faults they run, duplicate-delivery rates, seeds, time limits) is written
+once, below, as a :class:`Suite` each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from leasecheck.targets.base import Target
+from leasecheck.targets.registry import available, load
+
+#: the ``exposed_by`` entry that is no nemesis fault but the at-least-once queue
+#: handing one node to two workers (the run's duplicate-delivery rate)
+DUPLICATE_DELIVERY = "duplicate-delivery"
+
+#: the nemesis faults that bring about each other entry of an ``exposed_by``
+NEMESIS_FOR: dict[str, tuple[str, ...]] = {
+    "pause": ("pause",),
+    "kill": ("kill",),
+    "partition": ("partition",),
+    "clock-skew": ("clock-bump",),
+}
+
+#: faults that need a network between worker and store (an SQLite file has none)
+NETWORK_FAULTS = frozenset({"partition"})
+
+
+@dataclass(frozen=True)
+class Suite:
+    """How one test module runs the variants: every number that is not the variant's own."""
+
+    #: the ``exposed_by`` entries this module brings about; a variant exposed by none is left out
+    exposers: frozenset[str]
+    seed: int
+    #: duplicate-delivery rate of a run, and of one that duplicate delivery exposes
+    dup_rate: float
+    exposing_dup_rate: float
+    #: time limit of a run with nemesis faults, and of one exposed by duplicate delivery alone
+    seconds: float
+    dup_only_seconds: float
+
+
+#: tests/test_run.py: quick runs on process faults only (its module docstring says why)
+END_TO_END = Suite(
+    exposers=frozenset({"pause", "kill", DUPLICATE_DELIVERY}),
+    seed=1, dup_rate=0.1, exposing_dup_rate=0.5, seconds=10.0, dup_only_seconds=6.0,
+)
+
+#: tests/test_detection.py: every variant, under every fault that exposes it and its store can get
+DETECTION = Suite(
+    exposers=frozenset({*NEMESIS_FOR, DUPLICATE_DELIVERY}),
+    seed=21, dup_rate=0.1, exposing_dup_rate=0.3, seconds=15.0, dup_only_seconds=15.0,
+)
+
+
+@dataclass(frozen=True)
+class VariantRun:
+    """One run of a broken variant: it must come back invalid with one of ``expected``."""
+
+    variant: str
+    nemesis: tuple[str, ...]
+    dup_rate: float
+    seed: int
+    seconds: float
+    bug: str
+    expected: tuple[str, ...]
+
+
+def broken_variants() -> list[type[Target]]:
+    """Every registered backend that declares a bug, by name."""
+    classes = (load(name) for name in available())
+    return [cls for cls in classes if cls.bug]
+
+
+def variant_run(cls: type[Target], suite: Suite) -> VariantRun | None:
+    """``cls``'s run in ``suite``: the nemesis faults and duplicate rate its ``exposed_by`` names
+    and its store can get; None when the suite brings about none of them."""
+    unknown = set(cls.exposed_by) - set(NEMESIS_FOR) - {DUPLICATE_DELIVERY}
+    assert not unknown, f"{cls.name}: exposed_by names {sorted(unknown)}: add them to NEMESIS_FOR in tests/variants.py"
+    usable = [e for e in cls.exposed_by if e in suite.exposers and not (cls.store == "sqlite" and e in NETWORK_FAULTS)]
+    if not usable:
+        return None
+    nemesis = tuple(f for e in usable if e != DUPLICATE_DELIVERY for f in NEMESIS_FOR[e])
+    duplicated = DUPLICATE_DELIVERY in usable
+    return VariantRun(
+        variant=cls.name,
+        nemesis=nemesis,
+        dup_rate=suite.exposing_dup_rate if duplicated else suite.dup_rate,
+        seed=suite.seed,
+        seconds=suite.seconds if nemesis else suite.dup_only_seconds,
+        bug=cls.bug,
+        expected=cls.expected,
+    )
+
+
+def variant_params(suite: Suite) -> list[object]:
+    """``pytest.param(VariantRun)`` per variant the suite can expose, with the variant's name as id."""
+    runs = [r for r in (variant_run(cls, suite) for cls in broken_variants()) if r is not None]
+    return [pytest.param(r, id=r.variant) for r in runs]
