@@ -46,7 +46,7 @@ def _worst(codes: list[int]) -> int:
 class ExitCodeGroup(click.Group):
     """A click group whose usage errors exit 3, as DESIGN.md's contract says (click uses 2)."""
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[no-untyped-def, override]
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
             rv = super().main(args, prog_name or "leasecheck", complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
@@ -110,7 +110,7 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per backend, one per line.")
 def targets(as_json: bool) -> None:
     """List the installed lease backends (reference, broken variants, third-party plug-ins)."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for name, spec in available().items():
         try:
             cls = load(name)
@@ -203,15 +203,11 @@ def heal(path: str) -> None:
     lists — resume paused processes, and, with their nemeses, delete toxics,
     reset clocks, unpause containers — and clears the file.
     """
-    import leasecheck.nemesis.faults
-
-    try:
-        import leasecheck.nemesis.container  # noqa: F401  (docker is an optional extra)
-    except ImportError:
-        pass
+    from leasecheck.nemesis.catalogue import import_fault_modules
     from leasecheck.nemesis.heal import heal_record
     from leasecheck.storedir import load_faults, save_faults
 
+    import_fault_modules()  # each registers how to undo its records (docker's only if the extra is installed)
     run_dir = Path(path)
     if not run_dir.is_dir():
         click.echo(f"leasecheck heal: {path}: not a run directory", err=True)
@@ -226,10 +222,18 @@ def heal(path: str) -> None:
 
 
 @main.command()
-def nemeses() -> None:
-    """List the faults `leasecheck run --nemesis` knows, one line each."""
-    from leasecheck.runner import FAULTS
+@click.option("--markdown", is_flag=True, help="Print a Markdown table with what each fault needs (the README's).")
+def nemeses(markdown: bool) -> None:
+    """List the faults `leasecheck run --nemesis` knows, one line each (the fault catalogue)."""
+    from leasecheck.nemesis.catalogue import CATALOGUE, Need
 
-    width = max(map(len, FAULTS))
-    for name, what in FAULTS.items():
-        click.echo(f"{name:<{width}}  {what}")
+    if markdown:
+        click.echo("| fault | what it does | needs |")
+        click.echo("|---|---|---|")
+        for kind in CATALOGUE:
+            needs = ", ".join(need.value for need in Need if need in kind.needs) or "-"
+            click.echo(f"| `{kind.name}` | {kind.description} | {needs} |")
+        return
+    width = max(len(kind.name) for kind in CATALOGUE)
+    for kind in CATALOGUE:
+        click.echo(f"{kind.name:<{width}}  {kind.description}")

@@ -10,11 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from click.testing import CliRunner
 
 from leasecheck.cli import main
+from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Lazy, Need, UnknownFault, import_fault_modules, lookup
+from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.faults import PauseProcess
+from leasecheck.nemesis.heal import UNDO
 from leasecheck.nemesis.schedule import Nemesis
+from leasecheck.options import BadOptions, RunOptions, check_store, validate
 from leasecheck.storedir import load_faults, save_faults
 
 
@@ -36,11 +41,19 @@ class Toy:
         return {"kind": "toy", "id": self.id}
 
 
-def schedule(seed: int, events: list, log: list, states: list, max_active: int = 2) -> Nemesis:
+def toy_kinds(log: list) -> list[FaultKind]:
+    """Two catalogue rows whose factories make Toys; at a ttl of 100 ms each lasts 0.1 s."""
     count = iter(range(10_000))
+
+    def row(name: str, events: tuple[str, str]) -> FaultKind:
+        return FaultKind(name, "a toy", (1.0, 1.0), events, frozenset(), lambda ctx, rng: Toy(name, next(count), log))
+
+    return [row("pause", ("pause", "resume")), row("kill", ("kill", "start"))]
+
+
+def schedule(seed: int, events: list, log: list, states: list, max_active: int = 2) -> Nemesis:
     return Nemesis(
-        kinds=["pause", "kill"], interval_s=0.02, duration_s=lambda kind, rng: 0.1,
-        make=lambda kind, rng: Toy(kind, next(count), log),
+        kinds=toy_kinds(log), interval_s=0.02, context=FaultContext(ttl_ms=100),
         record=lambda f, value: events.append((f, value["victims"][0])),
         rng=random.Random(seed), max_active=max_active, on_change=lambda active: states.append(len(active)),
     )
@@ -66,6 +79,8 @@ def test_faults_overlap_up_to_max_active_and_heal_all_undoes_the_rest() -> None:
     assert sorted(started) == sorted(healed)  # nothing left active
     assert max(states) == 2 and states[-1] == 0
     assert all(f in ("pause", "kill", "resume", "start") for f, _ in events)
+    for f, victim in events:  # each event is its own row's: a Toy named kill-3 starts with "kill", heals with "start"
+        assert f in {"pause": ("pause", "resume"), "kill": ("kill", "start")}[victim.split("-")[0]]
     n.heal_all()  # idempotent
     assert len([e for e in log if e[0] == "heal"]) == len(healed)
 
@@ -119,7 +134,121 @@ def test_leasecheck_nemeses_lists_every_fault() -> None:
     r = CliRunner().invoke(main, ["nemeses"], catch_exceptions=False)
     assert r.exit_code == 0
     names = [line.split()[0] for line in r.stdout.splitlines()]
-    assert names == [
+    assert names[:13] == [  # today's faults keep their names and order; a new one is appended
         "pause", "kill", "pause-store", "kill-store", "clock-bump", "clock-strobe", "clock-store",
         "partition", "latency", "bandwidth", "docker-pause", "docker-kill", "docker-disconnect",
     ]
+
+
+# -------------------------------------------------------------------------- the fault catalogue
+
+
+def test_leasecheck_nemeses_prints_every_catalogue_row() -> None:
+    r = CliRunner().invoke(main, ["nemeses"], catch_exceptions=False)
+    lines = r.stdout.splitlines()
+    assert len(lines) == len(CATALOGUE)
+    for line, kind in zip(lines, CATALOGUE):
+        name, description = line.split(maxsplit=1)
+        assert (name, description) == (kind.name, kind.description)
+
+
+def test_every_row_is_complete() -> None:
+    assert len(FAULTS) == len(CATALOGUE)  # names are unique
+    for kind in CATALOGUE:
+        low, high = kind.duration
+        assert 0 <= low <= high, kind.name
+        assert all(kind.events) and len(kind.events) == 2, kind.name
+        assert kind.description and "\n" not in kind.description, kind.name
+        if Need.TOXIPROXY in kind.needs or Need.DOCKER in kind.needs or Need.FAKETIME in kind.needs:
+            assert Need.SERVER in kind.needs, kind.name  # each of those is a way to run or reach a store server
+
+
+def test_docker_factories_are_lazy() -> None:
+    """docker is an optional extra: the catalogue names its factories, it does not import them."""
+    docker_rows = [kind for kind in CATALOGUE if Need.DOCKER in kind.needs]
+    assert docker_rows and all(isinstance(kind.factory, Lazy) for kind in docker_rows)
+    assert {kind.module for kind in docker_rows} == {"leasecheck.nemesis.container"}
+
+
+def test_every_factory_finds_no_victim_in_an_empty_run() -> None:
+    """No worker, no clock, no proxy, no server: every fault says 'not now' (None) rather than failing."""
+    for kind in CATALOGUE:
+        assert kind.make(FaultContext(ttl_ms=1000), random.Random(1)) is None, kind.name
+
+
+def test_a_factory_picks_a_ready_worker_from_the_seed() -> None:
+    class W:
+        def __init__(self, slot: int) -> None:
+            self.slot, self.process, self.pid = slot, 10 + slot, 1000 + slot
+
+    context = FaultContext(ttl_ms=1000, workers=lambda: [W(2), W(0), W(1)])
+    pick = [FAULTS["pause"].make(context, random.Random(seed)) for seed in range(20)]
+    assert all(isinstance(f, PauseProcess) and f.pid == 990 + f.process for f in pick)
+    assert {f.process for f in pick if f is not None} == {10, 11, 12}
+    again = [FAULTS["pause"].make(context, random.Random(seed)) for seed in range(20)]
+    assert [f.process for f in pick if f] == [f.process for f in again if f]
+
+
+def test_durations_are_drawn_in_ttls() -> None:
+    context = FaultContext(ttl_ms=2000)
+    for kind in CATALOGUE:
+        low, high = kind.duration
+        seconds = kind.duration_s(context, random.Random(4))
+        assert 2 * low <= seconds <= 2 * high, kind.name
+
+
+def test_unknown_faults_are_refused_naming_the_known_ones() -> None:
+    with pytest.raises(UnknownFault) as e:
+        lookup(["pause", "frobnicate", "gc"])
+    assert str(e.value) == f"unknown nemesis frobnicate, gc (known: {', '.join(kind.name for kind in CATALOGUE)})"
+    with pytest.raises(BadOptions, match=r"unknown nemesis frobnicate \(known: pause, kill, "):
+        validate(RunOptions(nemesis=("frobnicate",)))
+    r = CliRunner().invoke(main, ["run", "--nemesis", "pause,frobnicate"], catch_exceptions=False)
+    assert r.exit_code == 3
+    assert all(kind.name in r.stderr for kind in CATALOGUE)
+    assert [kind.name for kind in validate(RunOptions(nemesis=("kill", "pause")))] == ["kill", "pause"]
+
+
+@pytest.mark.parametrize(
+    ("nemesis", "env", "store", "refusal"),
+    [
+        (("docker-pause",), "local", "redis", "docker-pause needs --env docker"),
+        (("pause", "docker-kill", "docker-disconnect"), "local", "postgres", "docker-kill, docker-disconnect need --env docker"),
+        (("clock-store",), "docker", "postgres", "clock-store runs the store under libfaketime, which --env docker does not do"),
+        (("partition",), "local", "sqlite", "has no store server"),
+        (("pause-store",), "local", None, "has no store server"),
+        (("docker-pause",), "docker", "sqlite", "has no store server"),
+    ],
+)
+def test_needs_are_enforced(nemesis: tuple[str, ...], env: str, store: str | None, refusal: str) -> None:
+    opts = RunOptions(nemesis=nemesis, env=env)
+    with pytest.raises(BadOptions, match=refusal):
+        check_store(opts, validate(opts), store)
+
+
+@pytest.mark.parametrize(
+    ("nemesis", "env", "store"),
+    [(("docker-pause", "pause"), "docker", "redis"), (("clock-store", "partition"), "local", "postgres"), (("pause", "clock-bump"), "local", "sqlite")],
+)
+def test_what_a_run_provides_is_accepted(nemesis: tuple[str, ...], env: str, store: str) -> None:
+    opts = RunOptions(nemesis=nemesis, env=env)
+    check_store(opts, validate(opts), store)
+
+
+def test_every_fault_module_registers_its_undo_records() -> None:
+    """`leasecheck heal` loads the catalogue's modules; each kind of undo record then has its function."""
+    modules = import_fault_modules()
+    assert set(modules) == {kind.module for kind in CATALOGUE}
+    assert {"sigcont", "clock-reset", "faketime-reset", "toxiproxy", "docker"} <= set(UNDO)
+
+
+def test_readme_fault_table_is_the_catalogue() -> None:
+    """The README's fault table is `leasecheck nemeses --markdown`, word for word: one list of faults."""
+    r = CliRunner().invoke(main, ["nemeses", "--markdown"], catch_exceptions=False)
+    assert r.exit_code == 0
+    table = r.output.splitlines()
+    assert len(table) == 2 + len(CATALOGUE)
+    readme = [line.strip() for line in (Path(__file__).parent.parent / "README.md").read_text().splitlines()]
+    start = readme.index(table[0])
+    assert readme[start : start + len(table)] == table, "README's fault table differs: paste `leasecheck nemeses --markdown`"
+    assert not readme[start + len(table)].startswith("|"), "README's fault table has rows the catalogue lacks"
