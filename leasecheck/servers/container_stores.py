@@ -20,9 +20,9 @@ from docker.errors import DockerException
 
 from leasecheck.servers.base import EnvironmentFailure, StrPath
 from leasecheck.servers.container import DATA, ContainerServer
-from leasecheck.servers.postgres import SERVER_USER, find_bin_dir
+from leasecheck.servers.postgres import DURABLE_SETTINGS, SERVER_USER, find_bin_dir
 from leasecheck.servers.readiness import postgres_answers, redis_answers
-from leasecheck.servers.redis import find_redis_server
+from leasecheck.servers.redis import DURABLE_ARGS, find_redis_server
 
 if TYPE_CHECKING:
     from leasecheck.servers.docker import DockerRun
@@ -50,9 +50,7 @@ class ContainerRedisServer(ContainerServer):
             "--dir", DATA,
             "--daemonize", "no",
             "--logfile", f"{DATA}/{self.log_path.name}",
-            "--appendonly", "yes",
-            "--appendfsync", "always",
-            "--save", "",
+            *DURABLE_ARGS,
         ]
 
     def _ready(self) -> bool:
@@ -64,13 +62,7 @@ POSTGRES_SETTINGS = {
     "listen_addresses": "*",
     "unix_socket_directories": DATA,
     "hba_file": f"{DATA}/pg_hba.conf",
-    "fsync": "on",
-    "synchronous_commit": "on",
-    "full_page_writes": "on",
-    "max_connections": "200",
-    "logging_collector": "off",
-    "log_destination": "stderr",
-    "timezone": "UTC",
+    **DURABLE_SETTINGS,
 }
 
 #: trust everyone who reaches the port: it is published on 127.0.0.1 only, and clients arrive from the bridge's gateway

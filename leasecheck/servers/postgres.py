@@ -28,6 +28,17 @@ from leasecheck.waiting import poll
 #: the unprivileged user Debian's packages create; used only when we run as root
 SERVER_USER = "postgres"
 
+#: every acknowledged commit on disk, and the rest of what every server of ours runs with (local or container)
+DURABLE_SETTINGS = {
+    "fsync": "on",
+    "synchronous_commit": "on",
+    "full_page_writes": "on",
+    "max_connections": "200",
+    "logging_collector": "off",
+    "log_destination": "stderr",
+    "timezone": "UTC",
+}
+
 
 def find_bin_dir(bin_dir: StrPath | None = None) -> Path:
     """The directory holding ``initdb`` and ``postgres``: given, the newest Debian install, or on PATH."""
@@ -114,19 +125,13 @@ class PostgresServer(LocalServer):
     def _write_settings(self) -> None:
         """Rewritten on every start, so a server object with a new port reuses old data."""
         settings = {
-            "listen_addresses": "'127.0.0.1'",
+            "listen_addresses": "127.0.0.1",
             "port": str(self.port),
-            "unix_socket_directories": f"'{self.directory}'",
-            "fsync": "on",
-            "synchronous_commit": "on",
-            "full_page_writes": "on",
-            "max_connections": "200",
-            "logging_collector": "off",
-            "log_destination": "'stderr'",
-            "timezone": "'UTC'",
+            "unix_socket_directories": str(self.directory),
+            **DURABLE_SETTINGS,
         }
         path = self.data_dir / "leasecheck.conf"
-        path.write_text("".join(f"{key} = {value}\n" for key, value in settings.items()))
+        path.write_text("".join(f"{key} = '{value}'\n" for key, value in settings.items()))
         if self._user is not None:
             os.chown(path, self._user.pw_uid, self._user.pw_gid)
 

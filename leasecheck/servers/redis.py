@@ -15,6 +15,9 @@ import shutil
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
 from leasecheck.servers.readiness import redis_answers
 
+#: what makes every acknowledged write durable, for the local and the container server alike
+DURABLE_ARGS = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
+
 
 def find_redis_server(binary: StrPath | None = None) -> str:
     """The redis-server executable: ``binary`` if given, else the one on PATH."""
@@ -46,9 +49,7 @@ class RedisServer(LocalServer):
             "--dir", str(self.directory),
             "--daemonize", "no",
             "--logfile", "",  # stdout: LocalServer captures it into redis.log
-            "--appendonly", "yes",
-            "--appendfsync", "always",
-            "--save", "",
+            *DURABLE_ARGS,
         ]
 
     def _ready(self) -> bool:
