@@ -19,14 +19,14 @@ from leasecheck.histories import Op
 
 
 def at(t: int | None) -> str:
-    """A history time (ns) in seconds, with as many digits as it needs."""
+    """A history time (ns) in milliseconds to 3 decimals (microseconds): ``1234.568 ms``.
+
+    Leases are judged in milliseconds (ttl, clock uncertainty), so that is the
+    unit a reader compares; nanosecond digits only hid the ones that matter.
+    """
     if t is None:
         return "never (outcome unknown)"
-    if t % 1_000_000 == 0:
-        return f"{t / 1e9:.3f} s"
-    if t % 1_000 == 0:
-        return f"{t / 1e9:.6f} s"
-    return f"{t / 1e9:.9f} s"
+    return f"{t / 1e6:.3f} ms"
 
 
 def outcome(op: Op) -> str:

@@ -1,13 +1,19 @@
 """The ``leasecheck`` command line.
 
 Exit codes are a contract (DESIGN.md): 0 valid, 1 anomalies found, 2 unknown,
-3 bad input or usage error. click's own usage errors exit 2, which would read
-as "unknown", so :func:`main` maps them to 3.
+3 bad input or usage error, 4 the environment failed or leasecheck crashed.
+click's own usage errors exit 2, which would read as "unknown", so the group's
+``main`` maps them to 3, and every other exception to 4 with one line.
 """
 
 from __future__ import annotations
 
+import errno
+import math
+import os
+import random
 import sys
+import traceback
 from pathlib import Path
 
 import click
@@ -16,12 +22,25 @@ from rich.console import Console
 
 from leasecheck.checker import DEFAULT_BUDGET, check_source
 from leasecheck.histories import HistoryError
-from leasecheck.report import print_targets, print_verdict
+from leasecheck.report import console_for, print_run, print_targets, print_verdict
+from leasecheck.storedir import failed_start
 from leasecheck.targets.registry import TargetNotFound, available, load
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_BAD_INPUT = 0, 1, 2, 3
 #: the test environment failed (a server would not start, ...): not a verdict on the backend
 EXIT_ENVIRONMENT = 4
+
+
+class Finite(click.FloatRange):
+    """A float range that also refuses nan and inf: ``--time-limit inf`` or ``nan`` would run forever, not fail."""
+
+    name = "finite number"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return rv
 
 
 def history_path(path: str) -> Path:
@@ -43,18 +62,71 @@ def _worst(codes: list[int]) -> int:
     return EXIT_VALID
 
 
+class _BrokenPipe(Exception):
+    """Whoever read our output went away (``leasecheck check ... | head``)."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _crash(e: BaseException) -> int:
+    """A failure of leasecheck or its environment: one line on stderr, exit 4, never a bare traceback.
+
+    A run logs its traceback to its own ``leasecheck.log`` and says where in a
+    note; elsewhere the traceback is shown only when ``LEASECHECK_TRACEBACK=1``.
+    """
+    from leasecheck.servers.base import EnvironmentFailure
+
+    notes = [n for n in getattr(e, "__notes__", ()) if isinstance(n, str)]
+    what = "the environment failed" if isinstance(e, EnvironmentFailure | OSError) else "internal error"
+    line = f"leasecheck: {what}: {type(e).__name__}: {_one_line(str(e))}"
+    if notes:
+        line += f" ({_one_line(notes[-1])})"
+    elif os.environ.get("LEASECHECK_TRACEBACK") == "1":
+        traceback.print_exception(e, file=sys.stderr)
+    else:
+        line += " (LEASECHECK_TRACEBACK=1 shows the traceback)"
+    click.echo(line, err=True)
+    return EXIT_ENVIRONMENT
+
+
 class ExitCodeGroup(click.Group):
-    """A click group whose usage errors exit 3, as DESIGN.md's contract says (click uses 2)."""
+    """The one place that turns every way a command can end into DESIGN.md's exit codes.
+
+    click's usage errors exit 2, which would read as "unknown": here they exit 3
+    with one line. Any other exception is a crash of leasecheck or of its
+    environment: exit 4 with one line (:func:`_crash`), never 1 (which says the
+    backend was proven wrong) and never a bare traceback.
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            if e.errno == errno.EPIPE:  # click would exit 1 ("anomalies") here
+                raise _BrokenPipe() from e
+            raise
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
             rv = super().main(args, prog_name or "leasecheck", complete_var, standalone_mode=False, **extra)
-        except click.ClickException as e:
-            e.show()
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx is not None else "leasecheck"
+            click.echo(f"{where}: Error: {_one_line(e.format_message())} (see {where} --help)", err=True)
             sys.exit(EXIT_BAD_INPUT)
-        except click.Abort:
+        except click.ClickException as e:
+            click.echo(f"leasecheck: Error: {_one_line(e.format_message())}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except (click.Abort, KeyboardInterrupt):
             click.echo("aborted", err=True)
             sys.exit(130)
+        except _BrokenPipe:
+            devnull = os.open(os.devnull, os.O_WRONLY)  # so that flushing stdout at exit does not fail again
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(EXIT_ENVIRONMENT)
+        except Exception as e:
+            sys.exit(_crash(e))
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -68,7 +140,7 @@ def main() -> None:
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object (one per line for several paths).")
 @click.option(
-    "--budget", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_BUDGET, show_default=True,
+    "--budget", type=Finite(min=0, min_open=True), default=DEFAULT_BUDGET, show_default=True,
     help="Seconds the linearizability search may spend per history before the verdict is 'unknown'.",
 )
 @click.option("--explain", is_flag=True, help="Render the chain of ops that proves each anomaly.")
@@ -80,12 +152,18 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
     """Check histories (files, or store directories holding history.jsonl).
 
     Exit code: 0 valid, 1 anomalies found, 2 unknown (search budget ran out),
-    3 bad input.
+    3 bad input. A run directory whose run failed before it recorded anything
+    (results.json says "status": "error") is named on stderr and skipped;
+    given alone, it is exit 3.
     """
-    out = Console(highlight=False, soft_wrap=False)
+    out = console_for()
     err = Console(stderr=True, highlight=False, soft_wrap=True)  # warnings name paths: never wrap them
-    codes = []
+    codes: list[int] = []
     for path in paths:
+        failed = failed_start(Path(path)) if Path(path).is_dir() else None
+        if failed is not None:  # a run that died before recording: said, and skipped when others were checked
+            click.echo(f"{path}: this run failed before it recorded a history, nothing to check: {_one_line(failed)}", err=True)
+            continue
         try:
             verdict = check_source(history_path(path), budget=budget, engine=engine)  # type: ignore[arg-type]
         except HistoryError as e:
@@ -103,7 +181,7 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
         else:
             print_verdict(out, path, verdict, explain)
         codes.append(verdict.exit_code)
-    sys.exit(_worst(codes))
+    sys.exit(_worst(codes) if codes else EXIT_BAD_INPUT)
 
 
 @main.command()
@@ -120,36 +198,49 @@ def targets(as_json: bool) -> None:
         rows.append({
             "name": name, "class": spec, "store": cls.store, "fenced": cls.fenced, "summary": cls.summary(),
             "bug": cls.bug, "expected": list(cls.expected), "exposed_by": list(cls.exposed_by),
+            "exposed_by_workload": list(cls.exposed_by_workload),
         })
     if as_json:
         for row in rows:
             sys.stdout.buffer.write(msgspec.json.encode(row) + b"\n")
     else:
-        print_targets(Console(highlight=False), rows)
+        print_targets(console_for(), rows)
 
 
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
+def _faults(nemesis: str) -> tuple[str, ...]:
+    """``--nemesis``: fault names, or ``none``. Empty is refused: an unset CI variable must not mean a fault-free run."""
+    if nemesis.strip().lower() == "none":
+        return ()
+    faults = _csv(nemesis)
+    if not faults:
+        raise click.BadParameter(f"{nemesis!r} names no fault: give faults (see `leasecheck nemeses`), or 'none' for a run without faults",
+                                 param_hint="'--nemesis'")
+    return faults
+
+
 @main.command()
 @click.option("--target", default="sqlite", show_default=True, help="Backend: a registered name (see `leasecheck targets`) or module:Class.")
 @click.option("--url", default=None, help="Use this store (DSN, redis:// URL, SQLite path) instead of starting one.")
 @click.option("--nemesis", default="pause", show_default=True, help="Comma-separated faults (see `leasecheck nemeses`); 'none' for none.")
-@click.option("--nemesis-interval", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True, help="Seconds between faults (± half, from the seed).")
-@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Seconds of workload before the final phase.")
+@click.option("--nemesis-interval", type=Finite(min=0, min_open=True), default=5.0, show_default=True, help="Seconds between faults (± half, from the seed).")
+@click.option("--time-limit", type=Finite(min=0, min_open=True), default=30.0, show_default=True, help="Seconds of workload before the final phase.")
+@click.option("--evidence-wait", "evidence_wait_s", type=Finite(min=0), default=0.0, show_default=True, help="After --time-limit, go on up to this many seconds more while the run lacks what the run verdict needs (ok claim/renew/effect/commit, a contended claim, every fault started and healed).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=5, show_default=True, help="Worker processes.")
 @click.option("--ttl", "ttl_ms", type=click.IntRange(min=10), default=1000, show_default=True, help="Lease duration in milliseconds.")
 @click.option("--nodes", type=click.IntRange(min=1), default=20, show_default=True, help="Nodes per run (run-N/node-I).")
-@click.option("--dup-rate", type=click.FloatRange(0, 1), default=0.1, show_default=True, help="Share of deliveries the queue duplicates.")
-@click.option("--rate", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Ops per second per worker at most (0: unlimited).")
+@click.option("--dup-rate", type=Finite(0, 1), default=0.1, show_default=True, help="Share of deliveries the queue duplicates.")
+@click.option("--rate", type=Finite(min=0), default=0.0, show_default=True, help="Ops per second per worker at most (0: unlimited).")
 @click.option("--seed", type=int, default=None, help="Seed of every random choice (printed; replay a run with it).")
 @click.option("--store", "store_dir", default="store", show_default=True, help="Folder of run directories.")
-@click.option("--clock-uncertainty", "clock_uncertainty_ms", type=click.FloatRange(min=0), default=10.0, show_default=True, help="Most the store's clock can misjudge an interval, ms (recorded in the history).")
-@click.option("--store-skew", "store_skew_ms", type=click.FloatRange(min=0), default=None, help="Most the clock-store fault skews the store's clock, ms (default ttl/4; recorded as 2x in the uncertainty).")
+@click.option("--clock-uncertainty", "clock_uncertainty_ms", type=Finite(min=0), default=10.0, show_default=True, help="Most the store's clock can misjudge an interval, ms (recorded in the history).")
+@click.option("--store-skew", "store_skew_ms", type=Finite(min=0), default=None, help="Most the clock-store fault skews the store's clock, ms (default ttl/4; recorded as 2x in the uncertainty).")
 @click.option("--env", "environment", type=click.Choice(["local", "docker"]), default="local", show_default=True, help="Run Postgres / Redis as local processes or as Docker containers.")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the summary.")
-def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, time_limit: float, concurrency: int,
+def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, time_limit: float, evidence_wait_s: float, concurrency: int,
         ttl_ms: int, nodes: int, dup_rate: float, rate: float, seed: int | None, store_dir: str,
         clock_uncertainty_ms: float, store_skew_ms: float | None, environment: str, as_json: bool) -> None:
     """Run a backend under concurrent workers and faults, record the history, check it.
@@ -163,35 +254,36 @@ def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, tim
     from leasecheck.servers.base import EnvironmentFailure
     from leasecheck.workload import Workload
 
-    faults = () if nemesis.strip().lower() in ("", "none") else _csv(nemesis)
+    faults = _faults(nemesis)
+    if seed is None:  # chosen here, so that it is printed before anything can hang or crash
+        seed = random.SystemRandom().randrange(2**31)
     opts = RunOptions(
         target=target, url=url, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
+        evidence_wait_s=evidence_wait_s,
         concurrency=concurrency, ttl_ms=ttl_ms, nodes=nodes, dup_rate=dup_rate, seed=seed, store=store_dir,
         clock_uncertainty_ms=clock_uncertainty_ms, store_skew_ms=store_skew_ms, env=environment,
         workload=Workload(rate=rate),
     )
-    err = Console(stderr=True, highlight=False, soft_wrap=True)  # warnings name paths: never wrap them
-    try:
-        if as_json:
-            result = run_test(opts)
-        else:
-            from leasecheck.report import LiveProgress
+    from leasecheck.progress import progress_for
 
-            with LiveProgress(err, opts) as progress:
-                result = run_test(opts, progress.update)
+    out = console_for(stderr=as_json)  # the seed and the progress: on stderr when stdout is JSON
+    try:
+        with progress_for(out, opts, seed) as progress:
+            result = run_test(opts, progress.update)
     except (BadOptions, TargetNotFound) as e:
         click.echo(f"leasecheck run: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except EnvironmentFailure as e:
-        click.echo(f"leasecheck run: the environment failed: {e}", err=True)
+        notes = [n for n in getattr(e, "__notes__", ()) if isinstance(n, str)]
+        click.echo(f"leasecheck run: the environment failed: {_one_line(str(e))}" + (f" ({notes[-1]})" if notes else ""), err=True)
         sys.exit(EXIT_ENVIRONMENT)
     if as_json:
         sys.stdout.write((result.run_dir / "results.json").read_text())
     else:
-        from leasecheck.report import print_run
-
-        print_run(Console(highlight=False), result)
-    sys.exit(result.verdict.exit_code)
+        print_run(out, result)  # with the run verdict's reason (DESIGN.md "Run verdict")
+        if result.interrupted:
+            click.echo(f"interrupted by {result.interrupted} (seed {result.seed}): exit {result.exit_code}")
+    sys.exit(result.exit_code)
 
 
 @main.command()
@@ -205,20 +297,28 @@ def heal(path: str) -> None:
     """
     from leasecheck.nemesis.catalogue import import_fault_modules
     from leasecheck.nemesis.heal import heal_record
-    from leasecheck.storedir import load_faults, save_faults
+    from leasecheck.storedir import BadFaultsFile, load_faults, save_faults
 
     import_fault_modules()  # each registers how to undo its records (docker's only if the extra is installed)
     run_dir = Path(path)
     if not run_dir.is_dir():
         click.echo(f"leasecheck heal: {path}: not a run directory", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    records = load_faults(run_dir)
+    try:
+        records = load_faults(run_dir)
+    except BadFaultsFile as e:
+        click.echo(f"leasecheck heal: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     if not records:
         click.echo(f"{run_dir}: no active faults recorded; nothing to heal")
-        return
     for rec in records:
         click.echo(f"{rec.get('kind')}: {heal_record(rec)}")
-    save_faults(run_dir, [])
+    if records:
+        save_faults(run_dir, [])
+    from leasecheck.run_files import remove_leftovers
+
+    for name in remove_leftovers(run_dir):  # what a killed harness left: worker clocks, server data
+        click.echo(f"removed {run_dir / name}")
 
 
 @main.command()
@@ -237,3 +337,24 @@ def nemeses(markdown: bool) -> None:
     width = max(len(kind.name) for kind in CATALOGUE)
     for kind in CATALOGUE:
         click.echo(f"{kind.name:<{width}}  {kind.description}")
+
+
+@main.command("install-toxiproxy")
+def install_toxiproxy() -> None:
+    """Build Toxiproxy (for --nemesis partition, latency, bandwidth) into the per-user cache.
+
+    Builds toxiproxy-server at leasecheck's pinned version with this machine's
+    Go (>= 1.23) into $XDG_CACHE_HOME/leasecheck/bin (default
+    ~/.cache/leasecheck/bin), where `leasecheck run` looks after PATH. Does
+    nothing if it is already there; prints the binary's path. Exit 4 if it
+    cannot be built.
+    """
+    from leasecheck.servers.base import EnvironmentFailure
+    from leasecheck.tools import install_toxiproxy as build
+
+    try:
+        path = build(say=lambda line: click.echo(f"leasecheck install-toxiproxy: {line}", err=True))
+    except EnvironmentFailure as e:
+        click.echo(str(e), err=True)
+        sys.exit(EXIT_ENVIRONMENT)
+    click.echo(str(path))

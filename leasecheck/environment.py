@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leasecheck.run_files import server_directory
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.targets.base import Target
 
@@ -36,7 +37,8 @@ class Environment:
             return
         self.server.resume()  # a paused server cannot shut down
         self.server.stop()
-        if keep_logs_in is not None and self.server.log_path.exists():
+        log = self.server.log_path
+        if keep_logs_in is not None and log.exists() and not log.is_relative_to(keep_logs_in):  # else it is there already
             try:
                 shutil.copy(self.server.log_path, keep_logs_in / self.server.log_path.name)
             except OSError:
@@ -63,7 +65,9 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
         from leasecheck.servers.faketime import FaketimePostgresServer
         from leasecheck.servers.postgres import PostgresServer
 
-        server: LocalServer = FaketimePostgresServer() if skewable else PostgresServer()
+        # in the run directory, never the temp folder: its log belongs to the run, and a killed run leaves nothing elsewhere
+        home = server_directory(run_dir, "postgres", PostgresServer._server_user())
+        server: LocalServer = FaketimePostgresServer(home) if skewable else PostgresServer(home)
     elif kind == "redis":
         from leasecheck.servers.faketime import FaketimeRedisServer
         from leasecheck.servers.redis import RedisServer

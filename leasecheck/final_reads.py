@@ -8,6 +8,8 @@ be replaced.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from leasecheck.histories import HistoryWriter
 from leasecheck.hub import Recorder
 from leasecheck.targets.base import NodeState
@@ -19,11 +21,15 @@ def node_names(runs: int, nodes: int) -> list[str]:
     return [f"run-{r}/node-{i}" for r in range(1, runs + 1) for i in range(nodes)]
 
 
-def read_every_node(spec: TargetSpec, recorder: Recorder, writer: HistoryWriter, nodes: list[str]) -> None:
-    """Read each node once through a client of its own, recording each read as an op."""
+def read_every_node(
+    spec: TargetSpec, recorder: Recorder, writer: HistoryWriter, nodes: list[str], stop: Callable[[], bool] = lambda: False,
+) -> None:
+    """Read each node once through a client of its own, recording each read as an op; ``stop()`` cuts it short (a signal)."""
     reader = spec.make()
     process = recorder.new_process()
     for node in nodes:
+        if stop():
+            break
         writer.invoke(process, "read", node, {})
         try:
             state: NodeState = reader.read(node)

@@ -154,6 +154,11 @@ class Recorder:
         self.slots: dict[Connection, Slot] = {}
         self.tally = Tally()
         self.stopping = threading.Event()
+        #: set when every worker is up (the runner's barrier): until then a worker asking for a node waits
+        self.go = threading.Event()
+        #: the last start-up failure a worker reported (its backend client could not be made)
+        self.broken: str | None = None
+        self._held_back: list[Connection] = []
         self._next_process = 0
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, name="recorder", daemon=True)
@@ -198,8 +203,22 @@ class Recorder:
                     continue
                 for conn in wait(conns, timeout=0.05):
                     self._handle(conn)  # type: ignore[arg-type]
+                if self._held_back and (self.go.is_set() or self.stopping.is_set()):
+                    self._release_held_back()
         except BaseException as e:  # reported by the runner
             self.error = e
+
+    def _release_held_back(self) -> None:
+        """The barrier is passed (or the run is stopping): answer the workers that asked for a node before it."""
+        held, self._held_back = self._held_back, []
+        for conn in held:
+            s = self.slots.get(conn)
+            if s is None or not s.alive:
+                continue
+            try:
+                conn.send(None if self.stopping.is_set() else self.deliveries.next())
+            except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+                self._died(s)
 
     def _handle(self, conn: Connection) -> None:
         s = self.slots[conn]
@@ -217,6 +236,8 @@ class Recorder:
         kind = msg[0]
         if kind == "hello":
             s.ready = True
+        elif kind == "broken":
+            self.broken = msg[1]
         elif kind == "invoke":
             self.writer.invoke(s.process, msg[1], msg[2], msg[3])
             conn.send(True)
@@ -224,6 +245,9 @@ class Recorder:
             self.writer.complete(s.process, msg[1], msg[2])
             self._count(msg[1], msg[2])
         elif kind == "next":
+            if not self.go.is_set() and not self.stopping.is_set():
+                self._held_back.append(conn)  # answered when every worker is up
+                return
             conn.send(None if self.stopping.is_set() else self.deliveries.next())
         elif kind == "done":
             self.deliveries.ack(msg[1])

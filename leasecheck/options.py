@@ -8,6 +8,7 @@ anything is started.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,10 @@ class RunOptions:
     nemesis: tuple[str, ...] = ("pause",)
     nemesis_interval: float = 5.0
     time_limit: float = 30.0
+    #: after the time limit, go on up to this many more seconds while the history still lacks
+    #: what the run verdict needs (an ok claim, renew, effect, commit, a contended claim, every
+    #: fault started and healed); 0: stop at the time limit, and the verdict says what was missing
+    evidence_wait_s: float = 0.0
     concurrency: int = 5
     ttl_ms: int = 1000
     nodes: int = 20
@@ -55,12 +60,29 @@ class RunOptions:
 
 @dataclass
 class RunResult:
-    """What a run produced: its folder, the verdict, and its figures."""
+    """What a run produced: its folder, the run verdict, and its figures.
+
+    ``verdict`` is the run verdict: the checker's, made ``unknown`` when the run
+    tested too little (``reason`` says what was missing, see
+    :mod:`leasecheck.run_verdict`). ``interrupted`` names the signal that cut
+    the run short (``"SIGINT"``, ``"SIGTERM"``), or is None.
+    """
 
     run_dir: Path
     seed: int
     verdict: Verdict
     stats: dict[str, Any]
+    reason: str | None = None
+    interrupted: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """DESIGN.md's: 1 when anomalies are proven; else 128 + the signal if interrupted; else the verdict's."""
+        if self.verdict.valid is False:
+            return 1
+        if self.interrupted is not None:
+            return 128 + int(signal.Signals[self.interrupted])
+        return self.verdict.exit_code
 
 
 def _they(names: list[str], one: str, many: str) -> str:
@@ -87,6 +109,8 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
         raise BadOptions("--ttl must be at least 10 ms")
     if opts.time_limit <= 0 or opts.nemesis_interval <= 0:
         raise BadOptions("--time-limit and --nemesis-interval must be positive")
+    if opts.evidence_wait_s < 0:
+        raise BadOptions("--evidence-wait must not be negative")
     if opts.nodes < 1:
         raise BadOptions("--nodes must be at least 1")
     if not 0 <= opts.dup_rate <= 1:
@@ -95,9 +119,13 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
 
 
 def check_store(opts: RunOptions, kinds: tuple[FaultKind, ...], store: str | None) -> None:
-    """Reject faults that need a store server for a backend whose store is none we run (a file, the user's own)."""
+    """Reject faults that need a store server for a backend whose store is none we run (a file, the user's own),
+    and a backend that brings its own store (``store = None``) without ``--url``: we cannot start it."""
     if store not in SERVER_STORES and needing(kinds, Need.SERVER):
         raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)})")
+    if store is None and not opts.url:
+        raise BadOptions(f"{opts.target} brings its own store (its class says store = None): pass the store's address"
+                         " with --url URL (the adapter gets it as self.config.url)")
 
 
 @dataclass(frozen=True)
@@ -134,6 +162,10 @@ class Timing:
     def wind_down_s(self) -> float:
         """How long the workers get to finish their op and exit: a renew period or three, an op's timeout, slack."""
         return 3 * self.ttl_ms / 1000 + self.op_timeout_s + 5
+
+    def startup_s(self, workers: int) -> float:
+        """How long every worker gets to come up and say hello: ~12 s for 64 on two busy cores, with room."""
+        return 60.0 + 2.0 * workers
 
     @property
     def expiry_wait_s(self) -> float:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 from dataclasses import replace
+from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
 
 from leasecheck.hub import Recorder, Slot
+from leasecheck.interrupts import shielded
 from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.store_network import StoreNetwork
 from leasecheck.targets.registry import TargetSpec
@@ -52,7 +54,10 @@ class WorkerPool:
             target=worker_main, args=(child, spec, self.workload, self.seed, slot, self.record),
             name=f"leasecheck-worker-{slot}", daemon=True,
         )
-        p.start()
+        # the resource tracker's first start unblocks SIGINT / SIGTERM in this thread: start it outside the shield
+        resource_tracker.ensure_running()
+        with shielded():  # the child starts with SIGINT / SIGTERM blocked, until it ignores them
+            p.start()
         child.close()
         self.procs[slot] = p
         return self.recorder.add(parent, slot, p.pid)

@@ -1,50 +1,93 @@
-"""Human-readable verdicts for the terminal, with rich."""
+"""Human-readable verdicts for terminals and CI logs, with rich.
+
+Two readers: a person at a terminal, and a CI log that someone searches
+afterwards. So output off a terminal is never wrapped (a log viewer wraps; a
+number broken across lines cannot be found), and a verdict prints at most
+:data:`SHOWN_PER_KIND` anomalies of each kind: an adapter that refuses every
+claim yields thousands of ``stuck-lease`` findings, and printing them all took
+longer than finding them. Every anomaly is still in ``--json`` (and
+``results.json``), and ``--explain`` prints them all.
+"""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from types import TracebackType
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from leasecheck.checker import Verdict
+from leasecheck.checker import Anomaly, Verdict
 from leasecheck.checker.explain import render_chain
 from leasecheck.histories.vocabulary import KINDS
+
+#: anomalies of one kind that ``check`` and ``run`` print; ``--json`` and ``--explain`` give all
+SHOWN_PER_KIND = 5
+#: the width of a console that is not a terminal: wide enough that rich never wraps a line
+NO_WRAP_WIDTH = 1_000_000
 
 _STYLE = {True: ("valid", "bold green"), False: ("INVALID", "bold red"), "unknown": ("unknown", "bold yellow")}
 
 
-def print_verdict(console: Console, path: str, verdict: Verdict, explain: bool = False) -> None:
-    """A summary table (ops, nodes, verdict, anomalies by kind), then each anomaly."""
+def console_for(stderr: bool = False) -> Console:
+    """A console for stdout (or stderr): word-wrapped on a terminal, never wrapped elsewhere."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        console.soft_wrap = True
+        console.width = NO_WRAP_WIDTH  # tables lay out at this width; they take only what they need
+    return console
+
+
+def print_verdict(
+    console: Console, path: str, verdict: Verdict, explain: bool = False, reason: str | None = None,
+) -> None:
+    """A summary table (ops, nodes, verdict, anomalies by kind), then the anomalies, kind by kind.
+
+    Without ``explain``, at most :data:`SHOWN_PER_KIND` of each kind, then one
+    line saying how many more there are and where to find them.
+    """
     word, style = _STYLE[verdict.valid]
     console.print(Text(path, style="bold"))
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
     table.add_row("verdict", Text(word, style=style))
-    table.add_row("ops", f"{verdict.stats['ops']:,}")
-    table.add_row("nodes", f"{verdict.stats['nodes']:,}")
+    if reason:
+        table.add_row("reason", reason)
     s = verdict.stats
-    table.add_row("outcomes", f"{s['ok']:,} ok, {s['fail']:,} fail, {s['info']:,} info")
+    table.add_row("ops", f"{s['ops']:,}")
+    table.add_row("nodes", f"{s['nodes']:,}")
+    if "ok" in s:
+        table.add_row("outcomes", f"{s['ok']:,} ok, {s['fail']:,} fail, {s['info']:,} info")
     counts = Counter({k: v for k, v in s.get("anomalies", {}).items()})
-    for kind in KINDS:
-        if counts[kind]:
-            table.add_row(kind, str(counts[kind]))
+    by_kind: dict[str, list[Anomaly]] = {}
+    for a in verdict.anomalies:
+        by_kind.setdefault(a.kind, []).append(a)
+    kinds = [k for k in KINDS if counts[k] or k in by_kind] + sorted(set(by_kind) - set(KINDS))
+    for kind in kinds:
+        table.add_row(kind, f"{max(counts[kind], len(by_kind.get(kind, []))):,}")
     if verdict.unknown_nodes:
         table.add_row("search gave up on", ", ".join(verdict.unknown_nodes[:10]) + (" …" if len(verdict.unknown_nodes) > 10 else ""))
     console.print(table)
-    if "anomalies_listed" in s:
-        console.print(f"[dim]listing {s['anomalies_listed']} of {sum(counts.values())} anomalies (at most 100 per node and kind)[/dim]")
-    for a in verdict.anomalies:
-        console.print()
-        console.print(Text.assemble((a.kind, "bold red"), f" on {a.node}, ops {a.ops}"))
-        console.print(a.explanation, highlight=False)
-        if explain:
-            console.print(render_chain(a, verdict.cited), highlight=False)
+    for kind in kinds:
+        listed = by_kind.get(kind, [])
+        shown = listed if explain else listed[:SHOWN_PER_KIND]
+        for a in shown:
+            console.print()
+            console.print(Text.assemble((a.kind, "bold red"), f" on {a.node}, ops {a.ops}"))
+            console.print(a.explanation, highlight=False)
+            if explain:
+                console.print(render_chain(a, verdict.cited), highlight=False)
+        more = max(counts[kind], len(listed)) - len(shown)
+        if more > 0:
+            console.print()
+            if explain:  # listed is all the checker kept: at most 100 per node and kind
+                console.print(f"… and {more:,} more {kind} counted, not listed (at most 100 per node and kind)")
+            else:
+                console.print(f"… and {more:,} more {kind}: --json or --explain for all")
 
 
 def print_targets(console: Console, rows: list[dict]) -> None:
@@ -59,49 +102,47 @@ def print_targets(console: Console, rows: list[dict]) -> None:
         what = Text(row["summary"])
         if row["bug"]:
             what = Text.assemble(row["summary"], "\n", ("expected: " + ", ".join(row["expected"]), "red"),
-                                 f" under {', '.join(row['exposed_by'])}")
+                                 f" under {', '.join([*row['exposed_by'], *row.get('exposed_by_workload', [])])}")
         table.add_row(row["name"], row["store"] or "-", "yes" if row["fenced"] else "no", what)
     console.print(table)
 
 
-class LiveProgress:
-    """The live line while a run goes: elapsed, ops/s, ok/fail/info, active faults."""
-
-    def __init__(self, console: Console, opts: Any) -> None:
-        self.opts = opts
-        self.live = Live(Text("starting…"), console=console, refresh_per_second=4, transient=True)
-
-    def __enter__(self) -> LiveProgress:
-        self.live.__enter__()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.live.__exit__(kind, exc, tb)
-
-    def update(self, s: dict[str, Any]) -> None:
-        faults = ", ".join(s["faults"]) or "none"
-        self.live.update(Text.assemble(
-            (f"{self.opts.target} ", "bold"), f"{s['elapsed']:5.1f}/{self.opts.time_limit:g} s  ",
-            f"{s['ops_per_s']:7.1f} ops/s  ", ("ok ", "green"), f"{s['ok']:,}  ", ("fail ", "yellow"), f"{s['fail']:,}  ",
-            ("info ", "magenta"), f"{s['info']:,}  ", f"workers {s['workers']}  faults: {faults}",
-        ))
+def _results(run_dir: Path) -> dict[str, Any]:
+    """results.json of a run (what the run wrote beside the verdict), or {} if it is unreadable."""
+    try:
+        obj = json.loads((Path(run_dir) / "results.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
 
 
 def print_run(console: Console, result: Any) -> None:
-    """The end of ``leasecheck run``: the run's figures, the verdict, and where the store is."""
+    """The end of ``leasecheck run``: the run's figures, the verdict, and where the store is.
+
+    ``ops`` is printed once, in the verdict: every op in the history (an
+    invoke with its completion, or without one, which counts as ``info``),
+    final reads included. The run table has no ops count of its own, so no
+    two numbers can disagree.
+    """
     s = result.stats
+    saved = _results(result.run_dir)
     console.print(Text("run", style="bold"))
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
     table.add_row("seed", str(result.seed))
     table.add_row("seconds", f"{s['seconds']:.1f}")
-    table.add_row("ops", f"{s['ops']:,} ({s['ok']:,} ok, {s['fail']:,} fail, {s['info']:,} info)")
-    reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(s["fail_reasons"].items()))
+    interrupted = saved.get("interrupted", getattr(result, "interrupted", None))
+    if interrupted:
+        table.add_row("interrupted", Text(f"by {interrupted}", style="bold yellow"))
+    reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(s.get("fail_reasons", {}).items()))
     table.add_row("refusals", reasons or "none")
-    table.add_row("deliveries", f"{s['deliveries']:,} ({s['duplicate_deliveries']:,} duplicated), {s['runs']} runs")
-    table.add_row("faults", f"{s['faults']}; worker processes {s['worker_processes']}")
+    if "deliveries" in s:
+        table.add_row("deliveries", f"{s['deliveries']:,} ({s['duplicate_deliveries']:,} duplicated), {s['runs']} runs")
+    if "faults" in s:
+        table.add_row("faults", f"{s['faults']}; worker processes {s['worker_processes']}")
     table.add_row("store", str(result.run_dir))
     console.print(table)
     console.print()
-    print_verdict(console, "verdict", result.verdict)
+    reason = saved.get("reason", getattr(result, "reason", None))
+    print_verdict(console, "verdict", result.verdict, reason=reason if isinstance(reason, str) else None)

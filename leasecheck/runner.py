@@ -7,7 +7,14 @@ op through the hub, then the final phase — heal everything, stop the workers,
 wait until every lease can have expired, read every node
 (:mod:`leasecheck.final_reads`) — and check the history. Every fault is healed
 and every process we started is stopped on every exit path: normal end,
-Ctrl-C, or an exception.
+SIGINT / SIGTERM (:mod:`leasecheck.interrupts`), or an exception.
+
+The run's clock and the nemesis start only when every worker is up and has
+said hello (a barrier: 64 workers take ~12 s to spawn on two cores, and a
+time limit running meanwhile tested nothing). The verdict is the run verdict
+(:mod:`leasecheck.run_verdict`): a run that tested too little is ``unknown``.
+Everything the run makes — server directories and logs, worker clocks — lives
+in its run directory, never in the system's temp folder.
 """
 
 from __future__ import annotations
@@ -15,10 +22,11 @@ from __future__ import annotations
 import logging
 import queue
 import random
+import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +35,7 @@ from leasecheck.environment import Environment, prepare
 from leasecheck.final_reads import node_names, read_every_node
 from leasecheck.histories import Header, HistoryWriter
 from leasecheck.hub import Deliveries, Recorder, Slot
+from leasecheck.interrupts import Interrupts
 from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.faults import Fault
@@ -34,9 +43,11 @@ from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.options import BadOptions, RunOptions, RunResult, Timing, check_store, validate
 from leasecheck.pool import WorkerPool
+from leasecheck.run_files import CLOCKS_DIR, remove_leftovers
+from leasecheck.run_verdict import HistoryTail, gaps, run_verdict
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.store_network import StoreNetwork
-from leasecheck.storedir import new_run_dir, save_faults, write_json
+from leasecheck.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
 from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
 from leasecheck.targets.registry import TargetSpec, load
 
@@ -67,6 +78,8 @@ class Run:
         self.env: Environment | None = None
         self.network: StoreNetwork | None = None
         self.pool: WorkerPool | None = None
+        self.interrupts = Interrupts()
+        self.tail: HistoryTail | None = None
 
     def _spawn(self) -> Slot:
         assert self.pool is not None
@@ -86,22 +99,42 @@ class Run:
         write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "argv": sys.argv})
         log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
         started = time.monotonic()
-        self.clocks = ClockControl()  # a private directory, removed at the end
+        self.clocks = ClockControl(self.run_dir / CLOCKS_DIR)  # removed at the end, or by ``leasecheck heal``
+        stop = self.interrupts.event
         try:
-            producer = self._prepare()
-            try:
-                self._drive(started)
-            finally:
-                self._wind_down()
-                save_faults(self.run_dir, [])
-            time.sleep(self.timing.expiry_wait_s)
-            read_every_node(self.spec, self.recorder, self.writer, node_names(self.deliveries.runs, opts.nodes))
-            producer.close()
+            with self.interrupts:
+                try:
+                    producer = self._prepare()
+                    try:
+                        if not stop.is_set() and self._await_workers():
+                            self._drive(started)
+                        if self.interrupts.name is not None:
+                            log.info("%s: winding down", self.interrupts.name)
+                            print(f"\ninterrupted ({self.interrupts.name}): healing faults and checking what was recorded", file=sys.stderr)
+                    finally:
+                        self._wind_down()
+                        save_faults(self.run_dir, [])
+                    if not stop.wait(self.timing.expiry_wait_s):
+                        nodes = node_names(self.deliveries.runs, opts.nodes)
+                        read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set)
+                    producer.close()
+                finally:
+                    self._clean_up()
+                if self.interrupts.name is not None:
+                    log.info("interrupted by %s: checking what was recorded", self.interrupts.name)
+                return self._judge(time.monotonic() - started)
+        except BaseException as e:  # the traceback goes to the run's log; the CLI prints one line (exit 3 or 4)
+            self._failed(e)
+            raise
         finally:
-            self._clean_up()
             log.removeHandler(handler)
             handler.close()
-        return self._judge(time.monotonic() - started)
+
+    def _failed(self, e: BaseException) -> None:
+        """Log the traceback, mark the run directory failed (storedir: never ``latest`` without a history)."""
+        log.error("run failed: %s: %s", type(e).__name__, e, exc_info=e)
+        mark_failed(self.run_dir, f"{type(e).__name__}: {e}" if not isinstance(e, EnvironmentFailure) else str(e))
+        e.add_note(f"traceback in {self.run_dir / 'leasecheck.log'}")
 
     def _prepare(self) -> Target:
         """Store, proxies, history, queue, recorder, workers' pool and nemesis; returns the producer's client."""
@@ -120,6 +153,7 @@ class Run:
             "concurrency": opts.concurrency, "store": self.target_cls.store,
         })
         self.writer = HistoryWriter(self.run_dir / "history.jsonl", header)
+        mark_latest(self.run_dir)  # only now: a run that failed to start never becomes store/latest
         self.deliveries = Deliveries(
             random.Random(f"{self.seed}/queue"), opts.nodes, opts.dup_rate,
             visibility_s=self.timing.visibility_s,
@@ -138,32 +172,73 @@ class Run:
         )
         return producer
 
-    def _drive(self, started: float) -> None:
-        """The test proper: workers under the nemesis until the time limit (or Ctrl-C)."""
-        self.deliveries.start()
-        for _ in range(self.opts.concurrency):
-            self._spawn()
-        self.recorder.start()
-        self.nemesis.start()
-        deadline = time.monotonic() + self.opts.time_limit
+    def _check_parts(self) -> None:
+        for part in (self.recorder, self.deliveries, self.nemesis):
+            if part.error is not None:
+                raise RuntimeError(f"{type(part).__name__.lower()} failed: {part.error!r}") from part.error
+
+    def _replace_dead(self) -> Slot | None:
+        """Start a replacement for a worker that died (waiting a moment for one to die); the one that died."""
         try:
-            while time.monotonic() < deadline:
-                for part in (self.recorder, self.deliveries, self.nemesis):
-                    if part.error is not None:
-                        raise RuntimeError(f"{type(part).__name__.lower()} failed: {part.error!r}") from part.error
+            dead = self.deaths.get(timeout=0.1)
+        except queue.Empty:
+            return None
+        new = self._spawn()
+        self.writer.nemesis("start", {"victims": [new.process], "replaces": dead.process})
+        log.info("worker %d (process %d) died; started process %d", dead.slot, dead.process, new.process)
+        return dead
+
+    def _await_workers(self) -> bool:
+        """The barrier: spawn every worker and wait until each has said hello; False if interrupted first."""
+        n = self.opts.concurrency
+        self.deliveries.start()
+        self.recorder.start()
+        log.info("starting %d workers", n)
+        for _ in range(n):
+            if self.interrupts.event.is_set():
+                return False
+            self._spawn()
+        limit = self.timing.startup_s(n)
+        deadline = time.monotonic() + limit
+        died = 0
+        while len(self.recorder.ready()) < n or len(self.recorder.live()) < n:
+            if self.interrupts.event.is_set():
+                return False
+            self._check_parts()
+            if self._replace_dead() is not None:
+                died += 1
+                if died > n:
+                    raise EnvironmentFailure(f"workers keep dying at start-up ({died} so far): {self.recorder.broken or 'see leasecheck.log'}")
+            if time.monotonic() > deadline:
+                raise EnvironmentFailure(f"only {len(self.recorder.ready())} of {n} workers were up after {limit:g} s")
+        log.info("all %d workers up: the clock starts", n)
+        self.recorder.tally.started = time.monotonic()
+        self.recorder.go.set()
+        return True
+
+    def _drive(self, started: float) -> None:
+        """The test proper: workers under the nemesis until the time limit (longer while evidence is missing), or a signal."""
+        self.nemesis.start()
+        now = time.monotonic()
+        deadline, cap = now + self.opts.time_limit, now + self.opts.time_limit + self.opts.evidence_wait_s
+        self.tail = HistoryTail(self.run_dir / "history.jsonl")
+        extended = False
+        while not self.interrupts.event.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                missing = gaps(self.tail.poll(), self.kinds) if now < cap else []
+                if not missing:
+                    break
+                if not extended:
+                    extended = True
+                    log.info("time limit reached; going on up to %g s more while missing: %s", cap - now, "; ".join(missing))
+            self._check_parts()
+            self._replace_dead()
+            if self.progress is not None:
                 try:
-                    dead = self.deaths.get(timeout=0.2)
-                except queue.Empty:
-                    dead = None
-                if dead is not None:
-                    new = self._spawn()
-                    self.writer.nemesis("start", {"victims": [new.process], "replaces": dead.process})
-                    log.info("worker %d (process %d) died; started process %d", dead.slot, dead.process, new.process)
-                if self.progress is not None:
                     self.progress(self.snapshot(started))
-        except KeyboardInterrupt:
-            log.info("interrupted: winding down")
-            print("\ninterrupted: healing faults and checking what was recorded", file=sys.stderr)
+                except KeyboardInterrupt:  # a caller's callback may stop the run this way (bench/bench_runner.py)
+                    self.interrupts.interrupt(signal.SIGINT)
 
     def snapshot(self, started: float) -> dict[str, Any]:
         t = self.recorder.tally
@@ -201,16 +276,28 @@ class Run:
             self.network.stop()
         if self.env is not None:
             self.env.stop(keep_logs_in=self.run_dir)
+        remove_leftovers(self.run_dir)
 
     def _judge(self, seconds: float) -> RunResult:
-        """Check the history and write results.json."""
+        """Check the history, apply the run verdict, write results.json."""
+        history = self.run_dir / "history.jsonl"
+        reason: str | None
         if self.opts.record:
-            verdict = check_source(self.run_dir / "history.jsonl", budget=self.opts.check_budget)
+            checked = check_source(history, budget=self.opts.check_budget)
+            evidence = (self.tail or HistoryTail(history)).poll()
+            valid, reason = run_verdict(checked.valid, evidence, self.kinds)
+            verdict = replace(checked, valid=valid)
         else:  # the recorder-overhead baseline: workers ran without recording, nothing to judge
-            verdict = Verdict("unknown", [], {"ops": 0, "nodes": 0}, ["recording was off: no history to check"])
+            reason = "recording was off: no history to check"
+            verdict = Verdict("unknown", [], {"ops": 0, "nodes": 0}, [reason])
+        if reason is not None:
+            log.info("verdict %s: %s", verdict.valid, reason)
         stats = self._stats(seconds)
-        write_json(self.run_dir / "results.json", {**verdict.to_json(), "seed": self.seed, "run": stats})
-        return RunResult(self.run_dir, self.seed, verdict, stats)
+        write_json(self.run_dir / "results.json", {
+            **verdict.to_json(), "reason": reason, "target": self.opts.target, "nemesis": list(self.opts.nemesis),
+            "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
+        })
+        return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
 
     def _stats(self, seconds: float) -> dict[str, Any]:
         t = self.recorder.tally
@@ -218,7 +305,8 @@ class Run:
             "seconds": round(seconds, 3), "ops": t.ops, "ok": t.ok, "fail": t.fail, "info": t.info,
             "fail_reasons": dict(t.by_reason), "deliveries": self.deliveries.delivered,
             "duplicate_deliveries": self.deliveries.duplicated, "runs": self.deliveries.runs,
-            "faults": self.nemesis.started, "worker_processes": self.pool.spawned if self.pool is not None else 0,
+            "faults": self.nemesis.started if hasattr(self, "nemesis") else 0,
+            "worker_processes": self.pool.spawned if self.pool is not None else 0,
         }
 
 

@@ -3,7 +3,20 @@
 ``store/<target>/<UTC timestamp>/`` holds ``history.jsonl``, ``test.json``
 (every option and the seed: enough to replay), ``results.json`` (the verdict
 and the run's figures), ``leasecheck.log`` and the servers' logs;
-``store/latest`` points at the newest run.
+``store/latest`` points at the newest run *that has a history*.
+
+Two rules keep the folder usable by the tools that read it:
+
+* run directories are absolute paths, whatever ``--store`` the user gave: a
+  server we start in them (redis-server's ``dir``, Postgres' data directory)
+  refuses or misreads a relative one, and a process that changes directory
+  must still find them;
+* a run that failed before it recorded anything is marked
+  (``results.json`` with ``"status": "error"`` and the one-line reason) and
+  never becomes ``latest``: ``leasecheck check store/latest`` must check the
+  newest history, not stumble on a failed start. The runner calls
+  :func:`mark_latest` once the history exists, and :func:`mark_failed` when
+  a run dies.
 """
 
 from __future__ import annotations
@@ -15,21 +28,61 @@ from typing import Any
 
 import msgspec
 
+from leasecheck.servers.base import EnvironmentFailure
+
+RESULTS = "results.json"
+HISTORY = "history.jsonl"
+
+
+class StoreUnusable(EnvironmentFailure):
+    """``--store`` cannot hold run directories (it is a file, or read-only): exit 4; ``str()`` is one line."""
+
 
 def new_run_dir(store: Path, target: str) -> Path:
+    """A fresh, absolute ``store/<target>/<stamp>`` directory; ``latest`` is left alone (see :func:`mark_latest`)."""
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    safe = target.replace("/", "_").replace(":", "_")
-    path = store / safe / stamp
-    path.mkdir(parents=True, exist_ok=False)
-    latest = store / "latest"
+    safe = target.replace("/", "_").replace(":", "_").replace(" ", "_")
+    path = store.expanduser().absolute() / safe / stamp
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+    except OSError as e:
+        raise StoreUnusable(f"--store {store}: cannot create a run directory there ({e.strerror or e})") from None
+    return path
+
+
+def mark_latest(run_dir: Path) -> None:
+    """Point ``store/latest`` at ``run_dir`` (atomically: readers never see no ``latest``); best effort."""
+    store = run_dir.parent.parent
     tmp = store / f".latest-{os.getpid()}"
     try:
         tmp.unlink(missing_ok=True)
-        tmp.symlink_to(path.relative_to(store))
-        os.replace(tmp, latest)  # atomic: readers never see no 'latest'
+        tmp.symlink_to(run_dir.relative_to(store))
+        os.replace(tmp, store / "latest")
     except OSError:
         pass
-    return path
+
+
+def mark_failed(run_dir: Path, reason: str) -> None:
+    """Record that the run died (``"status": "error"``) unless it already wrote its results; best effort."""
+    path = run_dir / RESULTS
+    if path.exists():
+        return
+    try:
+        write_json(path, {"status": "error", "reason": reason.strip().splitlines()[0] if reason.strip() else "unknown error",
+                          "run_dir": str(run_dir), "history": (run_dir / HISTORY).exists()})
+    except OSError:
+        pass
+
+
+def failed_start(run_dir: Path) -> str | None:
+    """The reason a run directory holds no history because its run failed (its results.json says so), or None."""
+    try:
+        results = msgspec.json.decode((run_dir / RESULTS).read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+    if isinstance(results, dict) and results.get("status") == "error" and not (run_dir / HISTORY).exists():
+        return str(results.get("reason") or "unknown error")
+    return None
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -46,8 +99,20 @@ def save_faults(run_dir: Path, records: list[dict[str, Any]]) -> None:
     os.replace(tmp, run_dir / FAULTS_FILE)
 
 
+class BadFaultsFile(ValueError):
+    """faults.json is not what :func:`save_faults` writes; ``str()`` names the file in one line."""
+
+
 def load_faults(run_dir: Path) -> list[dict[str, Any]]:
+    """The active faults recorded in ``run_dir``; raises BadFaultsFile if the file is not ours."""
+    path = run_dir / FAULTS_FILE
     try:
-        return list(msgspec.json.decode((run_dir / FAULTS_FILE).read_bytes()).get("active", []))
+        data = msgspec.json.decode(path.read_bytes())
     except FileNotFoundError:
         return []
+    except msgspec.DecodeError as e:
+        raise BadFaultsFile(f"{path}: not a faults record ({e})") from None
+    records = data.get("active") if isinstance(data, dict) else None
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise BadFaultsFile(f"{path}: not a faults record (expected {{\"active\": [records]}})")
+    return records

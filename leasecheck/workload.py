@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
+from leasecheck.interrupts import ignore_in_child
 from leasecheck.servers.base import die_with_parent
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
 from leasecheck.targets.registry import TargetSpec
@@ -207,12 +207,16 @@ class Worker:
 
 def worker_main(conn: Connection, spec: TargetSpec, workload: Workload, seed: int, slot: int, record: bool = True) -> None:
     """Entry point of a worker process (spawned by the runner)."""
+    ignore_in_child()  # Ctrl-C and SIGTERM are the harness's to handle: it tells us when to stop
     die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     hub = Hub(conn, record)
-    hub.tell("hello")  # from now on a pause is safe: this process dies with the harness
     try:
-        worker = Worker(hub, spec, workload, seed, slot)
+        try:
+            worker = Worker(hub, spec, workload, seed, slot)
+        except Exception as e:  # the backend's client cannot be made: the harness reports it, once
+            hub.tell("broken", f"{type(e).__name__}: {e}")
+            return
+        hub.tell("hello")  # up, and from now on a pause is safe: this process dies with the harness
         worker.run()
         if not record:
             hub.tell("tally", dict(worker.client.unrecorded))

@@ -24,6 +24,15 @@ class Nemesis:
     """Every ``interval_s`` (± half, from the seed) start a fault chosen from ``kinds``
     (catalogue rows) and heal it its row's duration later; up to ``max_active`` faults overlap.
 
+    Kinds are dealt like cards: every kind once, in a shuffled order, then a new
+    shuffle. A run's verdict needs every requested fault started and healed
+    (DESIGN.md "Run verdict"), so a kind that could not start at its turn (no
+    victim yet, or ``max_active`` reached) keeps its turn for the next tick;
+    uniform draws would leave one of four kinds out of a dozen ticks one run
+    in eight. Every event's value names the fault (``"fault": name``), so
+    kinds that share an event name (``pause`` of a worker or of the store) are
+    told apart.
+
     Each row's factory makes the fault from ``context`` (the run's workers,
     clocks, network and store) and the tick's generator; the row also names
     the events written at start and heal. The schedule knows nothing else
@@ -49,6 +58,8 @@ class Nemesis:
     _kind_of: dict[int, FaultKind] = field(default_factory=dict)
     _heals: list[tuple[float, int, Fault]] = field(default_factory=list)
     _order: Any = field(default_factory=itertools.count)
+    #: the kinds still to deal in this round, next first
+    _deck: list[FaultKind] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _thread: threading.Thread | None = None
@@ -73,25 +84,29 @@ class Nemesis:
                         # depend on timing (whether the last fault had healed yet)
                         next_start = now + self.rng.uniform(0.5, 1.5) * self.interval_s
                         tick = random.Random(self.rng.getrandbits(64))
-                        kind = tick.choice(list(self.kinds))
-                        if len(self.active) < self.max_active:
-                            self._inflict(kind, now, tick)
+                        if not self._deck:
+                            self._deck = list(self.kinds)
+                            tick.shuffle(self._deck)
+                        if len(self.active) < self.max_active and self._inflict(self._deck[0], now, tick):
+                            self._deck.pop(0)
                     wake = min([next_start] + [h[0] for h in self._heals[:1]])
                 self._stop.wait(max(0.0, wake - time.monotonic()))
         except BaseException as e:  # reported by the runner, which heals all
             self.error = e
 
-    def _inflict(self, kind: FaultKind, now: float, rng: random.Random) -> None:
+    def _inflict(self, kind: FaultKind, now: float, rng: random.Random) -> bool:
+        """Start a fault of ``kind``; False when it has no victim now."""
         fault = kind.make(self.context, rng)
         if fault is None:
-            return
+            return False
         value = fault.start()
         self.active.append(fault)
         self._kind_of[id(fault)] = kind
         self.started += 1
-        self.record(kind.events[0], value)
+        self.record(kind.events[0], {"fault": kind.name, **value})
         heapq.heappush(self._heals, (now + kind.duration_s(self.context, rng), next(self._order), fault))
         self.on_change(list(self.active))
+        return True
 
     def _heal(self, fault: Fault) -> None:
         if fault not in self.active:
@@ -100,7 +115,7 @@ class Nemesis:
         kind = self._kind_of.pop(id(fault))
         value = fault.heal()
         if value is not None:
-            self.record(kind.events[1], value)
+            self.record(kind.events[1], {"fault": kind.name, **value})
         self.on_change(list(self.active))
 
     def active_names(self) -> list[str]:

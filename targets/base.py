@@ -124,6 +124,12 @@ class TargetConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+#: the workload conditions an ``exposed_by_workload`` may name: the option that brings each about
+WORKLOAD_CONDITIONS: dict[str, str] = {
+    "duplicate-delivery": "--dup-rate: the at-least-once queue hands one node to two workers",
+}
+
+
 class Target(ABC):
     """A lease backend under test. Subclass it and register it (see :mod:`leasecheck.targets.registry`).
 
@@ -133,7 +139,12 @@ class Target(ABC):
     the runner knows what to start; ``None`` for a third party that brings its own.
     ``bug`` is empty for a correct implementation and names the flaw of a
     deliberately broken variant; ``expected`` lists the anomaly kinds it must
-    produce, ``exposed_by`` the faults that expose them.
+    produce. What brings them about is split in two, so that each half can be
+    checked and used as it is: ``exposed_by`` names faults of the nemesis
+    catalogue (``leasecheck nemeses``), each one ``leasecheck run --nemesis``
+    accepts for this backend's store; ``exposed_by_workload`` names conditions
+    of the workload, not faults, from :data:`WORKLOAD_CONDITIONS` (duplicate
+    delivery: ``--dup-rate``).
     """
 
     name: ClassVar[str]
@@ -142,6 +153,7 @@ class Target(ABC):
     bug: ClassVar[str] = ""
     expected: ClassVar[tuple[AnomalyKind, ...]] = ()
     exposed_by: ClassVar[tuple[str, ...]] = ()
+    exposed_by_workload: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: TargetConfig) -> None:
         self.config = config

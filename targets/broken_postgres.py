@@ -70,14 +70,14 @@ class ClientClockPostgres(PostgresLease):
     "expired" by comparing with the claiming worker's ``now``. A worker whose
     clock runs ahead by more than the ttl sees every live lease as expired and
     takes it over: expected ``overlapping-lease`` (and, when both holders keep
-    working, ``stale-commit`` / ``stale-renew``) under the ``clock-skew`` fault
-    on a worker.
+    working, ``stale-commit`` / ``stale-renew``) under the ``clock-bump`` fault
+    (one worker's wall clock stepped).
     """
 
     name = "postgres-client-clock"
     bug = "lease expiry written and judged with the worker's wall clock instead of the server's"
     expected = ("overlapping-lease",)
-    exposed_by = ("clock-skew",)
+    exposed_by = ("clock-bump",)
 
     def _now(self) -> sql.Composable:
         return sql.Literal(datetime.fromtimestamp(self.config.clock() / 1000.0, tz=UTC))

@@ -24,7 +24,7 @@ class QueueAsAuthorityRedis(RedisLease):
     name = "redis-queue-as-authority"
     bug = "the claim grants every delivery a lease, live lease or not; commits and effects are not fenced"
     expected = ("overlapping-lease", "duplicate-commit")
-    exposed_by = ("duplicate-delivery",)
+    exposed_by_workload = ("duplicate-delivery",)
 
     CLAIM_GUARD = "status ~= 'SUCCEEDED'"
     COMMIT_GUARD = "true"

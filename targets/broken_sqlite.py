@@ -15,13 +15,13 @@ class TtlOnlySqlite(SqliteLease):
     The classic "we have a lease, so we are the only writer" design. A worker
     paused (GC, SIGSTOP) past its ttl loses the lease to another, then wakes up
     and commits and writes anyway: ``stale-commit`` and ``stale-effect`` under
-    process pauses (and partitions) longer than the ttl.
+    process pauses longer than the ttl (an SQLite file has no network to partition).
     """
 
     name = "sqlite-ttl-only"
     bug = "commits and effects do not check the epoch: only the lease's expiry guards them"
     expected = ("stale-commit", "stale-effect")
-    exposed_by = ("pause", "partition")
+    exposed_by = ("pause",)
 
     def commit(self, lease: Lease, result: str) -> Outcome:
         with self._tx() as db:
@@ -47,7 +47,7 @@ class NonAtomicClaimSqlite(SqliteLease):
     name = "sqlite-non-atomic-claim"
     bug = "claim reads the node, then writes without a condition: two racing claims both win"
     expected = ("duplicate-epoch", "overlapping-lease")
-    exposed_by = ("duplicate-delivery",)
+    exposed_by_workload = ("duplicate-delivery",)
 
     def try_claim(self, node: str, owner: str) -> Lease | Refused:
         now = store_now_ns()

@@ -8,11 +8,20 @@ entry point in its own package::
 
 or name the class on the command line: ``--target my_package.adapter:MyLockTarget``.
 leasecheck's own backends are registered the same way, in its pyproject.toml.
+
+``module:Class`` is imported the way pytest finds a ``conftest.py``: the
+current directory is searched too (appended to ``sys.path``, so it never
+shadows an installed package), so ``leasecheck run --target acme_adapter:AcmeLock``
+works from the adapter's own folder without ``PYTHONPATH=.``. Worker processes
+start in the same directory and load the class the same way.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
+import sys
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from typing import Any
@@ -31,14 +40,25 @@ def available() -> dict[str, str]:
     return {ep.name: ep.value for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)}
 
 
+def _search_cwd() -> None:
+    """Let ``module:Class`` name a module in the current directory (as pytest's rootdir does)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+        importlib.invalidate_caches()
+
+
 def _import(spec: str) -> type[Target]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise TargetNotFound(f"{spec!r}: expected module:Class")
+    _search_cwd()
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise TargetNotFound(f"{spec!r}: cannot import {module_name} ({e})") from None
+    except Exception as e:  # the adapter's module itself is broken: say so in one line
+        raise TargetNotFound(f"{spec!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
     obj: object = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
@@ -46,6 +66,11 @@ def _import(spec: str) -> type[Target]:
             raise TargetNotFound(f"{spec!r}: {module_name} has no {attr}")
     if not (isinstance(obj, type) and issubclass(obj, Target)):
         raise TargetNotFound(f"{spec!r}: {attr} is not a targets.Target subclass")
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
+        raise TargetNotFound(f"{spec!r}: {attr} is abstract (it does not implement {missing}): name a concrete backend class")
+    if not isinstance(getattr(obj, "name", None), str):
+        raise TargetNotFound(f"{spec!r}: {attr} has no name (set the class attribute name = \"...\")")
     return obj
 
 

@@ -84,3 +84,89 @@ def test_console_script_prints_no_traceback() -> None:
     assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"{BAD}:")
     r = subprocess.run([*cmd, "check", "--budget", "x", str(VALID)], capture_output=True, text=True)
     assert r.returncode == 3 and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- exit codes of `run`, crashes, the store folder
+
+
+def leasecheck(*args: str, cwd: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """The console script as a user runs it (a subprocess: real signals, real stderr, no test harness)."""
+    return subprocess.run([sys.executable, "-m", "leasecheck", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def one_line(stderr: str) -> str:
+    """stderr minus the progress lines a run prints before failing; asserts the failure itself is one line."""
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith(("leasecheck run: target ",))]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+QUICK = ("--time-limit", "0.5", "--nemesis", "none", "--concurrency", "2", "--ttl", "100")
+
+
+@pytest.mark.parametrize("store, words", [(str(README), "Not a directory"), ("/proc/x", "cannot create a run directory")])
+def test_an_unusable_store_folder_is_exit_4_with_one_line(store: str, words: str) -> None:
+    """Seen on main: NotADirectoryError / FileNotFoundError exited 1 ("anomalies") with a traceback."""
+    r = leasecheck("run", "--store", store, *QUICK)
+    assert r.returncode == 4
+    assert words in one_line(r.stderr)
+
+
+def test_an_abstract_target_class_is_a_usage_error() -> None:
+    """Seen on main: ``--target ...base:Target`` crashed with AttributeError, exit 1."""
+    r = leasecheck("run", "--target", "leasecheck.targets.base:Target", *QUICK)
+    assert r.returncode == 3
+    assert "abstract" in one_line(r.stderr)
+
+
+@pytest.mark.parametrize("value", ["", " ", ",", " , "])
+def test_an_empty_nemesis_is_refused_not_a_fault_free_run(value: str) -> None:
+    """Seen on main: ``--nemesis ''`` (an unset CI variable) silently meant no faults."""
+    r = CliRunner().invoke(main, ["run", "--nemesis", value, "--store", "/nonexistent/never-made"], catch_exceptions=False)
+    assert r.exit_code == 3 and "'none'" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_a_crash_inside_a_command_is_exit_4_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("an internal bug\nwith a second line")
+
+    monkeypatch.setattr("leasecheck.cli.check_source", boom)
+    monkeypatch.delenv("LEASECHECK_TRACEBACK", raising=False)
+    r = CliRunner().invoke(main, ["check", str(VALID)], catch_exceptions=False)
+    assert r.exit_code == 4 and r.stderr.count("\n") == 1
+    assert "internal error: RuntimeError: an internal bug with a second line" in r.stderr
+
+
+def test_relative_store_works_for_a_server_backend(tmp_path: Path) -> None:
+    """Seen on main: ``run --target redis`` with the default ``--store store`` -> redis-server refused its relative dir, exit 4."""
+    r = leasecheck("run", "--target", "redis", *QUICK, "--json", cwd=tmp_path)
+    assert r.returncode in (0, 2), r.stderr
+    results = json.loads(r.stdout)
+    run_dir = Path(results["run_dir"])
+    assert run_dir.is_absolute() and run_dir.parent.parent == tmp_path / "store"
+    assert (tmp_path / "store" / "latest").resolve() == run_dir.resolve()
+
+
+def test_a_failed_start_is_marked_and_never_becomes_latest(tmp_path: Path) -> None:
+    """Seen on main: a failed start repointed store/latest at a folder with no history; check then exited 3."""
+    good = leasecheck("run", *QUICK, "--store", "st", "--json", cwd=tmp_path)
+    assert good.returncode in (0, 2), good.stderr
+    good_dir = Path(json.loads(good.stdout)["run_dir"])
+    bad = leasecheck("run", "--target", "redis", "--url", "redis://127.0.0.1:1", *QUICK, "--store", "st", cwd=tmp_path)
+    assert bad.returncode == 4
+    line = one_line(bad.stderr)
+    assert "cannot reach" in line and "leasecheck.log" in line
+    failed = [d for d in (tmp_path / "st" / "redis").iterdir()]
+    assert len(failed) == 1
+    results = json.loads((failed[0] / "results.json").read_text())
+    assert results["status"] == "error" and "cannot reach" in results["reason"]
+    assert "Traceback" in (failed[0] / "leasecheck.log").read_text()  # the traceback lives in the run's log
+    assert (tmp_path / "st" / "latest").resolve() == good_dir.resolve()
+    code, _, _ = run(str(tmp_path / "st" / "latest"))
+    assert code in (0, 2)
+    code, _, err = run(*(str(d) for d in sorted((tmp_path / "st").glob("*/*/"))))  # `check store/*/*/`
+    assert code in (0, 2) and "failed before it recorded a history" in err
+    code, _, err = run(str(failed[0]))
+    assert code == 3 and err.count("\n") == 1 and "cannot reach" in err

@@ -37,7 +37,14 @@ REFERENCE_RUNS = [
 VARIANT_RUNS = variant_params(DETECTION)
 
 
-def go(tmp_path: Path, target: str, faults: tuple[str, ...], seed: int, dup_rate: float = 0.1, time_limit: float = 10.0):
+#: how long past its time limit a reference run may go on while its history still lacks what the
+#: run verdict needs (every fault started and healed, contention, ...): on a loaded machine the
+#: same seconds hold fewer ops and faults; the test waits for the evidence, not for an idle machine
+EVIDENCE_WAIT_S = 90.0
+
+
+def go(tmp_path: Path, target: str, faults: tuple[str, ...], seed: int, dup_rate: float = 0.1, time_limit: float = 10.0,
+       evidence_wait_s: float = 0.0):
     """One run; ``name@docker`` runs the store as a container (--env docker)."""
     target, _, env = target.partition("@")
     if env == "docker":
@@ -45,6 +52,7 @@ def go(tmp_path: Path, target: str, faults: tuple[str, ...], seed: int, dup_rate
     return run(RunOptions(
         target=target, env=env or "local", nemesis=faults, nemesis_interval=0.8, time_limit=time_limit,
         concurrency=5, ttl_ms=TTL_MS, nodes=10, dup_rate=dup_rate, seed=seed, store=str(tmp_path), op_timeout_s=1.0,
+        evidence_wait_s=evidence_wait_s,
     ))
 
 
@@ -59,17 +67,18 @@ def assert_nothing_left_behind(run_dir: Path) -> None:
 
 @pytest.mark.parametrize("target, faults, seed", REFERENCE_RUNS, ids=[f"{t}-{f}" for t, f, _ in REFERENCE_RUNS])
 def test_reference_backend_is_valid_under_faults(tmp_path: Path, target: str, faults: str, seed: int) -> None:
-    r = go(tmp_path, target, tuple(faults.split(",")), seed)
-    assert r.verdict.valid is True, [a.explanation for a in r.verdict.anomalies[:3]]
-    header, ops, reader = read_history(r.run_dir / "history.jsonl")
+    r = go(tmp_path, target, tuple(faults.split(",")), seed, evidence_wait_s=EVIDENCE_WAIT_S)
+    # the run verdict, not a count of commits: valid means no anomaly *and* an ok claim, renew,
+    # effect and commit, a contended claim, and every fault of the list started and healed
+    assert r.verdict.valid is True, (r.reason, [a.explanation for a in r.verdict.anomalies[:3]])
+    header, _, reader = read_history(r.run_dir / "history.jsonl")
     started = {e.f for e in reader.nemesis}
-    assert r.stats["faults"] >= 3 and started, "the nemesis did nothing"
+    assert {e.value.get("fault") for e in reader.nemesis} >= set(faults.split(","))
     if "clock-store" in faults:
         assert header.clock_uncertainty_ms >= 2 * TTL_MS / 4  # twice the store skew (default ttl/4)
     if "partition" in faults:
         assert "partition" in started
         assert r.stats["info"] + r.stats["fail_reasons"].get("unavailable", 0) > 0
-    assert sum(1 for op in ops if op.type == "ok" and op.f == "commit") > 10
     assert_nothing_left_behind(r.run_dir)
     if target.endswith("@docker"):
         import docker

@@ -7,8 +7,8 @@ makes new connections definitely fail; healing restores service; latency and
 bandwidth slow ops down by at least what they say; a fault on one worker
 leaves another alone; and heal-everything leaves no toxic and no disabled proxy.
 
-The Toxiproxy server is built by ``scripts/install-toxiproxy.sh`` (a no-op
-when the pinned version is there) and started for this module; if either
+The Toxiproxy server is built by ``leasecheck install-toxiproxy``'s code (a
+no-op when the pinned version is there) and started for this module; if either
 fails, the tests fail — a CI machine without network faults must be red.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import threading
 import time
 import uuid
@@ -32,18 +31,14 @@ from leasecheck.nemesis.heal import heal_record
 from leasecheck.nemesis.network import Bandwidth, Latency, Partition
 from leasecheck.nemesis.proxies import Network
 from leasecheck.nemesis.toxiproxy import ToxiproxyClient
-from leasecheck.servers import toxiproxy as toxiproxy_server
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
-from leasecheck.servers.toxiproxy import (
-    INSTALL_SCRIPT,
-    ToxiproxyServer,
-    find_toxiproxy_server,
-)
+from leasecheck.servers.toxiproxy import ToxiproxyServer, find_toxiproxy_server
 from leasecheck.store_network import route
 from leasecheck.targets.base import Indeterminate, Lease, Target, TargetConfig, Unavailable
 from leasecheck.targets.postgres_lease import PostgresLease
 from leasecheck.targets.redis_lease import RedisLease
 from leasecheck.targets.urls import store_endpoint, with_endpoint
+from leasecheck.tools import install_toxiproxy
 
 #: the backends' client timeout here: short, so a hang costs a second or two
 TIMEOUT_S = 1.0
@@ -54,10 +49,10 @@ BACKENDS: dict[str, type[Target]] = {"redis": RedisLease, "postgres": PostgresLe
 
 @pytest.fixture(scope="module")
 def toxiproxy() -> Iterator[ToxiproxyServer]:
-    done = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        pytest.fail(f"install-toxiproxy.sh failed (exit {done.returncode}):\n{done.stderr}", pytrace=False)
-    binary = done.stdout.strip().splitlines()[-1]
+    try:
+        binary = install_toxiproxy()
+    except EnvironmentFailure as e:
+        pytest.fail(str(e), pytrace=False)
     yield from serve(lambda: ToxiproxyServer(binary=binary, seed=7), "toxiproxy")
 
 
@@ -368,9 +363,9 @@ def test_addresses_a_tcp_proxy_cannot_front_are_refused(url: str) -> None:
 
 
 def test_a_missing_binary_names_the_install_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    monkeypatch.setattr(toxiproxy_server, "CACHED_BINARY", tmp_path / "toxiproxy-server")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(EnvironmentFailure, match=r"install-toxiproxy\.sh"):
+    with pytest.raises(EnvironmentFailure, match="leasecheck install-toxiproxy"):
         find_toxiproxy_server()
     with pytest.raises(EnvironmentFailure, match="not an executable"):
         find_toxiproxy_server(tmp_path / "toxiproxy-server")

@@ -336,6 +336,6 @@ def test_variants_declare_their_bug_and_are_registered() -> None:
     assert registry.load("postgres-client-clock") is ClientClockPostgres
     assert PostgresLease.bug == "" and PostgresLease.fenced and PostgresLease.store == "postgres"
     assert FenceInMemoryPostgres.expected == ("stale-commit", "stale-effect") and FenceInMemoryPostgres.exposed_by == ("pause",)
-    assert ClientClockPostgres.expected == ("overlapping-lease",) and ClientClockPostgres.exposed_by == ("clock-skew",)
+    assert ClientClockPostgres.expected == ("overlapping-lease",) and ClientClockPostgres.exposed_by == ("clock-bump",)
     for cls in (FenceInMemoryPostgres, ClientClockPostgres):
         assert cls.bug and cls.store == "postgres" and cls.fenced

@@ -127,7 +127,8 @@ class PostgresServer(LocalServer):
         settings = {
             "listen_addresses": "127.0.0.1",
             "port": str(self.port),
-            "unix_socket_directories": str(self.directory),
+            # a socket path longer than 107 bytes is fatal to Postgres; a run directory may be that deep (TCP is what we use)
+            "unix_socket_directories": str(self.directory) if len(str(self.directory)) < 80 else "",
             **DURABLE_SETTINGS,
         }
         path = self.data_dir / "leasecheck.conf"

@@ -1,7 +1,8 @@
 """A private Toxiproxy server: the TCP proxy the network nemesis puts between workers and the store.
 
-Shopify's ``toxiproxy-server`` is a Go program; ``scripts/install-toxiproxy.sh``
-builds it at a pinned version into ``.cache/bin``. Like the store servers it
+Shopify's ``toxiproxy-server`` is a Go program, found on ``PATH`` or in the
+per-user cache where ``leasecheck install-toxiproxy`` builds it at a pinned
+version (:mod:`leasecheck.tools`). Like the store servers it
 runs as our child on a free loopback port and is stopped by its pid. Its API
 listens on 127.0.0.1 only (the proxies it creates are loopback too), and it is
 started with a seed, so the randomness of its toxics (jitter, toxicity)
@@ -15,36 +16,22 @@ import os
 import shutil
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
-
-#: the project's checkout: where ``scripts/`` and ``.cache/bin`` live
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-INSTALL_SCRIPT = PROJECT_ROOT / "scripts" / "install-toxiproxy.sh"
-#: where the install script puts the binary (``.cache/`` is not committed)
-CACHED_BINARY = PROJECT_ROOT / ".cache" / "bin" / "toxiproxy-server"
+from leasecheck.tools import require_toxiproxy
 
 #: talks to the loopback API directly, whatever http_proxy the environment sets
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def find_toxiproxy_server(binary: StrPath | None = None) -> str:
-    """The toxiproxy-server executable: ``binary`` if given, else the installed one, else PATH's."""
+    """The toxiproxy-server executable: ``binary`` if given, else PATH's, else the per-user cache's."""
     if binary is not None:
         found = shutil.which(os.fspath(binary))
         if found is None:
             raise EnvironmentFailure(f"toxiproxy: {binary!s} is not an executable")
         return found
-    if os.access(CACHED_BINARY, os.X_OK):
-        return str(CACHED_BINARY)
-    found = shutil.which("toxiproxy-server")
-    if found is None:
-        raise EnvironmentFailure(
-            f"toxiproxy: no toxiproxy-server in {CACHED_BINARY.parent} or on PATH"
-            f" (install it: bash {INSTALL_SCRIPT})"
-        )
-    return found
+    return require_toxiproxy()
 
 
 class ToxiproxyServer(LocalServer):

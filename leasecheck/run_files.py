@@ -1,0 +1,97 @@
+"""What a run keeps in its directory besides its record, and how what a dead harness left is cleaned.
+
+Server data directories, server logs and worker clocks live inside the run
+directory, never in the system's temp folder: a run cut short by SIGTERM or
+``kill -9`` then leaves nothing anywhere else, the servers' logs stay with the
+run that produced them, and ``leasecheck heal RUN_DIR`` knows where to look.
+The record (history, results, test.json, logs) is kept; the bulky or
+meaningless-after-the-run state (a Postgres cluster of ~40 MB, a Redis append-only
+file, the clock files) is removed at the end of the run, or by ``heal``.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import tempfile
+from pathlib import Path
+
+#: the worker clocks' directory (:class:`leasecheck.nemesis.worker_clocks.ClockControl`)
+CLOCKS_DIR = "clocks"
+
+#: server state under the run directory: removed once the server is gone
+SERVER_STATE = ("postgres/data", "redis/appendonlydir", "redis/dump.rdb")
+
+
+def _postmaster_alive(data: Path) -> bool:
+    """Is the Postgres server of this data directory still running (its postmaster.pid names a live process)?"""
+    try:
+        pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _reachable_by(path: Path, user: pwd.struct_passwd) -> bool:
+    """Can ``user`` reach ``path``: may it search every directory from the root down to it?"""
+    for d in [path, *path.parents]:
+        st = d.stat()
+        if not (st.st_mode & 0o001 or (st.st_uid == user.pw_uid and st.st_mode & 0o100)
+                or (st.st_gid == user.pw_gid and st.st_mode & 0o010)):
+            return False
+    return True
+
+
+def server_directory(run_dir: Path, name: str, user: pwd.struct_passwd | None = None) -> Path:
+    """Where a server we start keeps its data and log: ``run_dir/name``.
+
+    A server that runs as another user (Postgres, when we are root) may be unable
+    to reach a private run directory (a 0700 ``--store``); it then gets a temp
+    directory (returned), and ``run_dir/name`` is a symlink to it, so that
+    :func:`remove_leftovers` (the run's end, or ``leasecheck heal``) finds and removes it.
+    """
+    home = run_dir / name
+    if user is None or _reachable_by(run_dir, user):
+        return home
+    tmp = Path(tempfile.mkdtemp(prefix=f"leasecheck-{name}-"))
+    os.chmod(tmp, 0o755)
+    home.symlink_to(tmp, target_is_directory=True)
+    return tmp  # the server is given the real path: it cannot pass through the run directory
+
+
+def _remove_linked_home(run_dir: Path, name: str) -> bool:
+    """A server directory outside the run (see :func:`server_directory`): keep its log in the run, remove it."""
+    link = run_dir / name
+    if not link.is_symlink():
+        return False
+    home = link.resolve()
+    if name == "postgres" and _postmaster_alive(home / "data"):
+        return False
+    log = home / f"{name}.log"
+    if log.is_file() and not (run_dir / log.name).exists():
+        shutil.copy(log, run_dir / log.name)
+    shutil.rmtree(home, ignore_errors=True)
+    link.unlink()
+    return True
+
+
+def remove_leftovers(run_dir: Path) -> list[str]:
+    """Remove the clocks and the servers' state from ``run_dir`` (never a running server's); the paths removed."""
+    removed = [name for name in ("postgres", "redis") if _remove_linked_home(run_dir, name)]
+    for name in (CLOCKS_DIR, *SERVER_STATE):
+        path = run_dir / name
+        if not path.exists() or (name == "postgres/data" and _postmaster_alive(path)):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(name)
+    return removed

@@ -1,0 +1,123 @@
+"""Output for people and for CI logs, through the real ``leasecheck`` command with stdout piped.
+
+What a CI log needs (issue 9, item 7): a bounded verdict (at most five
+anomalies of a kind, then where the rest are), lines never broken inside a
+number, times in milliseconds, the seed before anything can go wrong, plain
+progress lines while the run goes, and one ``ops`` count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from leasecheck.histories.format import Header
+from leasecheck.histories.writer import HistoryWriter
+from leasecheck.report import SHOWN_PER_KIND
+
+#: the refusals one node gets (the checker lists at most 100 per node and kind)
+REFUSALS = 80
+NODES = 50
+
+
+def leasecheck(*args: str) -> list[str]:
+    return [sys.executable, "-m", "leasecheck", *args]
+
+
+def piped_env() -> dict[str, str]:
+    """The environment of a CI job: no terminal, and a COLUMNS that must not make us wrap."""
+    return {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+
+
+def always_refused(path: Path, nodes: int = NODES, refusals: int = REFUSALS) -> Path:
+    """What an adapter that always refuses records: per node one grant, then refusals long after it expired.
+
+    Every refusal is a ``stuck-lease`` (ttl 10 ms, uncertainty 1 ms): 4,000 of one kind.
+    Times are off the millisecond grid, so the explanations need every digit they print.
+    """
+    t = 1_000_003
+    with HistoryWriter(path, Header(10, 1, {"target": "always-refuses"})) as w:
+        for n in range(nodes):
+            node = f"run-1/node-{n}"
+            w.invoke(0, "claim", node, {"owner": "w0"}, at=t)
+            t += 1_234_567
+            w.complete(0, "ok", {"epoch": 1}, at=t)
+            for _ in range(refusals):
+                t += 20_000_000 + 7_777
+                w.invoke(0, "claim", node, {"owner": "w0"}, at=t)
+                t += 3_333
+                w.complete(0, "fail", {"reason": "held"}, at=t)
+    return path
+
+
+def test_check_prints_five_anomalies_per_kind_then_says_where_the_rest_are(tmp_path: Path) -> None:
+    history = always_refused(tmp_path / "history.jsonl")
+    total = NODES * REFUSALS
+    done = subprocess.run(leasecheck("check", str(history)), capture_output=True, text=True, env=piped_env(), timeout=120)
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    shown = [line for line in lines if re.match(r"stuck-lease on \S+, ops \[", line)]
+    assert len(shown) == SHOWN_PER_KIND
+    assert f"… and {total - SHOWN_PER_KIND:,} more stuck-lease: --json or --explain for all" in lines
+    assert len(lines) < 40  # not 4,000 explanations: printing them took longer than finding them
+    assert re.search(rf"^stuck-lease\s+{total:,}\s*$", done.stdout, re.M), done.stdout[:600]
+
+    as_json = subprocess.run(leasecheck("check", "--json", str(history)), capture_output=True, text=True, timeout=120)
+    verdict = json.loads(as_json.stdout)
+    assert len(verdict["anomalies"]) == total and verdict["stats"]["anomalies"] == {"stuck-lease": total}
+
+
+def test_piped_output_never_breaks_a_line_and_prints_times_in_ms(tmp_path: Path) -> None:
+    history = always_refused(tmp_path / "history.jsonl")
+    done = subprocess.run(leasecheck("check", str(history)), capture_output=True, text=True, env=piped_env(), timeout=120)
+    as_json = subprocess.run(leasecheck("check", "--json", str(history)), capture_output=True, text=True, timeout=120)
+    lines = done.stdout.splitlines()
+    explanations = [a["explanation"] for a in json.loads(as_json.stdout)["anomalies"][:SHOWN_PER_KIND]]
+    assert all(len(e) > 80 for e in explanations)  # long enough that an 80-column console would wrap them
+    for explanation in explanations:
+        assert explanation in lines  # whole, on one line
+        times = re.findall(r"at (\d+\.\d+ m?s)", explanation)
+        assert times and all(re.fullmatch(r"\d+\.\d{3} ms", t) for t in times), explanation
+    assert "invoked at 22.242 ms" in explanations[0]  # the first refusal, invoked at 22,242,347 ns
+
+
+def test_run_with_stdout_piped_prints_the_seed_first_and_progress_while_it_runs(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    args = leasecheck("run", "--target", "sqlite", "--nemesis", "pause", "--nemesis-interval", "0.5",
+                      "--time-limit", "3", "--concurrency", "3", "--store", str(store))
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=piped_env(), cwd=tmp_path)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    seed = re.search(r"\bseed (\d+)\b", first)
+    assert seed, f"the first line does not give the seed: {first!r}"
+    progress = None
+    lines = [first]
+    for line in proc.stdout:  # synchronised on the output itself: each line as it arrives
+        lines.append(line)
+        if "ops so far" in line:
+            progress = line
+            # the run is still going: its results are written only after the workload and the check
+            assert not list(store.glob("*/*/results.json")), "the progress line came only at the end"
+            break
+    rest, err = proc.communicate(timeout=120)
+    lines += rest.splitlines(keepends=True)
+    assert progress is not None, "".join(lines) + err
+    assert re.search(r"ops so far [\d,]+ \(ok [\d,]+, fail [\d,]+, info [\d,]+\).*faults: ", progress)
+    assert proc.returncode in (0, 1, 2), err
+
+    results = json.loads(next(store.glob("*/*/results.json")).read_text())
+    assert results["seed"] == int(seed.group(1))
+    ops_lines = [line.split() for line in lines if line.split()[:1] == ["ops"]]
+    assert ops_lines == [["ops", f"{results['stats']['ops']:,}"]], "one ops count, the verdict's"
+
+
+def test_explain_prints_every_anomaly(tmp_path: Path) -> None:
+    history = always_refused(tmp_path / "history.jsonl", nodes=2, refusals=4)
+    done = subprocess.run(leasecheck("check", "--explain", str(history)), capture_output=True, text=True, env=piped_env(), timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert sum(re.match(r"stuck-lease on \S+, ops \[", line) is not None for line in done.stdout.splitlines()) == 8
+    assert "more stuck-lease" not in done.stdout
