@@ -54,6 +54,11 @@ def history_path(path: str) -> Path:
     return p
 
 
+def _inside_a_run(p: Path) -> bool:
+    """A directory with no history of its own inside a run folder (server data, worker clocks)."""
+    return p.is_dir() and not (p / "history.jsonl").exists() and (p.parent / "history.jsonl").is_file()
+
+
 def _worst(codes: list[int]) -> int:
     """Bad input beats anomalies, which beat unknown, which beats valid."""
     for code in (EXIT_BAD_INPUT, EXIT_INVALID, EXIT_UNKNOWN):
@@ -163,6 +168,9 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
         failed = failed_start(Path(path)) if Path(path).is_dir() else None
         if failed is not None:  # a run that died before recording: said, and skipped when others were checked
             click.echo(f"{path}: this run failed before it recorded a history, nothing to check: {_one_line(failed)}", err=True)
+            continue
+        if _inside_a_run(Path(path)):  # store/*/*/ also matches store/latest/<server data>/: not a history of its own
+            click.echo(f"{path}: a folder inside the run folder {Path(path).parent}, not a run: skipped", err=True)
             continue
         try:
             verdict = check_source(history_path(path), budget=budget, engine=engine)  # type: ignore[arg-type]

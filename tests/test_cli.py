@@ -170,3 +170,19 @@ def test_a_failed_start_is_marked_and_never_becomes_latest(tmp_path: Path) -> No
     assert code in (0, 2) and "failed before it recorded a history" in err
     code, _, err = run(str(failed[0]))
     assert code == 3 and err.count("\n") == 1 and "cannot reach" in err
+
+
+def test_check_of_a_store_glob_skips_folders_inside_a_run(tmp_path: Path) -> None:
+    """`check store/*/*/` also matches store/latest/<server data>/: skipped with a note, the runs still judged."""
+    example = Path(__file__).parent.parent / "histories" / "examples"
+    run = tmp_path / "store" / "sqlite" / "20260101T000000Z"
+    (run / "redis").mkdir(parents=True)
+    valid = json.loads((example / "expected.json").read_text())
+    name = next(k for k, v in valid.items() if isinstance(v, dict) and v.get("valid") is True)
+    (run / "history.jsonl").write_bytes((example / name).read_bytes())
+    r = subprocess.run([sys.executable, "-m", "leasecheck", "check", str(run), str(run / "redis")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "not a run: skipped" in r.stderr and "Traceback" not in r.stderr
+    alone = subprocess.run([sys.executable, "-m", "leasecheck", "check", str(run / "redis")], capture_output=True, text=True, timeout=60)
+    assert alone.returncode == 3  # nothing was checked: never a pass
