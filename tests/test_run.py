@@ -281,32 +281,47 @@ REFERENCE = [
 ]
 
 
+#: the evidence a reference run must add up to before it counts as having tested something
+ENOUGH = {"held": 10, "takeovers": 3, "stale": 2}
+#: runs (each judged on its own) a test may take to gather it: a loaded machine does less per second
+MAX_ATTEMPTS = 3
+
+
 @pytest.mark.parametrize(("target", "nemesis", "seed", "seconds"), REFERENCE)
 def test_reference_backend_is_valid_under_faults_with_real_contention(
     tmp_path: Path, target: str, nemesis: tuple[str, ...], seed: int, seconds: float
 ) -> None:
-    opts = options(tmp_path, target, nemesis=nemesis, seed=seed, time_limit=seconds)
-    watch = ProcessWatch()
-    result = run(opts, watch)
+    """Every run is valid and leaves nothing behind; together they show real contention.
 
-    # every fault healed, every process gone: a normal end leaves nothing behind
-    watch.assert_clean()
-    assert "pause" in watch.faults and "python" in " ".join(watch.saw_stopped), "no worker was seen paused"
+    The evidence is gathered, not timed: on a busy machine a 10 s run may take over
+    fewer leases, so the test runs again (another seed, up to MAX_ATTEMPTS) until the
+    sums reach ENOUGH, and every one of those runs must be valid on its own.
+    """
+    seen: Counter[str] = Counter()
+    events: Counter[str] = Counter()
+    for attempt in range(MAX_ATTEMPTS):
+        opts = options(tmp_path / f"attempt-{attempt}", target, nemesis=nemesis, seed=seed + 1000 * attempt,
+                       time_limit=seconds, evidence_wait_s=60.0)
+        watch = ProcessWatch()
+        result = run(opts, watch)
 
-    assert result.verdict.valid is True, [a.to_json() for a in result.verdict.anomalies[:5]]
-    seen = contention(result.run_dir / "history.jsonl")
-    assert seen["held"] >= 10, seen
-    assert seen["takeovers"] >= 3, seen
-    assert seen["stale"] >= 2, seen
-    events = nemesis_events(result.run_dir)
+        # every fault healed, every process gone: a normal end leaves nothing behind
+        watch.assert_clean()
+        assert "pause" in watch.faults and "python" in " ".join(watch.saw_stopped), "no worker was seen paused"
+        assert result.verdict.valid is True, [a.to_json() for a in result.verdict.anomalies[:5]]
+        for fault in ("pause-store", "kill-store"):
+            if fault in nemesis:
+                _, _, reader = read_history(result.run_dir / "history.jsonl")
+                f = fault.split("-")[0]
+                assert any(e.f == f and e.value.get("victims") == ["store"] for e in reader.nemesis), f"no {fault} happened"
+        assert_store_directory(result, opts)
+        seen.update(contention(result.run_dir / "history.jsonl"))
+        events.update(nemesis_events(result.run_dir))
+        if all(seen[k] >= n for k, n in ENOUGH.items()) and events["pause"] >= 2:
+            break
+    assert all(seen[k] >= n for k, n in ENOUGH.items()), (seen, f"after {attempt + 1} runs")
     assert events["pause"] >= 2 and events["resume"] == events["pause"], events
     assert events["kill"] >= 1 and events["start"] >= events["kill"], events
-    for fault in ("pause-store", "kill-store"):
-        if fault in nemesis:
-            _, _, reader = read_history(result.run_dir / "history.jsonl")
-            f = fault.split("-")[0]
-            assert any(e.f == f and e.value.get("victims") == ["store"] for e in reader.nemesis), f"no {fault} happened"
-    assert_store_directory(result, opts)
 
 
 # ---------------------------------------------------------------- 2. broken backends
