@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from leasecheck.nemesis.processes import read_process
+
 #: the worker clocks' directory (:class:`leasecheck.nemesis.worker_clocks.ClockControl`)
 CLOCKS_DIR = "clocks"
 
@@ -30,13 +32,8 @@ def _postmaster_alive(data: Path) -> bool:
         pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
     except (OSError, ValueError):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    process = read_process(pid)
+    return process is not None and not process.exited
 
 
 def _reachable_by(path: Path, user: pwd.struct_passwd) -> bool:
