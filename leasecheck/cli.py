@@ -75,6 +75,12 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def _last_note(e: BaseException) -> str | None:
+    """The last note added to ``e`` (e.g. where the run logged its traceback), on one line."""
+    notes = [n for n in getattr(e, "__notes__", ()) if isinstance(n, str)]
+    return _one_line(notes[-1]) if notes else None
+
+
 def _crash(e: BaseException) -> int:
     """A failure of leasecheck or its environment: one line on stderr, exit 4, never a bare traceback.
 
@@ -83,11 +89,11 @@ def _crash(e: BaseException) -> int:
     """
     from leasecheck.servers.base import EnvironmentFailure
 
-    notes = [n for n in getattr(e, "__notes__", ()) if isinstance(n, str)]
+    note = _last_note(e)
     what = "the environment failed" if isinstance(e, EnvironmentFailure | OSError) else "internal error"
     line = f"leasecheck: {what}: {type(e).__name__}: {_one_line(str(e))}"
-    if notes:
-        line += f" ({_one_line(notes[-1])})"
+    if note:
+        line += f" ({note})"
     elif os.environ.get("LEASECHECK_TRACEBACK") == "1":
         traceback.print_exception(e, file=sys.stderr)
     else:
@@ -282,8 +288,8 @@ def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, tim
         click.echo(f"leasecheck run: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except EnvironmentFailure as e:
-        notes = [n for n in getattr(e, "__notes__", ()) if isinstance(n, str)]
-        click.echo(f"leasecheck run: the environment failed: {_one_line(str(e))}" + (f" ({notes[-1]})" if notes else ""), err=True)
+        note = _last_note(e)
+        click.echo(f"leasecheck run: the environment failed: {_one_line(str(e))}" + (f" ({note})" if note else ""), err=True)
         sys.exit(EXIT_ENVIRONMENT)
     if as_json:
         sys.stdout.write((result.run_dir / "results.json").read_text())
