@@ -85,6 +85,32 @@ def running(pids: list[int]) -> set[int]:
     return {p.pid for p in process_table() if p.pid in wanted and not p.exited}
 
 
+def working_in(directory: str) -> list[int]:
+    """Processes (not exited) whose working directory is ``directory`` or below it.
+
+    Postgres backends run in the data directory: this finds one forked in the
+    instant before its postmaster died, already orphaned and so no longer
+    anyone's child.
+    """
+    home = os.path.realpath(directory) + os.sep
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                cwd = os.readlink(f"/proc/{entry}/cwd") + os.sep  # fails for a zombie: it has none
+            except OSError:
+                continue
+            if cwd.startswith(home):
+                found.append(int(entry))
+    return found
+
+
+def stopped(pid: int) -> bool:
+    """``pid`` is stopped by a signal (or gone): a stopped process forks nothing more."""
+    process = read_process(pid)
+    return process is None or process.state in ("T", "t") or process.exited
+
+
 def signal_process(pid: int, sig: signal.Signals) -> bool:
     """Send ``sig`` to ``pid``; False if there is no such process (any more), which is no error here."""
     try:

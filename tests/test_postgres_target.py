@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from stores import new_node
 
+from leasecheck.nemesis.processes import working_in
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.postgres import PostgresServer
 from leasecheck.targets import registry
@@ -339,3 +340,37 @@ def test_variants_declare_their_bug_and_are_registered() -> None:
     assert ClientClockPostgres.expected == ("overlapping-lease",) and ClientClockPostgres.exposed_by == ("clock-bump",)
     for cls in (FenceInMemoryPostgres, ClientClockPostgres):
         assert cls.bug and cls.store == "postgres" and cls.fenced
+
+
+def test_a_server_killed_while_clients_keep_connecting_starts_again_every_time(server: PostgresServer) -> None:
+    """A backend forked in the instant the postmaster dies must not outlive the kill.
+
+    Such an orphan keeps the old shared memory attached, and the next postmaster
+    refuses to start ("pre-existing shared memory block is still in use"): the
+    kill-store fault once failed a CI run that way.
+    """
+    stop = threading.Event()
+    connects = [0]
+
+    def hammer() -> None:
+        while not stop.is_set():
+            try:
+                psycopg.connect(server.url, connect_timeout=1).close()
+                connects[0] += 1
+            except psycopg.Error:
+                pass
+
+    clients = [threading.Thread(target=hammer) for _ in range(8)]
+    for client in clients:
+        client.start()
+    try:
+        for _ in range(10):
+            before = connects[0]
+            wait_for(lambda: connects[0] > before, timeout=30.0, what="a client connecting to the running server")  # noqa: B023
+            server.kill()
+            assert not working_in(str(server.data_dir)), "a process of the killed server still runs in its data directory"
+            server.start()  # EnvironmentFailure here is the finding
+    finally:
+        stop.set()
+        for client in clients:
+            client.join(10)

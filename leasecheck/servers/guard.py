@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import NoReturn
 
-from leasecheck.nemesis.processes import descendants, process_table, signal_process, start_time
+from leasecheck.nemesis.processes import descendants, process_table, signal_process, start_time, working_in
 from leasecheck.servers.base import die_with_parent
 
 #: how often the guard looks at the server's tree again
@@ -51,18 +51,11 @@ class Guard:
                 self.seen[pid] = table[pid].start_time
         self.seen = {pid: started for pid, started in self.seen.items() if pid in table and table[pid].start_time == started}
 
-    def lives_in_home(self, pid: int) -> bool:
-        """A process working in the server's directory is the server's (Postgres backends run in it)."""
-        try:
-            return (os.path.realpath(f"/proc/{pid}/cwd") + os.sep).startswith(self.home)
-        except OSError:
-            return False
-
     def kill_all(self, signum: int = signal.SIGTERM, frame: FrameType | None = None) -> NoReturn:
         """The harness died: SIGKILL everything of the server's, then leave."""
         doomed = {pid for pid, started in self.seen.items() if start_time(pid) == started}
         # children forked since the last look, orphaned by now: found by their working directory
-        doomed |= {p.pid for p in process_table() if p.pid != os.getpid() and self.lives_in_home(p.pid)}
+        doomed |= set(working_in(self.home))
         for pid in doomed:
             signal_process(pid, signal.SIGKILL)
         os._exit(0)

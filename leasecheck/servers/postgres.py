@@ -20,7 +20,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from leasecheck.nemesis.processes import children, running, signal_process
+from leasecheck.nemesis.processes import children, running, signal_process, stopped, working_in
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
 from leasecheck.servers.readiness import postgres_answers
 from leasecheck.waiting import poll
@@ -156,13 +156,16 @@ class PostgresServer(LocalServer):
         """Signal the postmaster and its children; return the children signalled.
 
         The postmaster is stopped first, so it cannot fork a child we miss nor
-        (after a SIGKILL) restart the children it saw die.
+        (after a SIGKILL) restart the children it saw die. A signal is delivered
+        after kill() returns, so we wait until it *is* stopped: a fork in flight
+        finishes first, and its child is then in the list.
         """
         pid = self.pid
         if pid is None:
             return []
         if sig != signal.SIGCONT:
             signal_process(pid, signal.SIGSTOP)
+            poll(lambda: stopped(pid), timeout=5.0, every=0.001)
         backends = self._children()
         for backend in backends:
             signal_process(backend, sig)
@@ -194,6 +197,15 @@ class PostgresServer(LocalServer):
             return
         backends = self._signal_server(signal.SIGKILL)
         self.process.wait()
-        # until every child has exited (a zombie has: it holds no shared memory), so a restart finds none
-        poll(lambda: not running(backends), timeout=5.0)
+
+        def gone() -> bool:
+            # a backend forked as the postmaster died is orphaned, and found by its working directory
+            stragglers = working_in(str(self.data_dir))
+            for pid in stragglers:
+                signal_process(pid, signal.SIGKILL)
+            return not stragglers and not running(backends)
+
+        # until every backend has exited (a zombie has: it holds no shared memory), so a restart finds none
+        if not poll(gone, timeout=10.0, every=0.01):
+            raise EnvironmentFailure(f"postgres: backends of the killed server still run after 10 s: {sorted(running(backends))}")
 
