@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from leasecheck.histories import HistoryWriter
+from leasecheck.takeovers import Phase, Takeovers
 from leasecheck.targets.base import Indeterminate, Unavailable
 
 
@@ -28,7 +29,10 @@ class Deliveries:
 
     Each delivery may be duplicated (``dup_rate``); a node not acknowledged as
     done within ``visibility_s`` is delivered again, as SQS or a Redis stream
-    with a pending-entries list would. A producer thread creates each run's
+    with a pending-entries list would. Every sign of life of its holder (an ok
+    claim or renew, :meth:`touch`) extends that, as a worker that heartbeats
+    its message's visibility does: so a node comes back as soon as its holder
+    went silent, and not while a long execution still heartbeats. A producer thread creates each run's
     nodes in the store (READY) ahead of need, so a slow store never stalls the
     hub.
     """
@@ -110,6 +114,19 @@ class Deliveries:
                 self.ready.appendleft(node)  # the copy goes to the very next consumer
             return node
 
+    def touch(self, node: str) -> None:
+        """The node's holder is alive (an ok claim or renew): deliver it again only ``visibility_s`` from now."""
+        with self._lock:
+            if node in self.inflight:
+                self.inflight[node] = time.monotonic() + self.visibility_s
+
+    def requeue(self, node: str) -> None:
+        """The node was given back (released): hand it out again first, as a nack would."""
+        with self._lock:
+            if node not in self.done:
+                self.inflight.pop(node, None)
+                self.ready.appendleft(node)
+
     def ack(self, node: str) -> None:
         with self._lock:
             self.done.add(node)
@@ -159,6 +176,10 @@ class Recorder:
         #: the last start-up failure a worker reported (its backend client could not be made)
         self.broken: str | None = None
         self._held_back: list[Connection] = []
+        #: every node's leases as recorded: what wakes a stalled worker, and who holds a lease now
+        self.takeovers = Takeovers()
+        #: stalled workers waiting for a phase of their node: (conn, node, lease key, phase, deadline)
+        self._waits: list[tuple[Connection, str, Any, Phase, float]] = []
         self._next_process = 0
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, name="recorder", daemon=True)
@@ -203,6 +224,8 @@ class Recorder:
                     continue
                 for conn in wait(conns, timeout=0.05):
                     self._handle(conn)  # type: ignore[arg-type]
+                if self._waits:
+                    self._wake()
                 if self._held_back and (self.go.is_set() or self.stopping.is_set()):
                     self._release_held_back()
         except BaseException as e:  # reported by the runner
@@ -217,6 +240,24 @@ class Recorder:
                 continue
             try:
                 conn.send(None if self.stopping.is_set() else self.deliveries.next())
+            except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+                self._died(s)
+
+    def _wake(self) -> None:
+        """Answer the stalled workers whose phase came (or was missed, or never came in time)."""
+        now, waits, self._waits = time.monotonic(), self._waits, []
+        for conn, node, key, phase, deadline in waits:
+            s = self.slots.get(conn)
+            if s is None or not s.alive:
+                continue
+            answer = self.takeovers.wake(node, key, phase)
+            if answer is None and (deadline < now or self.stopping.is_set()):
+                answer = "timeout"
+            if answer is None:
+                self._waits.append((conn, node, key, phase, deadline))
+                continue
+            try:
+                conn.send(answer)
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
                 self._died(s)
 
@@ -240,10 +281,17 @@ class Recorder:
             self.broken = msg[1]
         elif kind == "invoke":
             self.writer.invoke(s.process, msg[1], msg[2], msg[3])
+            self.takeovers.invoke(s.process, msg[1], msg[2], msg[3])
             conn.send(True)
         elif kind == "complete":
             self.writer.complete(s.process, msg[1], msg[2])
             self._count(msg[1], msg[2])
+            alive = self.takeovers.complete(s.process, msg[1], msg[2])
+            if alive is not None:
+                self.deliveries.touch(alive[1])
+        elif kind == "await":  # a stalled worker: answered by _wake when its node reaches the phase
+            _, node, key, phase, timeout_s = msg
+            self._waits.append((conn, node, key, phase, time.monotonic() + timeout_s))
         elif kind == "next":
             if not self.go.is_set() and not self.stopping.is_set():
                 self._held_back.append(conn)  # answered when every worker is up
@@ -251,6 +299,8 @@ class Recorder:
             conn.send(None if self.stopping.is_set() else self.deliveries.next())
         elif kind == "done":
             self.deliveries.ack(msg[1])
+        elif kind == "requeue":
+            self.deliveries.requeue(msg[1])
         elif kind == "tally":  # a worker that ran without recording reports its counts at exit
             for typ, n in msg[1].items():
                 setattr(self.tally, typ, getattr(self.tally, typ) + n)
@@ -273,5 +323,6 @@ class Recorder:
         s.conn.close()
         if self.writer.outstanding(s.process):
             self.writer.complete(s.process, "info", {"error": "worker process died"})
+            self.takeovers.complete(s.process, "info", {})
             self._count("info", {})
         self.on_death(s)

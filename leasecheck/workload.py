@@ -7,6 +7,16 @@ effects to the protected resource — and then commits, or sometimes releases
 was paused past its lease (a GC pause) wakes up and may go on as a zombie:
 that is exactly what fencing must stop.
 
+Zombies are steered, not left to luck. Some executions *stall* on purpose (the
+workload's own GC pause: no heartbeat); a long stall lasts until the node is
+taken over, and the zombie then acts — renew, effect, read, commit, release, in
+a seeded order — in seeded phases relative to the takeover: before the new
+holder's first effect, while it runs, after it ended. The hub wakes it at each
+phase from the events it records (:mod:`leasecheck.takeovers`), so the moment is
+an event, not a sleep. A worker woken from a real pause (SIGSTOP) past its
+lease, or refused a heartbeat, becomes such a zombie too (or, as a careful worker
+would, stops). Every choice comes from the worker's seeded RNG.
+
 Every operation is recorded by the hub: the worker sends the invoke and waits
 for the hub's acknowledgement *before* talking to the store, and sends the
 completion *after* the reply. The hub stamps both with the one monotonic clock,
@@ -27,8 +37,12 @@ from typing import Any
 
 from leasecheck.interrupts import ignore_in_child
 from leasecheck.servers.base import die_with_parent
+from leasecheck.takeovers import PHASES, lease_key
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
 from leasecheck.targets.registry import TargetSpec
+
+#: what a zombie may try in a phase, in the order a seeded shuffle starts from
+ZOMBIE_ACTS = ("renew", "effect", "read", "commit", "release")
 
 
 @dataclass(frozen=True)
@@ -41,8 +55,20 @@ class Workload:
     release_rate: float = 0.08
     #: share of executions that end with the worker process crashing (os._exit)
     crash_rate: float = 0.02
-    #: share of lost-lease discoveries (a refused heartbeat) after which the worker goes on anyway
+    #: share of lost-lease discoveries (a refused heartbeat, a wake-up past the lease) after which
+    #: the worker goes on anyway, as a zombie
     zombie_rate: float = 0.5
+    #: share of executions that stall (stop heartbeating) at a seeded moment
+    stall_rate: float = 0.15
+    #: share of stalls that are short (0.5-0.9 ttl: the lease survives, its next heartbeat is late);
+    #: the others last until the node is taken over, and the worker wakes a zombie
+    short_stall_rate: float = 0.25
+    #: chance that a zombie acts in each phase of the takeover (see :mod:`leasecheck.takeovers`)
+    phase_rate: float = 0.85
+    #: chance that a zombie tries each of renew, effect, read, commit and release in a phase it acts in
+    act_rate: float = 0.85
+    #: the longest a zombie waits for a phase of its node, in ttls
+    zombie_wait_ttls: float = 4.0
     #: share of loop iterations that also read a node
     read_rate: float = 0.15
     #: most effects per execution
@@ -164,45 +190,99 @@ class Worker:
             if isinstance(lease, Refused) and lease.reason == "terminal":
                 self.hub.tell("done", node)
             return
+        granted = time.monotonic()
         self.seen = (self.seen + [node])[-50:]
         carried = lease.to_json()
-        rng, ttl = self.rng, self.ttl
-        duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < self.w.long_rate else rng.uniform(0.05, 0.8) * ttl
-        duration *= self.w.exec_scale
-        effects = sorted(rng.uniform(0, duration) for _ in range(rng.randint(1, self.w.max_effects)))
+        rng, ttl, w = self.rng, self.ttl, self.w
+        duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < w.long_rate else rng.uniform(0.05, 0.8) * ttl
+        duration *= w.exec_scale
+        effects = sorted(rng.uniform(0, duration) for _ in range(rng.randint(1, w.max_effects)))
+        stall_at = rng.uniform(0, duration) if self.hub.record and rng.random() < w.stall_rate else None
         start = time.monotonic()
         next_beat = start + ttl / 3
         while True:
             now = time.monotonic()
+            if now - granted > ttl:  # woken past the lease (a pause): the lease is surely gone by our clock
+                if rng.random() < w.zombie_rate:
+                    self.zombie(node, lease, carried)
+                return  # a careful worker stops here
+            if stall_at is not None and now - start >= stall_at:
+                stall_at = None
+                if rng.random() >= w.short_stall_rate:
+                    self.zombie(node, lease, carried)
+                    return
+                time.sleep(rng.uniform(0.5, 0.9) * ttl)  # the simulated pause itself
+                continue
             if effects and now - start >= effects[0]:
                 effects.pop(0)
-                payload = f"{self.owner}:{node}:{rng.getrandbits(32):08x}"
-                typ, _ = self.op("effect", node, {**carried, "payload": payload}, partial(self.client.target.effect, lease, payload))
-                if typ == "info":
+                if self.act("effect", node, lease, carried) == "info":
                     return
                 continue
             if now - start >= duration:
                 break
             if now >= next_beat:
+                invoked = time.monotonic()
                 typ, out = self.op("renew", node, dict(carried), lambda: self.client.target.renew(lease))
                 if typ == "info":
                     return
                 next_beat = time.monotonic() + ttl / 3
-                if out is not None and rng.random() >= self.w.zombie_rate:
-                    return  # lost the lease: a careful worker stops here
+                if typ == "ok":
+                    granted = invoked
+                elif out is not None:  # refused: the lease is lost
+                    if rng.random() < w.zombie_rate:
+                        self.zombie(node, lease, carried)
+                    return
                 continue
             wake = min(next_beat, start + duration, start + effects[0] if effects else float("inf"))
+            if stall_at is not None:
+                wake = min(wake, start + stall_at)
             time.sleep(max(0.0, min(wake - now, ttl / 3)))
         roll = rng.random()
-        if roll < self.w.crash_rate:
+        if roll < w.crash_rate:
             os._exit(17)  # the worker crashes: the harness starts a replacement
-        if roll < self.w.crash_rate + self.w.release_rate:
-            self.op("release", node, dict(carried), lambda: self.client.target.release(lease))
+        if roll < w.crash_rate + w.release_rate:
+            typ, _ = self.op("release", node, dict(carried), lambda: self.client.target.release(lease))
+            if typ == "ok":
+                self.hub.tell("requeue", node)  # given back: the queue hands it out again at once
             return
-        result = f"result-of-{node}-by-{self.owner}"
-        typ, out = self.op("commit", node, {**carried, "result": result}, lambda: self.client.target.commit(lease, result))
+        typ, out = self.commit(node, lease, carried)
         if typ == "ok" or (isinstance(out, Refused) and out.reason == "terminal"):
             self.hub.tell("done", node)
+
+    def commit(self, node: str, lease: Lease, carried: dict[str, Any]) -> tuple[str, Any]:
+        result = f"result-of-{node}-by-{self.owner}"
+        return self.op("commit", node, {**carried, "result": result}, lambda: self.client.target.commit(lease, result))
+
+    def act(self, f: str, node: str, lease: Lease, carried: dict[str, Any]) -> str:
+        """One op of ``lease`` (or a read of its node); returns the completion type."""
+        target = self.client.target
+        if f == "effect":
+            payload = f"{self.owner}:{node}:{self.rng.getrandbits(32):08x}"
+            typ, _ = self.op("effect", node, {**carried, "payload": payload}, partial(target.effect, lease, payload))
+        elif f == "read":
+            typ, _ = self.op("read", node, {}, partial(target.read, node))
+        elif f == "commit":
+            typ, _ = self.commit(node, lease, carried)
+        else:  # renew, release
+            typ, _ = self.op(f, node, dict(carried), partial(getattr(target, f), lease))
+        return typ
+
+    def zombie(self, node: str, lease: Lease, carried: dict[str, Any]) -> None:
+        """Go on with a lost lease: act in seeded phases of the takeover, each when the hub says it came."""
+        rng, w = self.rng, self.w
+        if not self.hub.record:  # unrecorded (the overhead benchmark): the hub sees no takeover to wake us at
+            return
+        key = lease_key(carried)
+        for phase in PHASES:
+            if rng.random() >= w.phase_rate:
+                continue
+            if self.hub.ask("await", node, key, phase, w.zombie_wait_ttls * self.ttl) != "reached":
+                continue
+            acts = [f for f in ZOMBIE_ACTS if rng.random() < w.act_rate]
+            rng.shuffle(acts)
+            for f in acts:
+                if self.act(f, node, lease, carried) == "info":
+                    return
 
 
 def worker_main(conn: Connection, spec: TargetSpec, workload: Workload, seed: int, slot: int, record: bool = True) -> None:

@@ -58,6 +58,10 @@ def no_workers() -> Sequence[Worker]:
     return ()
 
 
+def no_holders() -> set[int]:
+    return set()
+
+
 @dataclass(frozen=True)
 class FaultContext:
     """The run as the faults see it. ``ttl_ms`` is the one unit of time every fault's size is drawn in."""
@@ -65,6 +69,8 @@ class FaultContext:
     ttl_ms: int
     #: the workers past their start-up, now (the only fair game for a fault)
     workers: Callable[[], Sequence[Worker]] = no_workers
+    #: the process numbers of the workers holding a lease now (a pause aims at a lease's lifetime)
+    holders: Callable[[], set[int]] = no_holders
     clocks: ClockControl | None = None
     network: Network | None = None
     server: StoreServer | None = None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 from leasecheck.histories.vocabulary import RUNNING, SUCCEEDED
-from leasecheck.targets.base import Lease, Outcome, Refused
+from leasecheck.targets.base import Lease, NodeState, Outcome, Refused, TargetConfig
 from leasecheck.targets.sqlite_lease import SqliteLease, store_now_ns
 
 
@@ -68,3 +69,112 @@ class NonAtomicClaimSqlite(SqliteLease):
             )
             self._raise_fence(db, node, epoch + 1)
         return Lease(node, owner, epoch + 1)
+
+
+class SwallowedHeartbeatSqlite(SqliteLease):
+    """BROKEN swallowed heartbeat: a refused renew is logged and reported as done.
+
+    The "heartbeats are best effort" library: its extend call catches the
+    refusal so that a slow store never crashes the worker, and the worker goes
+    on believing it holds the lease. A worker whose lease was taken over while
+    it stalled renews "successfully" with its old epoch: ``stale-renew``
+    whenever a zombie heartbeats after the takeover.
+    """
+
+    name = "sqlite-swallowed-heartbeat"
+    bug = "a renew the store refused is reported as a success"
+    expected = ("stale-renew",)
+    exposed_by = ("pause",)
+
+    def renew(self, lease: Lease) -> Outcome:
+        super().renew(lease)  # refused or not: "the heartbeat was sent"
+        return None
+
+
+class AnyEpochReleaseSqlite(SqliteLease):
+    """BROKEN release by node: giving a lease back does not check whose lease it is.
+
+    ``UPDATE ... SET status = 'READY' WHERE node = ?``: the release trusts its
+    caller. A zombie's release after a takeover frees the *new* holder's lease,
+    and the node can be claimed a third time while the second holder still
+    works: ``non-linearizable`` (a release of an epoch that is not the current
+    one cannot take effect), and ``overlapping-lease`` when the third claim
+    comes in time.
+    """
+
+    name = "sqlite-release-any-epoch"
+    bug = "release sets the node READY without checking the epoch"
+    expected = ("non-linearizable", "overlapping-lease")
+    exposed_by = ("pause",)
+
+    def release(self, lease: Lease) -> Outcome:
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE nodes SET status = 'READY', owner = NULL, expires_ns = NULL WHERE node = ? AND status = 'RUNNING'",
+                (lease.node,),
+            )
+            return None if cur.rowcount == 1 else self._refusal(db, lease.node, lease.epoch)
+
+
+class FenceAtCommitSqlite(SqliteLease):
+    """BROKEN fence moved at commit: the protected resource learns of a new epoch only when a lease commits.
+
+    The resource keeps a fence, but only the commit raises it ("the work is
+    done, older writers may no longer touch it"); neither a claim nor an
+    accepted effect does. A zombie's effects after a takeover and before the
+    new holder's commit are all accepted: ``stale-effect`` (the lease rule: a
+    newer epoch was granted before the effect was sent).
+    """
+
+    name = "sqlite-fence-at-commit"
+    bug = "the resource's fence is raised by commits only, not by claims or accepted effects"
+    expected = ("stale-effect",)
+    exposed_by = ("pause",)
+
+    @staticmethod
+    def _raise_fence(db: sqlite3.Connection, node: str, epoch: int | None) -> int:
+        return 1  # claims do not move the fence (effects call this too, and are then never refused here)
+
+    def commit(self, lease: Lease, result: str) -> Outcome:
+        outcome = super().commit(lease, result)
+        if outcome is None:
+            with self._tx() as db:
+                SqliteLease._raise_fence(db, lease.node, lease.epoch)
+        return outcome
+
+    def effect(self, lease: Lease, payload: str) -> Outcome:
+        with self._tx() as db:
+            row = db.execute("SELECT epoch FROM fences WHERE node = ?", (lease.node,)).fetchone()
+            if row is not None and lease.epoch is not None and lease.epoch < row[0]:
+                return Refused("stale", f"epoch {lease.epoch} < fence {row[0]}")
+            db.execute("INSERT INTO effects (node, epoch, payload) VALUES (?, ?, ?)", (lease.node, lease.epoch, payload))
+            return None
+
+
+class CachedReadSqlite(SqliteLease):
+    """BROKEN cached read: reads come from the client's own cache of the leases it took.
+
+    A read-through cache in the worker's client, filled by its claims and never
+    invalidated by anyone else's: once it has claimed a node, the client reads
+    "RUNNING, my epoch" for it, whoever holds it now, and whatever happened
+    since: ``lost-commit`` when it reads a node it committed, ``non-linearizable``
+    when a zombie reads its node after the takeover.
+    """
+
+    name = "sqlite-cached-read"
+    bug = "a read returns the client's cached copy of its own last claim, never invalidated"
+    expected = ("lost-commit", "non-linearizable")
+    exposed_by = ("pause",)
+
+    def __init__(self, config: TargetConfig) -> None:
+        super().__init__(config)
+        self._cache: dict[str, NodeState] = {}
+
+    def try_claim(self, node: str, owner: str) -> Lease | Refused:
+        out = super().try_claim(node, owner)
+        if isinstance(out, Lease):
+            self._cache[node] = NodeState(RUNNING, out.epoch, owner)
+        return out
+
+    def read(self, node: str) -> NodeState:
+        return self._cache.get(node) or super().read(node)
