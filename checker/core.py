@@ -46,10 +46,11 @@ def linearizable(header: Header, ops: list[Op], engine: Literal["fast", "search"
 
     ``engine="fast"`` decides from the epoch order where it can (the checker's
     normal path); ``"search"`` always runs the WGL search. Tests hold the two
-    to the same answer.
+    to the same answer. The protected resource is judged by the header's
+    ``effect_fence``.
     """
     deadline = None if budget is None else time.monotonic() + budget
-    d = decide_node(ops, "auto" if engine == "fast" else "search", deadline)
+    d = decide_node(ops, "auto" if engine == "fast" else "search", deadline, header.effect_fence)
     return None if d is None else d.ok
 
 

@@ -14,6 +14,7 @@ from typing import Literal
 
 from leasecheck.checker.verdict import Anomaly
 from leasecheck.histories import Header, Op
+from leasecheck.histories.format import EffectFence
 from leasecheck.histories.vocabulary import AnomalyKind
 
 Engine = Literal["auto", "search"]
@@ -37,6 +38,12 @@ class NodeHistory:
     engine: Engine = "auto"
     #: ``time.monotonic()`` after which a linearizability search gives up (None: never)
     deadline: float | None = None
+
+    @property
+    def effect_fence(self) -> EffectFence:
+        """The header's rule for the protected resource: does a claim lift its fence (``"lease"``)
+        or only an accepted effect (``"token"``)? ``stale-effect`` and the model follow it."""
+        return self.header.effect_fence
 
     @property
     def surely_held_ns(self) -> float:

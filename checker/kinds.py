@@ -21,6 +21,7 @@ from leasecheck.checker.findings import Findings, NodeHistory
 from leasecheck.checker.model import agrees, freeze, result_of
 from leasecheck.checker.precedence import MaxBefore
 from leasecheck.histories import Op
+from leasecheck.histories.format import EffectFence
 from leasecheck.histories.vocabulary import STALE_KINDS, SUCCEEDED
 
 
@@ -40,10 +41,11 @@ def _observed(op: Op) -> str:
 # --------------------------------------------------------------------- fenced
 
 
-def stale_effects(ops: Iterable[Op]) -> Iterator[tuple[Op, Op]]:
-    """(accepted effect, stale effect) pairs: an ok effect invoked after an ok effect
-    with a larger epoch had completed. Exactly when the protected resource (a
-    register accepting epochs ≥ its largest) has no linearization."""
+def token_stale_effects(ops: Iterable[Op]) -> Iterator[tuple[Op, Op]]:
+    """``effect_fence: "token"``: (accepted effect, stale effect) pairs, an ok effect
+    invoked after an ok effect with a larger epoch had completed. Exactly when the
+    protected resource (a register accepting epochs ≥ the largest it accepted) has
+    no linearization."""
     effects = [op for op in ops if op.f == "effect" and op.type == "ok" and _int_epoch(op)]
     accepted = MaxBefore(effects, key=lambda o: o.epoch)
     for op in effects:
@@ -52,11 +54,59 @@ def stale_effects(ops: Iterable[Op]) -> Iterator[tuple[Op, Op]]:
             yield x, op
 
 
+def lease_stale_effects(ops: Iterable[Op]) -> Iterator[tuple[Op, Op]]:
+    """``effect_fence: "lease"``: (witness, stale effect) pairs, an ok effect with epoch
+    e invoked after an op that observed an epoch > e had completed, exactly like
+    ``stale-commit``. The witness is the op with the largest epoch observed before
+    the effect's invoke (the first to complete, on a tie), as :func:`epoch_order`
+    cites it."""
+    ok = [op for op in ops if op.type == "ok" and _int_epoch(op)]
+    seen = MaxBefore(ok, key=lambda o: o.epoch)
+    for op in ok:
+        if op.f != "effect":
+            continue
+        best, x = seen.query(op.invoke_time)
+        if x is not None and best > op.epoch:
+            yield x, op
+
+
+def stale_effects(ops: Iterable[Op], effect_fence: EffectFence) -> Iterator[tuple[Op, Op]]:
+    """The ``stale-effect`` pairs (witness, effect) of a fenced node under the history's rule."""
+    return lease_stale_effects(ops) if effect_fence == "lease" else token_stale_effects(ops)
+
+
+#: how each rule's stale effect is explained, after the ops and times
+_EFFECT_RULE = {
+    "lease": (
+        'under effect_fence "lease" the resource is coupled to the lease store, so a claim lifts its fence '
+        "and an effect is stale once a newer epoch was observed, like a commit."
+    ),
+    "token": (
+        'under effect_fence "token" the fenced resource rejects epochs below the largest it has accepted.'
+    ),
+}
+
+
+def stale_effect_explanation(x: Op, op: Op, effect_fence: EffectFence) -> str:
+    """Why the protected resource should have refused ``op``, naming the rule that applied."""
+    if effect_fence == "lease":
+        return (
+            f"the protected resource accepted {describe(op)}, invoked at {at(op.invoke_time)}, after "
+            f"{describe(x)} {_observed(x)} at {at(x.complete_time)}: {_EFFECT_RULE['lease']}"
+        )
+    return (
+        f"the protected resource accepted {describe(op)}, invoked at {at(op.invoke_time)}, after it had "
+        f"accepted {describe(x)} at {at(x.complete_time)}: {_EFFECT_RULE['token']}"
+    )
+
+
 def epoch_order(n: NodeHistory, out: Findings) -> None:
     """duplicate-epoch, epoch-regression, stale-renew, stale-commit, stale-effect.
 
     One pass family over the ok ops that name an epoch: the epochs observed
-    before each invoke (one :class:`MaxBefore`) answer all five.
+    before each invoke (one :class:`MaxBefore`) answer all five. Under
+    ``effect_fence: "lease"`` an effect is judged in that same pass, exactly like
+    a commit; under ``"token"`` only against the effects the resource accepted.
     """
     node = n.node
     ok = [op for op in n.ops if op.type == "ok" and _int_epoch(op)]
@@ -72,9 +122,11 @@ def epoch_order(n: NodeHistory, out: Findings) -> None:
             )
         else:
             first_claim[e] = op
+    fence = n.effect_fence
+    judged = ("claim", "renew", "commit", "effect") if fence == "lease" else ("claim", "renew", "commit")
     seen = MaxBefore(ok, key=lambda o: o.epoch)
     for op in ok:
-        if op.f not in ("claim", "renew", "commit"):
+        if op.f not in judged:
             continue
         best, x = seen.query(op.invoke_time)
         if x is None:
@@ -87,6 +139,8 @@ def epoch_order(n: NodeHistory, out: Findings) -> None:
                 f"{at(op.invoke_time)}, after {describe(x)} {_observed(x)} at {at(x.complete_time)}: "
                 f"epochs must only grow.",
             )
+        elif op.f == "effect" and best > e:
+            out.add("stale-effect", node, [x, op], stale_effect_explanation(x, op, fence))
         elif op.f != "claim" and best > e:
             out.add(
                 STALE_KINDS[op.f], node, [x, op],
@@ -94,13 +148,9 @@ def epoch_order(n: NodeHistory, out: Findings) -> None:
                 f"at {at(x.complete_time)}; yet the store accepted the {op.f} with the older epoch {e} "
                 f"(completed at {at(op.complete_time)}).",
             )
-    for x, op in stale_effects(ok):
-        out.add(
-            "stale-effect", node, [x, op],
-            f"the protected resource accepted {describe(op)}, invoked at {at(op.invoke_time)}, after it had "
-            f"accepted {describe(x)} at {at(x.complete_time)}: a fenced resource rejects epochs below the "
-            f"largest it has accepted.",
-        )
+    if fence == "token":
+        for x, op in token_stale_effects(ok):
+            out.add("stale-effect", node, [x, op], stale_effect_explanation(x, op, fence))
 
 
 def commits(n: NodeHistory, out: Findings) -> None:

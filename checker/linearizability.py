@@ -15,10 +15,19 @@ from collections.abc import Iterable
 from leasecheck.checker import order
 from leasecheck.checker.explain import at, describe
 from leasecheck.checker.findings import Engine, Findings, NodeHistory
-from leasecheck.checker.model import INITIAL, REGISTER_INITIAL, freeze, lease_step, register_step
+from leasecheck.checker.model import (
+    INITIAL,
+    LEASE_FENCE_INITIAL,
+    REGISTER_INITIAL,
+    freeze,
+    lease_fence_step,
+    lease_step,
+    register_step,
+)
 from leasecheck.checker.order import Decision, Undecided
-from leasecheck.checker.search import search
+from leasecheck.checker.search import SearchResult, search
 from leasecheck.histories import Op
+from leasecheck.histories.format import DEFAULT_EFFECT_FENCE, EffectFence
 from leasecheck.histories.vocabulary import NON_LINEARIZABLE, READY, SUCCEEDED
 
 
@@ -65,44 +74,72 @@ def _needed_maybes(ops: list[Op], done: list[Op], fenced: bool) -> list[Op]:
     return claims + ends
 
 
-def _search_node(ops: list[Op], fenced: bool, deadline: float | None) -> Decision | None:
-    """The WGL search over the lease object and the protected resource of one node."""
+def _search_node(ops: list[Op], fenced: bool, deadline: float | None, effect_fence: EffectFence) -> Decision | None:
+    """The WGL search over the lease object and the protected resource of one node.
+
+    Under ``effect_fence: "lease"`` a fenced node's ok effects are searched with
+    its lease ops as one object (state: the lease's and the fence), so the
+    search is exact by construction and owes nothing to the argument that lets
+    :func:`~leasecheck.checker.order.decide_register` skip it. Under ``"token"``
+    the resource is a register of its own, searched after the lease object.
+    Info effects are left out in both: accepting more only raises the fence.
+    """
     lease = [op for op in ops if op.f != "effect" and op.type == "ok"]
     lease += _needed_maybes(ops, lease, fenced)
     if fenced:
         granted = {op.result.get("epoch") for op in lease if op.type == "ok" and op.f == "claim"}
         named = {op.epoch for op in lease if op.type == "ok"} | {op.value.get("epoch") for op in lease if op.type == "info"}
         keys = sorted(k for k in named - granted if type(k) is int)
-        initial = INITIAL
+        effects = [op for op in ops if op.f == "effect" and op.type == "ok" and type(op.value.get("epoch")) is int]
+        res: SearchResult
+        if effect_fence == "lease":
+            res = search(lease + effects, LEASE_FENCE_INITIAL, lambda s, op: lease_fence_step(s, op, keys), deadline)
+        else:
+            res = search(lease, INITIAL, lambda s, op: lease_step(s, op, True, keys), deadline)
+            if res.ok:
+                res = search(effects, REGISTER_INITIAL, register_step, deadline)
     else:
         granted = {freeze(op.result.get("token")) for op in lease if op.type == "ok" and op.f == "claim"}
         named = {freeze(op.value.get("token")) for op in lease if op.f != "claim" and op.f != "read"}
         named |= {freeze(op.result.get("token")) for op in lease if op.f == "read" and op.type == "ok"}
-        keys = [k for k in named - granted if k is not None]
-        initial = (READY, None, None, None)
-    res = search(lease, initial, lambda s, op: lease_step(s, op, fenced, keys), deadline)
-    if res.ok and fenced:
-        effects = [op for op in ops if op.f == "effect" and op.type in ("ok", "info") and type(op.value.get("epoch")) is int]
-        res = search(effects, REGISTER_INITIAL, register_step, deadline)
+        tokens = [k for k in named - granted if k is not None]
+        res = search(lease, (READY, None, None, None), lambda s, op: lease_step(s, op, False, tokens), deadline)
     if res.ok is None:
         return None
     if res.ok:
         return Decision(True, searched=True)
     cited = ([res.prefix[-1]] if res.prefix else []) + ([res.stuck] if res.stuck else [])
+    model = _MODEL_WORDS[effect_fence] if fenced else "the lease model"
     if res.stuck is not None:
         why = (
-            f"no order of this node's ops satisfies the lease model and real time: the search could linearize at "
+            f"no order of this node's ops satisfies {model} and real time: the search could linearize at "
             f"most {len(res.prefix)} ops"
             + (f" (the last {describe(res.prefix[-1])})" if res.prefix else "")
             + f" before {describe(res.stuck)}, which completed at {at(res.stuck.complete_time)}, could no longer take effect."
         )
     else:
-        why = "no order of this node's ops satisfies the lease model and real time."
+        why = f"no order of this node's ops satisfies {model} and real time."
     return Decision(False, cited, why, searched=True)
 
 
-def decide_node(ops: list[Op], engine: Engine = "auto", deadline: float | None = None) -> Decision | None:
-    """Linearizability of one node's ops: a Decision, or None when the search ran out of time."""
+#: how a refutation names the model it searched, so that it says which effect rule applied
+_MODEL_WORDS: dict[EffectFence, str] = {
+    "lease": 'the lease model (effect_fence "lease": its protected resource is part of it, and a claim lifts the fence)',
+    "token": 'the lease model (effect_fence "token": its protected resource is a register of its own)',
+}
+
+
+def decide_node(
+    ops: list[Op],
+    engine: Engine = "auto",
+    deadline: float | None = None,
+    effect_fence: EffectFence = DEFAULT_EFFECT_FENCE,
+) -> Decision | None:
+    """Linearizability of one node's ops: a Decision, or None when the search ran out of time.
+
+    ``effect_fence`` is the history header's: whether a claim lifts the
+    protected resource's fence (``"lease"``) or only accepted effects do (``"token"``).
+    """
     fenced = is_fenced(ops)
     if engine == "auto" and fenced:
         try:
@@ -110,13 +147,13 @@ def decide_node(ops: list[Op], engine: Engine = "auto", deadline: float | None =
         except Undecided:
             pass
         else:
-            return lease if not lease.ok else order.decide_register(ops)
-    return _search_node(ops, fenced, deadline)
+            return lease if not lease.ok else order.decide_register(ops, effect_fence)
+    return _search_node(ops, fenced, deadline, effect_fence)
 
 
 def non_linearizable(n: NodeHistory, found: Findings) -> None:
     """The ``non-linearizable`` check: no order of the node's ops satisfies the lease model and real time."""
-    d = decide_node(n.ops, n.engine, n.deadline)
+    d = decide_node(n.ops, n.engine, n.deadline, n.effect_fence)
     if d is None:
         found.searched += 1
         found.unknown_nodes.append(n.node)

@@ -3,6 +3,9 @@
 Like a Porcupine ``Model``: a state, a step function, and nothing about the
 system under test. A state is a tuple ``(status, key, owner, result)`` where
 ``key`` is the epoch (fenced backends) or the opaque token (unfenced ones).
+The protected resource is a fenced register: alone (``register_step``) under
+``effect_fence: "token"``, or, under ``"lease"``, one object with the lease
+(``lease_fence_step``), because there a granted claim lifts its fence.
 ``step`` is nondeterministic (an indeterminate claim may have been granted any
 epoch above the current one), so it returns every possible next state; the
 search runs it over sets of states, Porcupine's power-set construction.
@@ -24,6 +27,10 @@ INITIAL: State = (READY, 0, None, None)
 
 #: the protected resource: the largest epoch it has accepted
 REGISTER_INITIAL = float("-inf")
+
+#: ``effect_fence: "lease"``: the lease's state and the resource's fence, one object
+LeaseFence = tuple[State, float]
+LEASE_FENCE_INITIAL: LeaseFence = (INITIAL, REGISTER_INITIAL)
 
 
 def freeze(x: Any) -> Any:
@@ -118,3 +125,22 @@ def register_step(largest: float, op: Op) -> list[float]:
     """
     e: int = op.value["epoch"]
     return [e] if e >= largest else []
+
+
+def lease_fence_step(state: LeaseFence, op: Op, info_keys: Iterable[Any] = ()) -> list[LeaseFence]:
+    """A fenced node under ``effect_fence: "lease"``: the lease model and its resource as one object.
+
+    The fence is the largest epoch of every granted claim and every accepted
+    effect: ``effect(e)`` is accepted iff e ≥ the fence (and leaves the lease as
+    it was); a claim steps the lease as :func:`lease_step` does and lifts the
+    fence to the epoch it was granted; every other op leaves the fence alone.
+    Only effects with an integer epoch are passed in (fenced nodes only).
+    """
+    lease, fence = state
+    if op.f == "effect":
+        e: int = op.value["epoch"]
+        return [(lease, e)] if e >= fence else []
+    nxt = lease_step(lease, op, True, info_keys)
+    if op.f == "claim":
+        return [(s, max(fence, s[1])) for s in nxt]
+    return [(s, fence) for s in nxt]

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from leasecheck.checker.explain import at, describe
-from leasecheck.checker.kinds import stale_effects
+from leasecheck.checker.kinds import stale_effect_explanation, stale_effects
 from leasecheck.checker.model import agrees, owner_of, result_of
 from leasecheck.checker.precedence import MaxBefore
 from leasecheck.histories import Op
+from leasecheck.histories.format import EffectFence
 from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED
 
 PHASE = {"claim": 0, "renew": 1, "commit": 2, "release": 2}
@@ -303,13 +304,28 @@ def _phase_words(op: Op, block: int) -> str:
     return ["the claim of", "the running lease of", "the end of", "what follows the end of"][phase] + f" epoch {e}"
 
 
-def decide_register(ops: list[Op]) -> Decision:
-    """The protected resource of one node: a fenced register accepting epochs ≥ its largest.
+def decide_register(ops: list[Op], effect_fence: EffectFence) -> Decision:
+    """The protected resource of one node whose lease object :func:`decide` found linearizable.
 
-    Its ok effects must be orderable by non-decreasing epoch consistently with
-    real time, which fails exactly at a ``stale-effect``. Info effects never need
-    to take effect: accepting more only raises the bar.
+    ``"token"``: a register on its own, accepting epochs ≥ the largest it
+    accepted; its ok effects must be orderable by non-decreasing epoch
+    consistently with real time, which fails exactly at a ``stale-effect``.
+
+    ``"lease"``: the register is part of the lease object (a claim lifts the
+    fence), and the combined object is linearizable iff no ok effect with epoch
+    e was invoked after an op that observed an epoch > e had completed. Why
+    that suffices: give each effect e the level just after the blocks of epoch
+    e (before the claim of any later epoch). The model's orders (blocks, effects
+    by epoch, an effect before every claim of a larger epoch) all go up in
+    level and never from a lease op to an effect, so a cycle with real time
+    needs a real-time edge going down. Between lease ops :func:`decide` rules it
+    out; from a lease op or an effect to an effect it is this stale effect; from
+    an effect down to a lease op it cannot close a cycle alone, and real time
+    is an interval order (a→b, c→d imply a→d or c→b), so two real-time edges
+    of a cycle always shorten to one. The property tests hold it to the search.
+
+    Info effects never need to take effect: accepting more only raises the bar.
     """
-    for x, op in stale_effects(ops):
-        return _refutation([x, op], f"the protected resource accepted {describe(op)} after {describe(x)} had been accepted.")
+    for x, op in stale_effects(ops, effect_fence):
+        return _refutation([x, op], stale_effect_explanation(x, op, effect_fence))
     return Decision(True)

@@ -6,7 +6,7 @@ The words they hold (op names, reasons, statuses) are declared in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
 import msgspec
 
@@ -16,22 +16,50 @@ FORMAT_VERSION = 1
 #: the ``process`` of every fault event
 NEMESIS = "nemesis"
 
+#: the header's ``effect_fence``: what the protected resource's fence follows.
+#: ``"lease"``: the resource is coupled to the lease store, so granting a claim
+#: lifts the fence to the new epoch (an effect is stale once a newer epoch was
+#: observed, like a commit). ``"token"``: a storage service that knows only the
+#: tokens it was shown, so the fence is the largest epoch it accepted.
+EffectFence = Literal["lease", "token"]
+EFFECT_FENCES: frozenset[str] = frozenset(get_args(EffectFence))
+#: what a header without ``effect_fence`` means (the seed's rule)
+DEFAULT_EFFECT_FENCE: Final = "lease"
+
 
 class Header(msgspec.Struct, frozen=True):
-    """Line 1 of a history: what the checker needs to judge time, plus free metadata."""
+    """Line 1 of a history: what the checker needs to judge time and effects, plus free metadata.
+
+    ``effect_fence`` is typed (not left in ``meta``) because the checker's
+    ``stale-effect`` rule and its lease model depend on it; it comes last so
+    that ``Header(ttl, uncertainty, meta)`` keeps meaning what it always did.
+    """
 
     ttl_ms: float
     clock_uncertainty_ms: float
     meta: dict[str, Any] = {}
+    effect_fence: EffectFence = DEFAULT_EFFECT_FENCE
+
+    def __post_init__(self) -> None:
+        # a header is built by the runner from a target's declaration: a typo there
+        # must stop the run, not produce a history every reader rejects
+        if self.effect_fence not in EFFECT_FENCES:
+            raise ValueError(f'effect_fence must be "lease" or "token", not {self.effect_fence!r}')
 
     def to_json(self) -> dict[str, Any]:
-        """The header line as written: metadata first, then the required keys."""
+        """The header line as written: metadata first, then the keys the checker reads.
+
+        ``effect_fence`` is always written, even at its default, so that a
+        history says which rule it is to be judged by without the reader
+        knowing the default.
+        """
         return {
             **self.meta,
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "ttl_ms": self.ttl_ms,
             "clock_uncertainty_ms": self.clock_uncertainty_ms,
+            "effect_fence": self.effect_fence,
         }
 
 

@@ -20,7 +20,18 @@ from typing import Any, BinaryIO, cast
 
 import msgspec
 
-from leasecheck.histories.format import FORMAT_NAME, FORMAT_VERSION, NEMESIS, Event, Header, Op, named_epoch
+from leasecheck.histories.format import (
+    DEFAULT_EFFECT_FENCE,
+    EFFECT_FENCES,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    NEMESIS,
+    EffectFence,
+    Event,
+    Header,
+    Op,
+    named_epoch,
+)
 from leasecheck.histories.vocabulary import CLIENT_FUNCTIONS, EPOCH_CARRIERS, EVENT_TYPES, FAIL_REASONS, READ_STATUSES
 
 
@@ -87,8 +98,21 @@ def _parse_header(raw: bytes, source: str) -> Header:
         v = obj[key]
         if not _is_number(v) or v < 0 or v != v or v == float("inf"):
             raise HistoryError(source, 1, f'header "{key}" must be a non-negative number, not {v!r}')
-    meta = {k: v for k, v in obj.items() if k not in ("format", "version", "ttl_ms", "clock_uncertainty_ms")}
-    return Header(ttl_ms=obj["ttl_ms"], clock_uncertainty_ms=obj["clock_uncertainty_ms"], meta=meta)
+    fence = obj.get("effect_fence", DEFAULT_EFFECT_FENCE)
+    if fence.__class__ is not str or fence not in EFFECT_FENCES:
+        # the checker's stale-effect rule depends on it: guessing would judge by the wrong rule
+        raise HistoryError(source, 1, f'header "effect_fence" must be "lease" or "token", not {fence!r}')
+    meta = {k: v for k, v in obj.items() if k not in _HEADER_KEYS}
+    return Header(
+        ttl_ms=obj["ttl_ms"],
+        clock_uncertainty_ms=obj["clock_uncertainty_ms"],
+        meta=meta,
+        effect_fence=cast(EffectFence, fence),
+    )
+
+
+#: the header keys the reader interprets; every other key is free metadata
+_HEADER_KEYS = frozenset({"format", "version", "ttl_ms", "clock_uncertainty_ms", "effect_fence"})
 
 
 def _check_invoke_value(ev: Event) -> str | None:

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from leasecheck.histories.format import EffectFence
 from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED
 
 MS = 1_000_000  # nanoseconds per millisecond
@@ -44,7 +45,7 @@ class SimNode:
     owner: str | None = None
     result: str | None = None
     expires: int = 0  # harness ns at which the current lease runs out (the store's view)
-    resource_max: int = 0  # largest epoch the protected resource accepted
+    resource_max: int = 0  # the protected resource's fence: largest epoch accepted (or granted, under "lease")
     tokens: dict[str, int] = field(default_factory=dict)  # unfenced: token -> hidden epoch
 
 
@@ -52,9 +53,13 @@ class SimStore:
     """A correct fenced (or token-based unfenced) lease store; ``apply`` at a time.
 
     Fenced, claims hand out epochs 1, 2, ... per node and the protected resource
-    checks them (``effect_fence: "token"``). Unfenced, a claim hands out an opaque
-    token and the resource asks the store whether it is the newest lease's, the way
-    a backend without fencing tokens must.
+    accepts an effect iff its epoch is ≥ the resource's fence. ``effect_fence``
+    says what moves that fence, as the history header will: ``"lease"`` (like the
+    reference backends) lifts it at every granted claim, in the claim's own step;
+    ``"token"`` (a storage service that knows only what it was shown) only at
+    accepted effects. Unfenced, a claim hands out an opaque token and the resource
+    asks the store whether it is the newest lease's, the way a backend without
+    fencing tokens must; ``effect_fence`` does not apply.
     """
 
     def __init__(
@@ -66,6 +71,7 @@ class SimStore:
         store_clock: StoreClock = "exact",
         rng: random.Random | None = None,
         nodes: Iterable[str] = (),
+        effect_fence: EffectFence = "lease",
     ) -> None:
         if store_clock == "random" and clock_uncertainty_ns and rng is None:
             raise ValueError("a randomly misjudging store clock needs an rng")
@@ -75,6 +81,7 @@ class SimStore:
         self.cu = clock_uncertainty_ns
         self.fenced = fenced
         self.store_clock = store_clock
+        self.effect_fence: EffectFence = effect_fence
         self.rng = rng
         self.nodes: dict[str, SimNode] = {}
         self._tokens = 0
@@ -121,13 +128,16 @@ class SimStore:
         st.status, st.owner, st.result = RUNNING, owner, None
         st.expires = self._lease_end(t)
         if self.fenced:
+            if self.effect_fence == "lease":  # the resource is coupled to the store: the claim fences it
+                st.resource_max = max(st.resource_max, st.epoch)
             return "ok", {"epoch": st.epoch}
         token = self._new_token()
         st.tokens[token] = st.epoch
         return "ok", {"epoch": None, "token": token}
 
     def _effect(self, st: SimNode, e: int) -> Outcome:
-        # fenced: the resource's own token check (never go back in epochs);
+        # fenced: the resource's own fence check (never below its fence, which a
+        # claim has lifted already under "lease");
         # unfenced: the resource asks the store whether the token is the newest lease's
         if self.fenced:
             if e >= st.resource_max:

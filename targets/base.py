@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from leasecheck.histories.format import EffectFence
 from leasecheck.histories.vocabulary import AnomalyKind, Refusal, Status
 
 
@@ -154,6 +155,13 @@ class Target(ABC):
     expected: ClassVar[tuple[AnomalyKind, ...]] = ()
     exposed_by: ClassVar[tuple[str, ...]] = ()
     exposed_by_workload: ClassVar[tuple[str, ...]] = ()
+    #: What the protected resource behind ``effect`` knows, written into the history
+    #: header so the checker judges ``stale-effect`` by the rule the backend promises.
+    #: ``"lease"``: the resource is coupled to the lease store and a granted claim lifts
+    #: its fence in the same step (every reference backend), so an old epoch's effect is
+    #: refused as soon as a newer lease exists. ``"token"``: a separate service that only
+    #: knows the epochs it was shown, refusing an effect only below the largest it accepted.
+    effect_fence: ClassVar[EffectFence] = "lease"
 
     def __init__(self, config: TargetConfig) -> None:
         self.config = config

@@ -29,10 +29,11 @@ import json
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import strategies as st
 
+from leasecheck.histories.format import EffectFence
 from leasecheck.simstore import MS, SimStore, StoreClock
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -61,6 +62,10 @@ class SimConfig:
     #: how the store's clock misjudges each lease's length, within the uncertainty:
     #: "random", "fast" (leases end up to the uncertainty early) or "slow" (late)
     store_clock: StoreClock = "random"
+    #: what moves the protected resource's fence: a claim too ("lease"), or only accepted effects ("token")
+    effect_fence: EffectFence = "lease"
+    #: write ``effect_fence`` in the header even at its default (else a lease run leaves it out)
+    explicit_effect_fence: bool = True
 
 
 # --------------------------------------------------------------------------------------
@@ -97,14 +102,17 @@ def simulate(rng: random.Random, cfg: SimConfig = SimConfig()) -> list[str]:
         store_clock=cfg.store_clock,
         rng=rng,
         nodes=nodes,
+        effect_fence=cfg.effect_fence,
     )
-    header = {
+    header: dict[str, Any] = {
         "format": "leasecheck-history",
         "version": 1,
         "ttl_ms": cfg.ttl_ms,
         "clock_uncertainty_ms": cfg.clock_uncertainty_ms,
         "target": "sim-fenced" if cfg.fenced else "sim-unfenced",
     }
+    if cfg.explicit_effect_fence or cfg.effect_fence != "lease":
+        header["effect_fence"] = cfg.effect_fence
     events: list[dict[str, Any]] = []
     queue: list[tuple[int, int, str, Any]] = []
     seq = 0
@@ -274,7 +282,11 @@ def simulate(rng: random.Random, cfg: SimConfig = SimConfig()) -> list[str]:
 
 @st.composite
 def sim_configs(
-    draw: Callable[..., Any], fenced: bool | None = None, max_ops: int = 40, tight: bool | None = None
+    draw: Callable[..., Any],
+    fenced: bool | None = None,
+    max_ops: int = 40,
+    tight: bool | None = None,
+    effect_fence: EffectFence | None = None,
 ) -> SimConfig:
     """Run parameters: few workers and nodes, so the runs collide often.
 
@@ -285,6 +297,8 @@ def sim_configs(
     that forgets the uncertainty on either side reports these correct runs.
     """
     ttl = draw(st.sampled_from([20, 50, 100, 1000]))
+    fence: EffectFence = draw(st.sampled_from(["lease", "token"])) if effect_fence is None else effect_fence
+    explicit = draw(st.booleans())
     if tight is None:
         tight = draw(st.sampled_from([False, False, True]))
     if tight:
@@ -302,6 +316,8 @@ def sim_configs(
             final_reads=draw(st.booleans()),
             time_quantum_ms=draw(st.sampled_from([0, 0, 1])),
             store_clock=draw(st.sampled_from(["fast", "slow"])),
+            effect_fence=fence,
+            explicit_effect_fence=explicit,
         )
     return SimConfig(
         workers=draw(st.integers(1, 4)),
@@ -317,15 +333,24 @@ def sim_configs(
         final_reads=draw(st.booleans()),
         time_quantum_ms=draw(st.sampled_from([0, 0, 0, 1, ttl / 10])),
         store_clock=draw(st.sampled_from(["random", "fast", "slow"])),
+        effect_fence=fence,
+        explicit_effect_fence=explicit,
     )
 
 
 @st.composite
 def sim_histories(
-    draw: Callable[..., Any], fenced: bool | None = None, max_ops: int = 40, tight: bool | None = None
+    draw: Callable[..., Any],
+    fenced: bool | None = None,
+    max_ops: int = 40,
+    tight: bool | None = None,
+    effect_fence: EffectFence | None = None,
 ) -> list[str]:
-    """A history of a correct store (JSON lines); the rng shrinks with the example."""
-    cfg = draw(sim_configs(fenced=fenced, max_ops=max_ops, tight=tight))
+    """A history of a correct store (JSON lines); the rng shrinks with the example.
+
+    ``effect_fence`` None draws the rule (the store follows it, the header says it).
+    """
+    cfg = draw(sim_configs(fenced=fenced, max_ops=max_ops, tight=tight, effect_fence=effect_fence))
     return simulate(draw(sim_randoms()), cfg)
 
 
@@ -632,15 +657,51 @@ def plant_stale_commit(lines: Iterable[str], rng: random.Random | None = None) -
     return _plant_stale("commit", lines, rng)
 
 
+def effect_fence_of(header: dict[str, Any]) -> EffectFence:
+    """The rule a history's header names for the protected resource (absent: "lease")."""
+    fence = header.get("effect_fence", "lease")
+    assert fence in ("lease", "token"), fence
+    return cast(EffectFence, fence)
+
+
 def plant_stale_effect(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], int]:
-    """The resource accepts an old epoch after it accepted a newer one. Cites [newer effect, effect]."""
+    """An effect with an older epoch is accepted although it is stale under the header's rule.
+
+    ``"token"``: after the resource accepted a newer effect (cites [newer effect,
+    effect]). ``"lease"``: after a newer claim completed, with or without the new
+    holder's effect in between (cites [newer claim, effect]: the first op that
+    observed the newest epoch).
+    """
     pl = _Planter(lines, rng)
     node = pl.pick_node()
     old = _older_epoch(pl, node)
     new = pl.max_epoch(node) + 1
     p = pl.process()
     pl.claim(node, new, process=p)
-    pl.op("effect", node, {"epoch": new, "payload": "fresh-write"}, "ok", {}, process=p)
+    if effect_fence_of(pl.header) == "token" or pl.rng.random() < 0.5:
+        pl.op("effect", node, {"epoch": new, "payload": "fresh-write"}, "ok", {}, process=p)
+    v = pl.op("effect", node, {"epoch": old, "payload": "zombie-write"}, "ok", {})
+    return pl.lines(), v
+
+
+def plant_zombie_effect_before_newer_effect(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], int]:
+    """A zombie's effect accepted after a newer claim completed, before any newer effect.
+
+    The two rules part here: stale under ``"lease"`` (the claim lifted the fence),
+    a near miss under ``"token"`` (the resource never saw the newer epoch). The
+    node is kept clean otherwise: not SUCCEEDED, and the zombie's epoch is the
+    largest any ok op on it carried, so no earlier effect outranks it. Returns
+    the effect's index.
+    """
+    pl = _Planter(lines, rng)
+    node = pl.pick_node(pl.succeeded)
+    ok_epochs = [op.epoch for op in pl.node_ops(node) if op.type == "ok" and type(op.epoch) is int]
+    old = max(ok_epochs, default=0)
+    if not old:
+        old = pl.max_epoch(node) + 1
+        pl.claim(node, old)
+    pl.wait(pl.ttl + pl.cu + MS)
+    pl.claim(node, pl.max_epoch(node) + 1)
     v = pl.op("effect", node, {"epoch": old, "payload": "zombie-write"}, "ok", {})
     return pl.lines(), v
 

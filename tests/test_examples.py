@@ -146,8 +146,11 @@ CLI_SAMPLES = [
     "overlapping-lease-after-renew.jsonl",
     "non-linearizable-renew-after-release.jsonl",
     "unfenced-stale-commit-by-grant-order.jsonl",
+    "stale-effect-lease-after-newer-claim.jsonl",
+    "stale-effect-before-any-newer-effect.jsonl",
     "bad-input-index-gap.jsonl",
     "bad-input-bad-json-in-middle.jsonl",
+    "bad-input-unknown-effect-fence.jsonl",
 ]
 
 
@@ -170,3 +173,38 @@ def test_cli(name: str) -> None:
     for want in exp["anomalies"]:
         if "ops" in want:
             assert any(a["kind"] == want["kind"] and a["ops"] == want["ops"] for a in out["anomalies"]), out
+
+
+#: (the example, its mirror under the other effect_fence): the same events, judged by each rule
+EFFECT_FENCE_TWINS = [("stale-effect-before-any-newer-effect.jsonl", "stale-effect-lease-after-newer-claim.jsonl")]
+
+
+@pytest.mark.parametrize(("token", "lease"), EFFECT_FENCE_TWINS)
+def test_effect_fence_twins_differ_only_in_the_rule(token: str, lease: str) -> None:
+    """One zombie effect, after the newer claim and before the newer holder's first effect:
+    a near miss for a resource that knows only tokens, stale for one a claim fences."""
+    t_lines = (EXAMPLES / token).read_text().splitlines()
+    l_lines = (EXAMPLES / lease).read_text().splitlines()
+    assert t_lines[1:] == l_lines[1:], "the twins must share every event"
+    assert json.loads(t_lines[0]).get("effect_fence") == "token"
+    assert json.loads(l_lines[0]).get("effect_fence", "lease") == "lease"
+    assert check_source(str(EXAMPLES / token)).valid is True
+    lease_verdict = check_source(str(EXAMPLES / lease))
+    assert [(a.kind, a.ops) for a in lease_verdict.anomalies] == [("stale-effect", EXPECTED[lease]["anomalies"][0]["ops"])]
+    assert 'effect_fence "lease"' in lease_verdict.anomalies[0].explanation
+
+
+def test_every_effect_fence_has_a_near_miss_and_an_anomaly() -> None:
+    """Each rule of stale-effect is pinned by the corpus from both sides."""
+    seen: dict[tuple[str, bool], list[str]] = {}
+    for name, exp in EXPECTED.items():
+        if exp["valid"] == BAD_INPUT or "effect" not in name:
+            continue
+        header = json.loads((EXAMPLES / name).read_text().splitlines()[0])
+        if header.get("fencing") is False:
+            continue
+        rule = header.get("effect_fence", "lease")
+        seen.setdefault((rule, exp["valid"] is True), []).append(name)
+    for rule in ("lease", "token"):
+        assert (rule, True) in seen, f"no {rule} near miss"
+        assert (rule, False) in seen, f"no {rule} anomaly"

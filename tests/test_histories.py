@@ -48,6 +48,9 @@ def error_of(src: list[str]) -> HistoryError:
         ([json.dumps({**HEADER, "version": 2})], 1, "version"),
         ([json.dumps({k: v for k, v in HEADER.items() if k != "ttl_ms"})], 1, "ttl_ms"),
         ([json.dumps({**HEADER, "clock_uncertainty_ms": -1})], 1, "clock_uncertainty_ms"),
+        ([json.dumps({**HEADER, "effect_fence": "resource"})], 1, "effect_fence"),
+        ([json.dumps({**HEADER, "effect_fence": None})], 1, "effect_fence"),
+        ([json.dumps({**HEADER, "effect_fence": ["lease"]})], 1, "effect_fence"),
         (lines(CLAIM[0]) + ["{not json"], 3, "bad JSON"),
         (lines(CLAIM[0], ev(2, 5, 1, "ok", "claim", value={"epoch": 1})), 3, "index gap"),
         (lines(CLAIM[0], ev(0, 5, 1, "ok", "claim", value={"epoch": 1})), 3, "repeats"),
@@ -139,6 +142,8 @@ def test_writer_round_trip(tmp_path: Path) -> None:
             w.complete(1, "ok")
     header, ops, _ = read_history(p)
     assert header.meta == {"target": "sqlite", "seed": 7} and header.clock_uncertainty_ms == 50
+    assert header.effect_fence == "lease"
+    assert json.loads(p.read_text().splitlines()[0])["effect_fence"] == "lease"  # written even at its default
     assert [(o.f, o.type, o.invoke_time, o.complete_time) for o in ops] == [("claim", "ok", 100, 300), ("commit", "ok", 400, 500)]
     assert check_source(p).valid is True
 
@@ -170,3 +175,62 @@ def test_history_survives_a_killed_writer(tmp_path: Path) -> None:
     v = check_source(p)
     assert v.valid is True
     assert v.stats["ops"] >= 51
+
+
+# ------------------------------------------------------------------------ effect_fence
+
+
+@pytest.mark.parametrize("fence", ["lease", "token"])
+def test_effect_fence_round_trips_and_stays_out_of_meta(tmp_path: Path, fence: str) -> None:
+    p = tmp_path / "h.jsonl"
+    with HistoryWriter(p, Header(1000, 0, {"target": "x"}, effect_fence=fence)) as w:  # type: ignore[arg-type]
+        w.invoke(1, "claim", "n", {"owner": "w1"})
+        w.complete(1, "ok", {"epoch": 1})
+    header, _, _ = read_history(p)
+    assert header.effect_fence == fence
+    assert header.meta == {"target": "x"}
+    assert header.to_json()["effect_fence"] == fence
+
+
+def test_effect_fence_defaults_to_lease_when_absent() -> None:
+    header, _, _ = read_history(lines(*CLAIM))
+    assert header.effect_fence == "lease"
+    assert "effect_fence" not in header.meta
+
+
+def test_a_header_cannot_be_built_with_another_effect_fence() -> None:
+    """The runner writes the target's declaration: a typo there stops the run, not the reader later."""
+    with pytest.raises(ValueError, match="effect_fence"):
+        Header(1000, 0, effect_fence="fenced")  # type: ignore[arg-type]
+
+
+def test_cli_rejects_an_unknown_effect_fence_with_one_line_and_exit_3(tmp_path: Path) -> None:
+    p = tmp_path / "h.jsonl"
+    p.write_text("\n".join(lines(*CLAIM, header={**HEADER, "effect_fence": "storage"})) + "\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "leasecheck", "check", str(p), "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    err = proc.stderr.strip()
+    assert err.count("\n") == 0, err
+    assert err.startswith(f"{p}:1: ") and "effect_fence" in err and "'storage'" in err, err
+
+
+ZOMBIE_EFFECT = [
+    *CLAIM,
+    ev(2, 2_000_000_000, 2, "invoke", "claim", value={"owner": "w2"}),
+    ev(3, 2_000_000_005, 2, "ok", "claim", value={"epoch": 2}),
+    ev(4, 2_000_000_010, 1, "invoke", "effect", value={"epoch": 1, "payload": "late"}),
+    ev(5, 2_000_000_015, 1, "ok", "effect"),
+]
+
+
+@pytest.mark.parametrize(("fence", "valid"), [(None, False), ("lease", False), ("token", True)])
+def test_the_header_picks_the_stale_effect_rule(fence: str | None, valid: bool) -> None:
+    """A zombie's effect after the newer claim, before any newer effect: the header decides."""
+    header = HEADER if fence is None else {**HEADER, "effect_fence": fence}
+    v = check_source(lines(*ZOMBIE_EFFECT, header=header))
+    assert v.valid is valid
+    if not valid:
+        assert [(a.kind, a.ops) for a in v.anomalies] == [("stale-effect", [2, 4])]
+        assert 'effect_fence "lease"' in v.anomalies[0].explanation

@@ -19,10 +19,20 @@ from typing import Any
 import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
-from sim import MS, PLANTERS, UNFENCED_PLANTERS, SimConfig, render, sim_histories, simulate
+from sim import (
+    MS,
+    PLANTERS,
+    UNFENCED_PLANTERS,
+    SimConfig,
+    plant_zombie_effect_before_newer_effect,
+    render,
+    sim_histories,
+    simulate,
+)
 
 from leasecheck.checker import check_source, linearizable
 from leasecheck.histories import Header, Op, read_history
+from leasecheck.histories.format import EffectFence
 
 #: kinds that by themselves mean the node has no linearization under the lease model;
 #: spelled out here on purpose (DESIGN.md read independently of the checker's table),
@@ -103,7 +113,13 @@ def verify_citation(anomaly: Any, header: Header, ops: list[Op]) -> None:
         assert v.f == "effect" and v.type == "ok"
         if v.epoch is None:
             _verify_unfenced_stale(v, witnesses, node_ops)
+        elif header.effect_fence == "lease":
+            # DESIGN.md: exactly like stale-commit (a claim lifted the resource's fence)
+            assert any(_before(w, v) and _observed(w) is not None and _observed(w) > v.epoch for w in witnesses), (
+                f"no cited op before {v.index} observed an epoch > {v.epoch}"
+            )
         else:
+            assert header.effect_fence == "token", header.effect_fence
             assert any(
                 w.f == "effect" and w.type == "ok" and _before(w, v) and type(w.epoch) is int and w.epoch > v.epoch
                 for w in witnesses
@@ -235,10 +251,15 @@ def test_simulation_exercises_the_interesting_cases() -> None:
 # no false positives
 
 
-@pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "unfenced"])
+@pytest.mark.parametrize(
+    ("fenced", "effect_fence"),
+    [(True, "lease"), (True, "token"), (False, "lease")],
+    ids=["fenced-lease", "fenced-token", "unfenced"],
+)
 @given(data=st.data())
-def test_correct_store_is_valid(fenced: bool, data: st.DataObject) -> None:
-    lines = data.draw(sim_histories(fenced=fenced))
+def test_correct_store_is_valid(fenced: bool, effect_fence: EffectFence, data: st.DataObject) -> None:
+    """A correct store is never reported, whichever rule its resource follows (and says it follows)."""
+    lines = data.draw(sim_histories(fenced=fenced, effect_fence=effect_fence))
     note(render(lines))
     verdict = _verdict(lines)
     _, ops, _ = read_history(lines)
@@ -295,21 +316,65 @@ def test_planted_anomaly_is_detected(fenced: bool, kind: str, data: st.DataObjec
     _check_planted(kind, planted, v_index)
 
 
+@pytest.mark.parametrize("effect_fence", ["lease", "token"])
+@given(data=st.data())
+def test_planted_stale_effect_is_found_under_each_rule(effect_fence: EffectFence, data: st.DataObject) -> None:
+    """The stale-effect planter, pinned to each rule: found, citing the planted effect last."""
+    lines = data.draw(sim_histories(fenced=True, effect_fence=effect_fence))
+    planted, v_index = PLANTERS["stale-effect"](lines, data.draw(st.randoms(use_true_random=False)))
+    _check_planted("stale-effect", planted, v_index)
+
+
+@pytest.mark.parametrize("effect_fence", ["lease", "token"])
+@given(data=st.data())
+def test_zombie_effect_before_the_newer_effect_is_judged_by_the_rule(effect_fence: EffectFence, data: st.DataObject) -> None:
+    """Where the two rules part: a zombie's effect after the newer claim, before any newer effect.
+
+    ``"lease"``: stale-effect citing [that claim, the effect], and nothing else is
+    wrong with the node. ``"token"``: valid (a near miss). Fast path and search agree.
+    """
+    lines = data.draw(sim_histories(fenced=True, effect_fence=effect_fence))
+    planted, v_index = plant_zombie_effect_before_newer_effect(lines, data.draw(st.randoms(use_true_random=False)))
+    note(render(planted))
+    header, by_node, ops = _node_ops(planted)
+    node = next(op.node for op in ops if op.index == v_index)
+    verdict = _verdict(planted)
+    if effect_fence == "token":
+        assert verdict.valid is True, [(a.kind, a.ops) for a in verdict.anomalies]
+    else:
+        claim = max((op for op in by_node[node] if op.f == "claim" and op.type == "ok"), key=lambda o: o.index)
+        assert [(a.kind, a.node, a.ops) for a in verdict.anomalies] == [("stale-effect", node, [claim.index, v_index])]
+        verify_verdict(verdict, header, ops)
+    nops = by_node[node]
+    fast = linearizable(header, nops, engine="fast")
+    assert fast is (effect_fence == "token")
+    if len(nops) <= SEARCH_MAX_OPS:
+        slow = linearizable(header, nops, engine="search", budget=10)
+        assert slow is None or slow == fast, f"fast says {fast}, search says {slow}"
+
+
 # --------------------------------------------------------------------------------------
 # fast construction == search
 
 
-_PLANTS: list[tuple[bool, str] | None] = [None, *PLANTS]
+_PLANTS: list[tuple[bool, str] | None] = [None, *PLANTS, (True, "zombie-effect")]
+
+
+def _plant(plant: tuple[bool, str], lines: list[str], rng: Any) -> tuple[list[str], int]:
+    if plant == (True, "zombie-effect"):
+        return plant_zombie_effect_before_newer_effect(lines, rng)
+    return PLANTS[plant](lines, rng)
 
 
 @given(data=st.data())
 def test_fast_and_search_agree(data: st.DataObject) -> None:
+    """Per node and on the whole verdict, under either effect rule (sim_histories draws it)."""
     plant = data.draw(st.sampled_from(_PLANTS), label="plant")
     fenced = data.draw(st.booleans(), label="fenced") if plant is None else plant[0]
     lines = data.draw(sim_histories(fenced=fenced, max_ops=30), label="history")
     planted_node = None
     if plant is not None:
-        lines, v_index = PLANTS[plant](lines, data.draw(st.randoms(use_true_random=False), label="plant rng"))
+        lines, v_index = _plant(plant, lines, data.draw(st.randoms(use_true_random=False), label="plant rng"))
     note(render(lines))
     header, by_node, ops = _node_ops(lines)
     if plant is not None:
@@ -318,6 +383,8 @@ def test_fast_and_search_agree(data: st.DataObject) -> None:
         fast = linearizable(header, nops, engine="fast")
         if plant is None:
             assert fast is True, f"fast construction finds no linearization of node {node} of a correct store"
+        elif node == planted_node and plant == (True, "zombie-effect"):
+            assert fast is (header.effect_fence == "token"), f"zombie effect under {header.effect_fence!r}: fast says {fast}"
         elif node == planted_node and plant[0]:
             expect = plant[1] not in LINEARIZABILITY_KINDS
             assert fast is expect, f"planted {plant[1]}: fast says linearizable={fast} for {node}"

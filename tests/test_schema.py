@@ -135,6 +135,7 @@ def test_every_line_of_every_example_validates(name: str) -> None:
 PER_LINE: dict[str, str] = {
     "bad-input-bad-json-in-middle.jsonl": "the line is not JSON at all (and not the last line)",
     "bad-input-missing-header.jsonl": "line 1 is an event: the header schema requires format, version, ttl_ms, ...",
+    "bad-input-unknown-effect-fence.jsonl": "effect_fence 'resource' is not in the header's enum",
     "bad-input-unknown-f.jsonl": "f 'steal' is not in the op-name enum",
     "bad-input-unknown-type.jsonl": "type 'timeout' is not in the event-type enum",
 }
@@ -224,7 +225,10 @@ CASES: list[tuple[str, list[Any], bool, bool]] = [
     ("header, version 2", [{**H, "version": 2}], False, False),
     ("header, wrong format", [{**H, "format": "jepsen"}], False, False),
     ("header is an array", [[H]], False, False),
-    ("header, effect_fence bogus [reader tolerates]", [{**H, "effect_fence": "bogus"}], False, True),
+    ("header with effect_fence lease", [{**H, "effect_fence": "lease"}], True, True),
+    ("header, effect_fence bogus", [{**H, "effect_fence": "bogus"}], False, False),
+    ("header, effect_fence null", [{**H, "effect_fence": None}], False, False),
+    ("header, effect_fence upper case", [{**H, "effect_fence": "LEASE"}], False, False),
     ("header, version true [reader tolerates]", [{**H, "version": True}], False, True),
     # ---- events, shape
     ("claim invoke", [H, CLAIM], True, True),
@@ -318,7 +322,6 @@ def test_every_tolerance_is_listed_in_format_md() -> None:
     section = text.split("**Accepted, but do not write**", 1)[1].split("\n## ", 1)[0]
     words = {
         "process negative": "negative client `process`",
-        "effect_fence bogus": "`effect_fence` other than",
         "version true": "`version` of `true`",
         "without token": '`"epoch": null` without a `"token"`',
         "error without message": "reason `error` and no",

@@ -9,7 +9,8 @@
 //
 // -nondet models a crashed op's unknown effect as two next states (took effect,
 // or not) with Porcupine's NondeterministicModel; without it, a plain Model
-// applies a crashed op when it is legal (see model.go).
+// applies a crashed op when it is legal (see model.go). The header's
+// effect_fence picks the protected resource's rule, as in leasecheck.
 //
 // Usage: porcupine-lease [-nondet] [-timeout 120s] HISTORY.jsonl
 package main
@@ -137,10 +138,15 @@ func readHistory(path string) ([]porcupine.Operation, error) {
 	}
 	defer f.Close()
 	r := bufio.NewReaderSize(f, 1<<20)
-	if _, err := readLine(r); err != nil {
+	head, err := readLine(r)
+	if err != nil {
 		return nil, fmt.Errorf("%s: missing header: %w", path, err)
 	}
-	p := pairer{open: make(map[int64]pendingCall)}
+	leaseFence, err := effectFence(head)
+	if err != nil {
+		return nil, fmt.Errorf("%s:1: %w", path, err)
+	}
+	p := pairer{open: make(map[int64]pendingCall), leaseFence: leaseFence}
 	err = decodeEvents(r, func(lineno int, ev *rawEvent) error {
 		if err := p.add(ev); err != nil {
 			return fmt.Errorf("%s:%d: %w", path, lineno, err)
@@ -153,10 +159,34 @@ func readHistory(path string) ([]porcupine.Operation, error) {
 	return p.finish(), nil
 }
 
+// effectFence reads the header's effect_fence: true for "lease" (the default
+// when absent: a claim lifts the protected resource's fence), false for
+// "token" (only accepted effects do), an error for anything else, as
+// leasecheck's reader says.
+func effectFence(header []byte) (bool, error) {
+	var h struct {
+		EffectFence *string `json:"effect_fence"`
+	}
+	if err := json.Unmarshal(header, &h); err != nil {
+		return false, fmt.Errorf("bad header: %w", err)
+	}
+	if h.EffectFence == nil {
+		return true, nil
+	}
+	switch *h.EffectFence {
+	case "lease":
+		return true, nil
+	case "token":
+		return false, nil
+	}
+	return false, fmt.Errorf(`header "effect_fence" must be "lease" or "token", not %q`, *h.EffectFence)
+}
+
 // pairer turns the event stream into operations, in completion order.
 type pairer struct {
-	open map[int64]pendingCall
-	ops  []porcupine.Operation
+	open       map[int64]pendingCall
+	ops        []porcupine.Operation
+	leaseFence bool // effect_fence "lease": effects act on their node's own object
 }
 
 func (p *pairer) add(ev *rawEvent) error {
@@ -168,7 +198,7 @@ func (p *pairer) add(ev *rawEvent) error {
 		return fmt.Errorf("bad process %s", ev.Process)
 	}
 	if ev.Type == "invoke" {
-		in, err := makeInput(ev)
+		in, err := makeInput(ev, p.leaseFence)
 		if err != nil {
 			return err
 		}
@@ -191,9 +221,12 @@ func (p *pairer) add(ev *rawEvent) error {
 
 // addCrashed adds an op whose outcome is unknown. A crashed read or renew is
 // left out: neither changes the modelled state, so with no output to check it
-// constrains nothing, and leaving it out spares the search a pending op.
+// constrains nothing, and leaving it out spares the search a pending op. So is
+// a crashed effect on a node's object (effect_fence "lease"): taking effect
+// would only raise the fence, which never lets anything else happen, and it
+// would otherwise be a pending op on the node's own, busiest partition.
 func (p *pairer) addCrashed(proc int64, call pendingCall) {
-	if call.input.kind == opRead || call.input.kind == opRenew {
+	if call.input.kind == opRead || call.input.kind == opRenew || call.input.kind == opLeaseEffect {
 		return
 	}
 	p.ops = append(p.ops, operation(proc, call, output{unknown: true}, math.MaxInt64))
@@ -324,14 +357,18 @@ func operation(proc int64, call pendingCall, out output, ret int64) porcupine.Op
 	return porcupine.Operation{ClientId: int(proc), Input: call.input, Call: call.call, Output: out, Return: ret}
 }
 
-func makeInput(ev *rawEvent) (input, error) {
+func makeInput(ev *rawEvent, leaseFence bool) (input, error) {
 	kind, ok := kinds[ev.F]
 	if !ok {
 		return input{}, fmt.Errorf("unknown f %q", ev.F)
 	}
 	in := input{key: ev.Node, kind: kind}
 	if kind == opEffect {
-		in.key = ev.Node + "\x00resource" // the protected resource is its own object
+		if leaseFence {
+			in.kind = opLeaseEffect // one object with its node's lease: a claim lifts the fence
+		} else {
+			in.key = ev.Node + "\x00resource" // "token": the protected resource is its own object
+		}
 	}
 	if ev.Value.Owner != nil {
 		in.owner = *ev.Value.Owner

@@ -2,24 +2,37 @@ package main
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/anishathalye/porcupine"
 )
 
 // The lease model of shared/DESIGN.md ("Lease model"), as a Porcupine model.
 //
-// Each node is one object with state (status, epoch, owner, result), and its
-// protected resource is a second object, a fenced register holding the largest
-// epoch it accepted. Objects are independent, so the history is partitioned
-// per object (P-compositionality) and each partition starts from the initial
-// state: (READY, 0, none, none) for a node, 0 for a resource.
+// Each node is one object with state (status, epoch, owner, result). Its
+// protected resource is a fenced register that accepts an effect iff the
+// effect's epoch is >= its fence, and the history header's effect_fence says
+// what moves that fence, as for leasecheck's own checker:
+//
+//   - "token": only accepted effects. The resource is a second object, keyed
+//     node+"\x00resource", whose state's epoch is the largest accepted epoch.
+//   - "lease" (the default): granted claims too. The resource is part of the
+//     node's object (opLeaseEffect), and the state carries the fence.
+//
+// Objects are independent, so the history is partitioned per object
+// (P-compositionality) and each partition starts from the initial state:
+// (READY, 0, none, none, no fence) for a node, 0 for a token resource.
 //
 // A crashed claim may take any epoch above the current one. Rather than branch
 // on infinitely many epochs, the state keeps the least possible epoch and a
-// "pinned" flag: an unpinned state stands for every epoch >= its epoch, and the
-// first op that names the epoch (a read, or an op carrying it) pins it. Only
-// one such op can meet an unpinned state before it is pinned or replaced by a
-// newer claim, so this is exact, not an approximation.
+// "pinned" flag: an unpinned state stands for every epoch in [epoch, ceil], and
+// the first op that names the epoch (a read, or an op carrying it) pins it.
+// Only one such op can meet an unpinned state before it is pinned or replaced
+// by a newer claim, so this is exact, not an approximation. Under "lease" the
+// unknown epoch also lifted the fence: the fence field then leaves it out, an
+// effect e is legal iff e >= fence and e >= the least possible epoch, and it
+// bounds the unknown epoch from above (ceil = e: the claim's epoch was <= e),
+// which a later pin must respect.
 
 type opKind uint8
 
@@ -30,6 +43,7 @@ const (
 	opCommit
 	opRelease
 	opRead
+	opLeaseEffect // an effect under effect_fence "lease": on the node's own object
 )
 
 var kinds = map[string]opKind{
@@ -37,7 +51,7 @@ var kinds = map[string]opKind{
 	"commit": opCommit, "release": opRelease, "read": opRead,
 }
 
-var kindNames = [...]string{"claim", "renew", "effect", "commit", "release", "read"}
+var kindNames = [...]string{"claim", "renew", "effect", "commit", "release", "read", "effect"}
 
 func carriesEpoch(k opKind) bool { return k != opClaim && k != opRead }
 
@@ -75,13 +89,17 @@ type output struct {
 // state of one object. A comparable struct, so Porcupine's default == works.
 type state struct {
 	status nodeStatus
-	pinned bool  // false: the epoch is unknown but at least `epoch` (after a crashed claim)
-	epoch  int64 // node: current epoch; resource: largest accepted epoch
+	pinned bool  // false: the epoch is unknown, in [epoch, ceil] (after a crashed claim)
+	epoch  int64 // node: current epoch; token resource: largest accepted epoch
+	ceil   int64 // unpinned: the largest the unknown epoch can be (an effect bounded it)
 	owner  string
 	result string
+	// effect_fence "lease": the largest epoch of the granted claims and accepted
+	// effects, leaving out an unpinned claim's unknown epoch (see above)
+	fence int64
 }
 
-var initial = state{status: statusReady, pinned: true}
+var initial = state{status: statusReady, pinned: true, ceil: math.MaxInt64, fence: math.MinInt64}
 
 func leaseModel() porcupine.Model {
 	return porcupine.Model{
@@ -130,6 +148,8 @@ func step(s state, in input, out output) (bool, state) {
 			s.epoch = in.epoch
 		}
 		return ok || out.unknown, s
+	case opLeaseEffect:
+		return leaseEffect(s, in, out)
 	default:
 		return fenced(s, in, out)
 	}
@@ -140,14 +160,31 @@ func claim(s state, in input, out output) (bool, state) {
 		return out.unknown, s // a crashed claim on a finished node failed
 	}
 	if out.unknown {
-		return true, state{status: statusRunning, pinned: false, epoch: s.epoch + 1, owner: in.owner}
+		// the new unknown epoch is above the old one, so the fence may leave the old one out too
+		return true, state{status: statusRunning, pinned: false, epoch: s.epoch + 1, ceil: math.MaxInt64, owner: in.owner, fence: s.fence}
 	}
 	// an unpinned s.epoch is a lower bound of the real epoch e0: some e0 in
 	// [s.epoch, out.epoch) exists iff out.epoch > s.epoch, as for a pinned one
 	if out.epoch <= s.epoch {
 		return false, s
 	}
-	return true, state{status: statusRunning, pinned: true, epoch: out.epoch, owner: in.owner}
+	return true, state{status: statusRunning, pinned: true, epoch: out.epoch, ceil: math.MaxInt64, owner: in.owner, fence: max(s.fence, out.epoch)}
+}
+
+// leaseEffect is an effect under effect_fence "lease": accepted iff its epoch
+// is >= the fence, which every granted claim lifted. An unpinned claim's
+// unknown epoch e0 lifted it too: some e0 <= in.epoch must exist, and from
+// then on e0 <= in.epoch (ceil). The lease itself is left as it was.
+func leaseEffect(s state, in input, out output) (bool, state) {
+	e := in.epoch
+	if e < s.fence || (!s.pinned && e < s.epoch) {
+		return out.unknown, s
+	}
+	s.fence = e
+	if !s.pinned && e < s.ceil {
+		s.ceil = e
+	}
+	return true, s
 }
 
 // holds reports whether s can be the lease with epoch e, and pins it if so.
@@ -158,10 +195,11 @@ func holds(s state, e int64) (bool, state) {
 	if s.pinned {
 		return e == s.epoch, s
 	}
-	if e < s.epoch {
+	if e < s.epoch || e > s.ceil {
 		return false, s
 	}
-	s.pinned, s.epoch = true, e
+	s.pinned, s.epoch, s.ceil = true, e, math.MaxInt64
+	s.fence = max(s.fence, e) // the crashed claim's epoch, now known, lifted the fence
 	return true, s
 }
 
@@ -207,6 +245,8 @@ func hashState(s state) uint64 {
 		mix(1)
 	}
 	mix(uint64(s.epoch))
+	mix(uint64(s.ceil))
+	mix(uint64(s.fence))
 	for i := 0; i < len(s.owner); i++ {
 		mix(uint64(s.owner[i]))
 	}
