@@ -24,6 +24,11 @@ The scripts are assembled from a few Lua conditions held in class attributes
 deliberately broken variant (:mod:`leasecheck.targets.broken_redis`) differs from this
 one by the one rule it gets wrong and nothing else.
 
+The client, the script runner and the error mapping below live in
+:class:`RedisScripts`, which every Redis backend of leasecheck subclasses (the
+unfenced :mod:`leasecheck.targets.redis_token_lease` too), together with the
+server clock ``NOW_MS`` its scripts judge expiry by.
+
 Errors: a store that cannot be reached before the script is sent is
 :class:`Unavailable`; a timeout or lost connection after it was sent is
 :class:`Indeterminate` (the server may run it later: a paused server does, on
@@ -33,6 +38,7 @@ outcome is unknown could turn a granted claim into a reported ``held``.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from string import Template
 from typing import Any, ClassVar
 
@@ -44,13 +50,17 @@ from redis.retry import Retry
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
 
-#: helpers every script starts with; KEYS are always state, epoch, fence, effects
-PRELUDE = r"""
+#: Lua: the server's clock in milliseconds. Every Redis backend here judges expiry by
+#: it (``TIME`` inside the script), never by a worker's clock, which a nemesis may skew.
+NOW_MS = r"""
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+"""
 
+#: helpers every script of the fenced lease starts with; KEYS are always state, epoch, fence, effects
+FENCED_PRELUDE = NOW_MS + r"""
 local function raise_fence(epoch)
   local fence = tonumber(redis.call('GET', KEYS[3]))
   if fence == nil or epoch > fence then redis.call('SET', KEYS[3], epoch) end
@@ -138,25 +148,28 @@ return redis.call('HMGET', KEYS[1], 'status', 'epoch', 'owner', 'result')
 """
 
 
-class RedisLease(Target):
-    """Reference fenced lease on Redis (one Lua script per operation, INCR epochs, server-clock expiry)."""
+class RedisScripts(Target):
+    """What every Redis backend here shares: a client, one Lua script per operation, and the error mapping.
 
-    name = "redis"
-    fenced = True
+    A subclass names its scripts (:meth:`lua_bodies`, each prefixed with
+    ``PRELUDE``) and its per-node keys (``KEY_PARTS``); this class connects,
+    loads the scripts and runs them, turning transport failures into
+    :class:`Unavailable` / :class:`Indeterminate` the same way for every
+    backend, so a fix to that mapping reaches all of them.
+    """
+
     store = "redis"
 
-    #: Lua: may this claim take the node? Only a free node or an expired lease.
-    CLAIM_GUARD: ClassVar[str] = "status == 'READY' or (status == 'RUNNING' and expires <= now)"
-    #: Lua: the new lease's epoch, strictly larger than every earlier one.
-    NEXT_EPOCH: ClassVar[str] = "redis.call('INCR', KEYS[2])"
-    #: Lua: may this commit complete the node? Only the current, unexpired holder.
-    COMMIT_GUARD: ClassVar[str] = HELD
-    #: Lua: does the protected resource accept this effect? Only at or above its fence.
-    EFFECT_GUARD: ClassVar[str] = "epoch >= fence"
+    #: Lua every script of the backend starts with
+    PRELUDE: ClassVar[str] = NOW_MS
+    #: the node's keys, in the order the scripts expect them as KEYS[1], KEYS[2], ...
+    KEY_PARTS: ClassVar[tuple[str, ...]] = ("state",)
+    #: what the node's keys start with, unless the ``prefix`` option says otherwise
+    DEFAULT_PREFIX: ClassVar[str] = "lc"
 
     def __init__(self, config: TargetConfig) -> None:
         super().__init__(config)
-        self.prefix: str = config.options.get("prefix", "lc")
+        self.prefix: str = config.options.get("prefix", self.DEFAULT_PREFIX)
         self.client = redis.Redis.from_url(
             config.url,
             socket_timeout=config.timeout_s,
@@ -165,24 +178,16 @@ class RedisLease(Target):
             protocol=2,  # RESP2: the pool then checks a pooled connection is alive before handing it out
             decode_responses=True,
         )
-        self.scripts: dict[str, Script] = {name: self.client.register_script(PRELUDE + body) for name, body in self.lua_bodies().items()}
+        self.scripts: dict[str, Script] = {name: self.client.register_script(self.PRELUDE + body) for name, body in self.lua_bodies().items()}
 
     @classmethod
+    @abstractmethod
     def lua_bodies(cls) -> dict[str, str]:
-        """Each operation's script body, with this class's rules filled in."""
-        return {
-            "add_node": ADD_NODE,
-            "claim": CLAIM.substitute(claim_guard=cls.CLAIM_GUARD, next_epoch=cls.NEXT_EPOCH),
-            "renew": RENEW,
-            "commit": COMMIT.substitute(commit_guard=cls.COMMIT_GUARD),
-            "release": RELEASE,
-            "effect": EFFECT.substitute(effect_guard=cls.EFFECT_GUARD),
-            "read": READ,
-        }
+        """Each operation's script body (without the prelude), by operation name."""
 
     def keys(self, node: str) -> list[str]:
         """The node's keys, in the order the scripts expect, all in the node's hash slot."""
-        return [f"{self.prefix}:{{{node}}}:{part}" for part in ("state", "epoch", "fence", "effects")]
+        return [f"{self.prefix}:{{{node}}}:{part}" for part in self.KEY_PARTS]
 
     def _connected(self) -> None:
         """Make sure the pool holds a live connection before anything is sent.
@@ -229,6 +234,41 @@ class RedisLease(Target):
         except (redis.ConnectionError, redis.TimeoutError) as e:
             raise Unavailable(f"redis setup: {e}") from None
 
+    def close(self) -> None:
+        self.client.close()
+
+
+class RedisLease(RedisScripts):
+    """Reference fenced lease on Redis (one Lua script per operation, INCR epochs, server-clock expiry)."""
+
+    name = "redis"
+    fenced = True
+
+    PRELUDE = FENCED_PRELUDE
+    KEY_PARTS = ("state", "epoch", "fence", "effects")
+
+    #: Lua: may this claim take the node? Only a free node or an expired lease.
+    CLAIM_GUARD: ClassVar[str] = "status == 'READY' or (status == 'RUNNING' and expires <= now)"
+    #: Lua: the new lease's epoch, strictly larger than every earlier one.
+    NEXT_EPOCH: ClassVar[str] = "redis.call('INCR', KEYS[2])"
+    #: Lua: may this commit complete the node? Only the current, unexpired holder.
+    COMMIT_GUARD: ClassVar[str] = HELD
+    #: Lua: does the protected resource accept this effect? Only at or above its fence.
+    EFFECT_GUARD: ClassVar[str] = "epoch >= fence"
+
+    @classmethod
+    def lua_bodies(cls) -> dict[str, str]:
+        """Each operation's script body, with this class's rules filled in."""
+        return {
+            "add_node": ADD_NODE,
+            "claim": CLAIM.substitute(claim_guard=cls.CLAIM_GUARD, next_epoch=cls.NEXT_EPOCH),
+            "renew": RENEW,
+            "commit": COMMIT.substitute(commit_guard=cls.COMMIT_GUARD),
+            "release": RELEASE,
+            "effect": EFFECT.substitute(effect_guard=cls.EFFECT_GUARD),
+            "read": READ,
+        }
+
     def add_node(self, node: str) -> None:
         self._run("add_node", node)
 
@@ -253,6 +293,3 @@ class RedisLease(Target):
         if status is None:
             return NodeState(READY, 0)
         return NodeState(status, int(epoch), owner if status != READY else None, result)
-
-    def close(self) -> None:
-        self.client.close()

@@ -20,10 +20,13 @@ from leasecheck.options import RunOptions, check_store, validate
 from leasecheck.targets.base import WORKLOAD_CONDITIONS, Lease, OffsetClock, Target, TargetConfig
 from leasecheck.targets.registry import TargetNotFound, TargetSpec, available, load
 
-REFERENCES = {"sqlite", "postgres", "redis"}
+REFERENCES = {"sqlite", "postgres", "redis", "redis-token"}
+#: the reference backends without a fencing token (epoch null, an opaque token per lease)
+UNFENCED = {"redis-token"}
 BROKEN = {
     "sqlite-ttl-only", "sqlite-non-atomic-claim", "postgres-fence-in-memory",
     "postgres-client-clock", "redis-queue-as-authority", "redis-no-increment",
+    "sqlite-swallowed-heartbeat", "sqlite-release-any-epoch", "sqlite-fence-at-commit", "sqlite-cached-read",
 }
 
 
@@ -33,7 +36,8 @@ def test_every_registered_backend_loads_and_declares_itself() -> None:
     for name in names:
         cls = load(name)
         assert issubclass(cls, Target) and cls.name == name and cls.store in {"sqlite", "postgres", "redis"}
-        assert cls.fenced is True
+        assert cls.fenced is (name not in UNFENCED), name
+        assert cls.effect_fence in ("lease", "token"), name
         if name in BROKEN:
             assert cls.bug and cls.expected and (cls.exposed_by or cls.exposed_by_workload), name
             assert set(cls.expected) <= set(KINDS), name
