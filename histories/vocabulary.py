@@ -79,3 +79,66 @@ STALE_KINDS: Mapping[str, AnomalyKind] = {
     "commit": "stale-commit",
     "effect": "stale-effect",
 }
+
+# ------------------------------------------------------------------ situations
+#
+# The dangerous interleavings of the protocol a run should have reached, each
+# defined on the history alone (:mod:`leasecheck.checker.coverage` counts them;
+# README "Coverage" tells them apart). A *zombie* op belongs to a lease that a
+# newer lease of its node has replaced; its phase is where the new holder was.
+# The workload reaches the first ones by itself; the last two need a fault.
+# The order of declaration is the order reports list them in.
+
+WorkloadSituation = Literal[
+    # a renew of a replaced lease, before the new holder's first effect
+    "zombie-renew-before-new-effect",
+    # a renew of a replaced lease, while the new holder has written and not ended
+    "zombie-renew-while-new-runs",
+    # a renew of a replaced lease, after the new holder committed or released
+    "zombie-renew-after-new-ends",
+    # an effect of a replaced lease, before the new holder's first effect
+    "zombie-effect-before-new-effect",
+    # an effect of a replaced lease, while the new holder has written and not ended
+    "zombie-effect-while-new-runs",
+    # an effect of a replaced lease, after the new holder committed or released
+    "zombie-effect-after-new-ends",
+    # a commit of a replaced lease, before the new holder's first effect
+    "zombie-commit-before-new-effect",
+    # a commit of a replaced lease, while the new holder has written and not ended
+    "zombie-commit-while-new-runs",
+    # a commit of a replaced lease, after the new holder committed or released
+    "zombie-commit-after-new-ends",
+    # a release of a replaced lease, before the new holder's first effect
+    "zombie-release-before-new-effect",
+    # a release of a replaced lease, while the new holder has written and not ended
+    "zombie-release-while-new-runs",
+    # a release of a replaced lease, after the new holder committed or released
+    "zombie-release-after-new-ends",
+    # a read by a replaced lease's claimer, before the new holder's first effect
+    "zombie-read-before-new-effect",
+    # a read by a replaced lease's claimer, while the new holder has written and not ended
+    "zombie-read-while-new-runs",
+    # a read by a replaced lease's claimer, after the new holder committed or released
+    "zombie-read-after-new-ends",
+    # two concurrent claims of a READY node (never granted, or its last lease released)
+    "claim-race-ready",
+    # a claim (a duplicate delivery) while a lease of the node is surely unexpired and not ended
+    "claim-while-held",
+    # a claim once the node's latest lease surely expired, never ended and with no renew pending
+    "claim-after-expiry",
+]
+FaultSituation = Literal[
+    # a lease, not ended, whose deadline falls while a store-side fault is active
+    "lease-expires-during-store-fault",
+    # a lease held by a worker whose clock a clock-bump or clock-strobe skews
+    "lease-held-by-skewed-worker",
+]
+Situation = Literal[WorkloadSituation, FaultSituation]
+
+#: every situation, in the order reports list them
+SITUATIONS: tuple[Situation, ...] = get_args(Situation)
+#: the situations every run's workload should reach by itself, whatever its faults
+WORKLOAD_SITUATIONS: tuple[WorkloadSituation, ...] = get_args(WorkloadSituation)
+#: the zombie ops' ``f``, and their phases relative to the newer lease, in the order of :data:`SITUATIONS`
+ZOMBIE_FUNCTIONS: tuple[OpName, ...] = ("renew", "effect", "commit", "release", "read")
+ZOMBIE_PHASES: tuple[str, ...] = ("before-new-effect", "while-new-runs", "after-new-ends")

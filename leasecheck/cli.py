@@ -22,7 +22,7 @@ from rich.console import Console
 
 from leasecheck.checker import DEFAULT_BUDGET, check_source
 from leasecheck.histories import HistoryError
-from leasecheck.report import console_for, print_run, print_targets, print_verdict
+from leasecheck.report import console_for, print_coverage, print_run, print_targets, print_verdict
 from leasecheck.storedir import failed_start
 from leasecheck.targets.registry import TargetNotFound, available, load
 
@@ -159,14 +159,21 @@ def main() -> None:
     "--engine", type=click.Choice(["auto", "search"]), default="auto", show_default=True,
     help="'auto' decides from the epoch order and searches only where it must; 'search' always runs the WGL search.",
 )
-def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, engine: str) -> None:
+@click.option("--coverage", "coverage_counts", is_flag=True, help="Also print how often the history reached each situation (README \"Coverage\").")
+def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, engine: str, coverage_counts: bool) -> None:
     """Check histories (files, or store directories holding history.jsonl).
 
-    Exit code: 0 valid, 1 anomalies found, 2 unknown (search budget ran out),
+    Prints the verdict, then the coverage: how many of the situations that
+    apply (the workload's, and those of the faults the header's "nemesis"
+    names) the history reached, and which never happened (--coverage: every
+    count; with --json, the "coverage" key). Coverage never changes the exit
+    code: 0 valid, 1 anomalies found, 2 unknown (search budget ran out),
     3 bad input. A run directory whose run failed before it recorded anything
     (results.json says "status": "error") is named on stderr and skipped;
     given alone, it is exit 3.
     """
+    from leasecheck.run_verdict import applicable, header_faults, history_coverage  # the catalogue: only when checking
+
     out = console_for()
     err = Console(stderr=True, highlight=False, soft_wrap=True)  # warnings name paths: never wrap them
     codes: list[int] = []
@@ -179,21 +186,26 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
             click.echo(f"{path}: a folder inside the run folder {Path(path).parent}, not a run: skipped", err=True)
             continue
         try:
-            verdict = check_source(history_path(path), budget=budget, engine=engine)  # type: ignore[arg-type]
+            history = history_path(path)
+            verdict = check_source(history, budget=budget, engine=engine)  # type: ignore[arg-type]
+            header, reached = history_coverage(history)
         except HistoryError as e:
             click.echo(str(e), err=True)
             codes.append(EXIT_BAD_INPUT)
             continue
         for w in verdict.warnings:
             err.print(f"warning: {w}")
+        wanted = applicable(header_faults(header))
         if as_json:
             obj = verdict.to_json()
             if len(paths) > 1:
                 obj = {"history": path, **obj}
+            obj["coverage"] = {"counts": reached.to_json(), "missing": reached.missing(wanted)}
             sys.stdout.buffer.write(msgspec.json.encode(obj) + b"\n")
             sys.stdout.flush()
         else:
             print_verdict(out, path, verdict, explain)
+            print_coverage(out, reached, wanted, counts=coverage_counts)
         codes.append(verdict.exit_code)
     sys.exit(_worst(codes) if codes else EXIT_BAD_INPUT)
 
@@ -242,7 +254,7 @@ def _faults(nemesis: str) -> tuple[str, ...]:
 @click.option("--nemesis", default="pause", show_default=True, help="Comma-separated faults (see `leasecheck nemeses`); 'none' for none.")
 @click.option("--nemesis-interval", type=Finite(min=0, min_open=True), default=5.0, show_default=True, help="Seconds between faults (± half, from the seed).")
 @click.option("--time-limit", type=Finite(min=0, min_open=True), default=30.0, show_default=True, help="Seconds of workload before the final phase.")
-@click.option("--evidence-wait", "evidence_wait_s", type=Finite(min=0), default=0.0, show_default=True, help="After --time-limit, go on up to this many seconds more while the run lacks what the run verdict needs (ok claim/renew/effect/commit, a contended claim, every fault started and healed).")
+@click.option("--evidence-wait", "evidence_wait_s", type=Finite(min=0), default=0.0, show_default=True, help="After --time-limit, go on up to this many seconds more while the run lacks what the run verdict needs (ok claim/renew/effect/commit, a contended claim, every fault started and healed, the situations each fault requires).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=5, show_default=True, help="Worker processes.")
 @click.option("--ttl", "ttl_ms", type=click.IntRange(min=10), default=1000, show_default=True, help="Lease duration in milliseconds.")
 @click.option("--nodes", type=click.IntRange(min=1), default=20, show_default=True, help="Nodes per run (run-N/node-I).")
@@ -254,9 +266,10 @@ def _faults(nemesis: str) -> tuple[str, ...]:
 @click.option("--store-skew", "store_skew_ms", type=Finite(min=0), default=None, help="Most the clock-store fault skews the store's clock, ms (default ttl/4; recorded as 2x in the uncertainty).")
 @click.option("--env", "environment", type=click.Choice(["local", "docker"]), default="local", show_default=True, help="Run Postgres / Redis as local processes or as Docker containers.")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the summary.")
+@click.option("--coverage", "coverage_counts", is_flag=True, help="End the summary with how often the run reached each situation (README \"Coverage\").")
 def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, time_limit: float, evidence_wait_s: float, concurrency: int,
         ttl_ms: int, nodes: int, dup_rate: float, rate: float, seed: int | None, store_dir: str,
-        clock_uncertainty_ms: float, store_skew_ms: float | None, environment: str, as_json: bool) -> None:
+        clock_uncertainty_ms: float, store_skew_ms: float | None, environment: str, as_json: bool, coverage_counts: bool) -> None:
     """Run a backend under concurrent workers and faults, record the history, check it.
 
     With no options: the SQLite reference backend (no server needed) under
@@ -294,7 +307,7 @@ def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, tim
     if as_json:
         sys.stdout.write((result.run_dir / "results.json").read_text())
     else:
-        print_run(out, result)  # with the run verdict's reason (DESIGN.md "Run verdict")
+        print_run(out, result, coverage_counts)  # with the run verdict's reason (DESIGN.md "Run verdict") and the coverage
         if result.interrupted:
             click.echo(f"interrupted by {result.interrupted} (seed {result.seed}): exit {result.exit_code}")
     sys.exit(result.exit_code)

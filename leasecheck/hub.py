@@ -23,6 +23,11 @@ from leasecheck.histories import HistoryWriter
 from leasecheck.takeovers import Phase, Takeovers
 from leasecheck.targets.base import Indeterminate, Unavailable
 
+#: share of duplicated deliveries handed to two workers at the same moment (the hub holds the
+#: first back until a second worker asks), so that two claims race for one READY node; the
+#: rest reach the next worker that asks, usually while the first holds the lease
+RACING_SHARE = 0.4
+
 
 class Deliveries:
     """An at-least-once queue of nodes, produced in runs (``run-N/node-I``).
@@ -48,6 +53,8 @@ class Deliveries:
         self.inflight: dict[str, float] = {}
         self.done: set[str] = set()
         self.runs = 0
+        #: the node whose duplicate, delivered just now, should race the original
+        self._racing: str | None = None
         self.delivered = 0
         self.duplicated = 0
         self._lock = threading.Lock()
@@ -109,10 +116,18 @@ class Deliveries:
             self.delivered += 1
             if node not in self.done:
                 self.inflight.setdefault(node, now + self.visibility_s)
+            self._racing = None
             if self.rng.random() < self.dup_rate:
                 self.duplicated += 1
                 self.ready.appendleft(node)  # the copy goes to the very next consumer
+                if self.rng.random() < RACING_SHARE:
+                    self._racing = node
             return node
+
+    def copy_waits(self, node: str) -> bool:
+        """Was ``node`` just delivered twice, the copy meant to race the original (see :data:`RACING_SHARE`)?"""
+        with self._lock:
+            return self._racing == node and bool(self.ready) and self.ready[0] == node
 
     def touch(self, node: str) -> None:
         """The node's holder is alive (an ok claim or renew): deliver it again only ``visibility_s`` from now."""
@@ -178,6 +193,9 @@ class Recorder:
         self._held_back: list[Connection] = []
         #: every node's leases as recorded: what wakes a stalled worker, and who holds a lease now
         self.takeovers = Takeovers()
+        #: a duplicated delivery held back until a second worker asks, so that both claim at once:
+        #: (conn, node, deadline)
+        self._twin: tuple[Connection, str, float] | None = None
         #: stalled workers waiting for a phase of their node: (conn, node, lease key, phase, deadline)
         self._waits: list[tuple[Connection, str, Any, Phase, float]] = []
         self._next_process = 0
@@ -226,6 +244,9 @@ class Recorder:
                     self._handle(conn)  # type: ignore[arg-type]
                 if self._waits:
                     self._wake()
+                if self._twin is not None and (self._twin[2] < time.monotonic() or self.stopping.is_set()):
+                    self._deliver(self._twin[0], self._twin[1])
+                    self._twin = None
                 if self._held_back and (self.go.is_set() or self.stopping.is_set()):
                     self._release_held_back()
         except BaseException as e:  # reported by the runner
@@ -260,6 +281,16 @@ class Recorder:
                 conn.send(answer)
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
                 self._died(s)
+
+    def _deliver(self, conn: Connection, node: str) -> None:
+        """Answer a held-back ``next`` (a worker that may have died meanwhile)."""
+        s = self.slots.get(conn)
+        if s is None or not s.alive:
+            return
+        try:
+            conn.send(node)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            self._died(s)
 
     def _handle(self, conn: Connection) -> None:
         s = self.slots[conn]
@@ -296,7 +327,18 @@ class Recorder:
             if not self.go.is_set() and not self.stopping.is_set():
                 self._held_back.append(conn)  # answered when every worker is up
                 return
-            conn.send(None if self.stopping.is_set() else self.deliveries.next())
+            if self.stopping.is_set():
+                conn.send(None)
+                return
+            node = self.deliveries.next()
+            twin = self._twin
+            if twin is not None and node == twin[1]:  # the copy: both workers get the node at once
+                self._twin = None
+                self._deliver(twin[0], node)
+            elif twin is None and node and self.deliveries.copy_waits(node):
+                self._twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
+                return
+            conn.send(node)
         elif kind == "done":
             self.deliveries.ack(msg[1])
         elif kind == "requeue":

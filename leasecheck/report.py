@@ -21,8 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from leasecheck.checker import Anomaly, Verdict
+from leasecheck.checker.coverage import Coverage
 from leasecheck.checker.explain import render_chain
-from leasecheck.histories.vocabulary import KINDS
+from leasecheck.histories.vocabulary import KINDS, SITUATIONS
 
 #: anomalies of one kind that ``check`` and ``run`` print; ``--json`` and ``--explain`` give all
 SHOWN_PER_KIND = 5
@@ -90,6 +91,35 @@ def print_verdict(
                 console.print(f"… and {more:,} more {kind}: --json or --explain for all")
 
 
+def print_coverage(console: Console, coverage: Coverage, applicable: list[str], counts: bool = False) -> None:
+    """``coverage: 16/18 situations reached; never: a, b``; with ``counts``, then each situation's count.
+
+    The counts list every situation that applies to the run or happened anyway,
+    in vocabulary order; one that applies and never happened is marked.
+    """
+    console.print(coverage.summary(applicable), highlight=False)
+    if not counts:
+        return
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_column()
+    for situation in SITUATIONS:
+        n = coverage[situation]
+        if situation in applicable or n:
+            table.add_row(situation, f"{n:,}", Text("never", style="bold yellow") if not n else "")
+    console.print(table)
+
+
+def coverage_of_results(saved: dict[str, Any]) -> tuple[Coverage, list[str]] | None:
+    """(coverage, applicable situations) from results.json's ``coverage``, or None when it has none."""
+    obj = saved.get("coverage")
+    if not isinstance(obj, dict) or not isinstance(obj.get("counts"), dict):
+        return None
+    counts = obj["counts"]
+    return Coverage({s: int(counts.get(s, 0)) for s in SITUATIONS}), [s for s in obj.get("applicable", []) if s in SITUATIONS]
+
+
 def print_targets(console: Console, rows: list[dict]) -> None:
     """The backends table of ``leasecheck targets``: references first, then broken variants."""
     table = Table(title="lease backends", title_justify="left")
@@ -116,8 +146,8 @@ def _results(run_dir: Path) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def print_run(console: Console, result: Any) -> None:
-    """The end of ``leasecheck run``: the run's figures, the verdict, and where the store is.
+def print_run(console: Console, result: Any, coverage_counts: bool = False) -> None:
+    """The end of ``leasecheck run``: the run's figures, the verdict, the coverage, and where the store is.
 
     ``ops`` is printed once, in the verdict: every op in the history (an
     invoke with its completion, or without one, which counts as ``info``),
@@ -146,3 +176,7 @@ def print_run(console: Console, result: Any) -> None:
     console.print()
     reason = saved.get("reason", getattr(result, "reason", None))
     print_verdict(console, "verdict", result.verdict, reason=reason if isinstance(reason, str) else None)
+    reached = coverage_of_results(saved)
+    if reached is not None:
+        console.print()
+        print_coverage(console, *reached, counts=coverage_counts)

@@ -8,7 +8,10 @@ faults it asked for would pass a CI gate while testing nothing. Like Jepsen's
 * an ok ``claim``, ``renew``, ``effect`` and ``commit``;
 * a contended claim: one refused ``held``, or one granted over an earlier
   lease that was neither given back (ok or info release) nor committed;
-* for every fault of ``--nemesis``, a start and a heal, as nemesis events.
+* for every fault of ``--nemesis``, a start and a heal, as nemesis events;
+* for every fault of ``--nemesis``, the situations its catalogue row says it
+  exists to bring about (``FaultKind.situations``: a ``pause`` run must show a
+  claim on an expired lease), counted by :mod:`leasecheck.checker.coverage`.
 
 Faults are told apart by the ``"fault"`` key the schedule puts in every event
 value; a history without it is read by event name alone. A killed worker cannot
@@ -19,21 +22,39 @@ by itself is replaced too, but that is no heal of a kill).
 
 :class:`Evidence` is fed raw events in file order, so the runner can watch a
 history grow (:class:`HistoryTail`) with the same code that judges it at the end.
+Coverage is a function of the whole history, so the runner recomputes it from
+the file now and then while it waits (:class:`CoverageTail`).
+
+The checker's coverage knows nothing of faults: it takes fault *windows*.
+:func:`fault_windows` makes them from the nemesis events with the catalogue:
+a store-side fault (a row needing a store server) from its start event to its
+heal event, a worker-clock fault (a row writing ``clock-skew`` events that
+needs no server: ``clock-bump``, ``clock-strobe``) likewise, with its victims.
+An event belongs to the row its ``"fault"`` names; in a history without fault
+names an event naming worker processes (integers in ``victims`` or
+``processes``) belongs to the worker-side rows of its name, any other to the
+store-side rows, and the runner's ``start`` of a replacement worker
+(``replaces``) to none.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from leasecheck.checker.coverage import Coverage, Window, coverage_source
 from leasecheck.checker.verdict import Validity
+from leasecheck.histories import Header, HistoryError
 from leasecheck.histories.format import NEMESIS, Event
-from leasecheck.nemesis.catalogue import FaultKind
+from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS
+from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Need
 
 #: the ops a run must have seen succeed at least once
 PROTOCOL_OPS = ("claim", "renew", "effect", "commit")
@@ -112,21 +133,31 @@ def fault_gaps(evidence: Evidence, kinds: Sequence[FaultKind]) -> list[str]:
     return gaps
 
 
-def gaps(evidence: Evidence, kinds: Sequence[FaultKind]) -> list[str]:
+def coverage_gaps(cov: Coverage, kinds: Sequence[FaultKind]) -> list[str]:
+    """The situations each requested fault exists for that never happened: ``"pause: claim-after-expiry never happened"``."""
+    out = []
+    for kind in kinds:
+        never = cov.missing(kind.situations)
+        if never:
+            out.append(f"{kind.name}: {', '.join(never)} never happened")
+    return out
+
+
+def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage) -> list[str]:
     """Everything the run verdict finds missing, in words; empty when the run tested the protocol."""
     missing = [f"no ok {f}" for f in PROTOCOL_OPS if not evidence.ok[f]]
     if not evidence.held and not evidence.takeovers:
         missing.append("no contended claim (none refused held, none granted over an earlier lease)")
-    return missing + fault_gaps(evidence, kinds)
+    return missing + fault_gaps(evidence, kinds) + coverage_gaps(cov, kinds)
 
 
-def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind]) -> tuple[Validity, str | None]:
-    """(validity, reason) of a run from the checker's validity and the history's evidence.
+def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage) -> tuple[Validity, str | None]:
+    """(validity, reason) of a run from the checker's validity, the history's evidence and its coverage.
 
     An anomaly wins (a vacuous but anomalous run is invalid: the anomaly is proven);
     a vacuous run is ``unknown`` with the reason naming what is missing, never valid.
     """
-    missing = gaps(evidence, kinds)
+    missing = gaps(evidence, kinds, cov)
     if checked is False:
         return False, None
     if missing:
@@ -179,3 +210,107 @@ def evidence_of(lines: Iterable[bytes]) -> Evidence:
         except msgspec.MsgspecError:
             continue
     return evidence
+
+
+# ---------------------------------------------------------------- coverage
+
+#: faults on the store's side: a lease that expires meanwhile is judged by a store that cannot answer
+STORE_FAULTS: tuple[FaultKind, ...] = tuple(kind for kind in CATALOGUE if Need.SERVER in kind.needs)
+#: faults that skew a worker's clock (not the store's)
+WORKER_CLOCK_FAULTS: tuple[FaultKind, ...] = tuple(
+    kind for kind in CATALOGUE if kind.events[0] == "clock-skew" and Need.SERVER not in kind.needs
+)
+
+
+def _processes(value: dict[str, Any]) -> frozenset[int]:
+    """The worker processes an event names (``victims``, or ``processes`` in older histories)."""
+    named = value.get("victims", value.get("processes", []))
+    return frozenset(v for v in named if type(v) is int) if isinstance(named, list) else frozenset()
+
+
+def _belongs(kind: FaultKind, value: dict[str, Any]) -> bool:
+    """Was this event (of one of ``kind``'s event names) written for ``kind``? See the module's docstring."""
+    if "fault" in value:
+        return bool(value["fault"] == kind.name)
+    if "replaces" in value:
+        return False
+    return (Need.SERVER in kind.needs) != bool(_processes(value))
+
+
+def _windows(events: Sequence[Event], kinds: Sequence[FaultKind]) -> list[Window]:
+    """Each start of one of ``kinds`` until its heal (the earliest open start of that row, with the same victims if any)."""
+    windows: list[Window] = []
+    for kind in kinds:
+        start_f, heal_f = kind.events
+        open_: list[Window] = []
+        for ev in events:
+            value = ev.value if isinstance(ev.value, dict) else {}
+            if ev.f not in (start_f, heal_f) or not _belongs(kind, value):
+                continue
+            victims = _processes(value)
+            if ev.f == start_f:
+                open_.append(Window(ev.time, None, victims))
+                continue
+            healed = next((w for w in open_ if w.victims == victims), open_[0] if open_ else None)
+            if healed is not None:
+                open_.remove(healed)
+                windows.append(Window(healed.start, ev.time, healed.victims))
+        windows.extend(open_)  # never healed: to the end of the history
+    return sorted(windows, key=lambda w: (w.start, w.until))
+
+
+def fault_windows(events: Sequence[Event]) -> tuple[list[Window], list[Window]]:
+    """(store-side fault windows, worker-clock fault windows) of a history's nemesis events."""
+    return _windows(events, STORE_FAULTS), _windows(events, WORKER_CLOCK_FAULTS)
+
+
+def history_coverage(source: str | os.PathLike[str] | Iterable[bytes | str]) -> tuple[Header, Coverage]:
+    """Read a history (a path, or lines) and count its situations; raises ``HistoryError`` on bad input."""
+    return coverage_source(source, fault_windows)
+
+
+def applicable(kinds: Sequence[FaultKind]) -> list[str]:
+    """The situations a run with these faults should reach: the workload's, and each fault's own, in vocabulary order."""
+    wanted = set(WORKLOAD_SITUATIONS) | {s for kind in kinds for s in kind.situations}
+    return [s for s in SITUATIONS if s in wanted]
+
+
+def header_faults(header: Header) -> tuple[FaultKind, ...]:
+    """The faults a history's header says its run asked for (``"nemesis"``; names this version does not know are left out)."""
+    names = header.meta.get("nemesis")
+    if not isinstance(names, list):
+        return ()
+    return tuple(FAULTS[name] for name in names if isinstance(name, str) and name in FAULTS)
+
+
+def coverage_json(cov: Coverage, kinds: Sequence[FaultKind]) -> dict[str, Any]:
+    """results.json's ``coverage``: every count, what applies to the run, what of that never happened, and why it applies."""
+    wanted = applicable(kinds)
+    return {
+        "counts": cov.to_json(),
+        "applicable": wanted,
+        "missing": cov.missing(wanted),
+        "required": {kind.name: list(kind.situations) for kind in kinds},
+    }
+
+
+class CoverageTail:
+    """A growing history's coverage, recomputed from the file at most every max(1 s, 2 × the last computation)."""
+
+    def __init__(self, path: str | os.PathLike[str], clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.coverage = Coverage()
+        self._clock = clock
+        self._due = -math.inf
+
+    def poll(self) -> Coverage:
+        """The coverage as of the last computation, recomputed first when that is due."""
+        began = self._clock()
+        if began < self._due:
+            return self.coverage
+        try:
+            _, self.coverage = history_coverage(self.path)
+        except HistoryError:
+            pass  # no header written yet: keep what was reached so far (nothing)
+        self._due = began + max(1.0, 2 * (self._clock() - began))
+        return self.coverage

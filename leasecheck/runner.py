@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.checker import Verdict, check_source
+from leasecheck.checker.coverage import Coverage
 from leasecheck.environment import Environment, prepare
 from leasecheck.final_reads import node_names, read_every_node
 from leasecheck.histories import Header, HistoryWriter
@@ -44,7 +45,7 @@ from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.options import BadOptions, RunOptions, RunResult, Timing, check_store, validate
 from leasecheck.pool import WorkerPool
 from leasecheck.run_files import CLOCKS_DIR, remove_leftovers
-from leasecheck.run_verdict import HistoryTail, gaps, run_verdict
+from leasecheck.run_verdict import CoverageTail, HistoryTail, coverage_json, gaps, history_coverage, run_verdict
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.store_network import StoreNetwork
 from leasecheck.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
@@ -151,7 +152,7 @@ class Run:
         header = Header(opts.ttl_ms, self.timing.uncertainty_ms, {
             "target": opts.target, "seed": self.seed, "nemesis": list(opts.nemesis),
             "concurrency": opts.concurrency, "store": self.target_cls.store,
-        })
+        }, effect_fence=self.target_cls.effect_fence)
         self.writer = HistoryWriter(self.run_dir / "history.jsonl", header)
         mark_latest(self.run_dir)  # only now: a run that failed to start never becomes store/latest
         self.deliveries = Deliveries(
@@ -162,7 +163,7 @@ class Run:
         self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put)
         self.pool = WorkerPool(self.spec, opts.workload, self.seed, opts.record, self.recorder, self.clocks, self.network)
         context = FaultContext(
-            ttl_ms=opts.ttl_ms, workers=self.recorder.ready, clocks=self.clocks,
+            ttl_ms=opts.ttl_ms, workers=self.recorder.ready, holders=self.recorder.takeovers.holders, clocks=self.clocks,
             network=self.network.network if self.network is not None else None,
             server=self.env.server, store_skew_ms=self.timing.store_skew_ms,
         )
@@ -222,11 +223,14 @@ class Run:
         now = time.monotonic()
         deadline, cap = now + self.opts.time_limit, now + self.opts.time_limit + self.opts.evidence_wait_s
         self.tail = HistoryTail(self.run_dir / "history.jsonl")
+        # a whole-history count, recomputed now and then; only worth it when a fault requires a situation
+        situations = CoverageTail(self.run_dir / "history.jsonl") if any(k.situations for k in self.kinds) else None
         extended = False
         while not self.interrupts.event.is_set():
             now = time.monotonic()
             if now >= deadline:
-                missing = gaps(self.tail.poll(), self.kinds) if now < cap else []
+                reached = situations.poll() if situations is not None and now < cap else Coverage()
+                missing = gaps(self.tail.poll(), self.kinds, reached) if now < cap else []
                 if not missing:
                     break
                 if not extended:
@@ -282,10 +286,12 @@ class Run:
         """Check the history, apply the run verdict, write results.json."""
         history = self.run_dir / "history.jsonl"
         reason: str | None
+        reached = Coverage()
         if self.opts.record:
             checked = check_source(history, budget=self.opts.check_budget)
             evidence = (self.tail or HistoryTail(history)).poll()
-            valid, reason = run_verdict(checked.valid, evidence, self.kinds)
+            _, reached = history_coverage(history)
+            valid, reason = run_verdict(checked.valid, evidence, self.kinds, reached)
             verdict = replace(checked, valid=valid)
         else:  # the recorder-overhead baseline: workers ran without recording, nothing to judge
             reason = "recording was off: no history to check"
@@ -296,6 +302,7 @@ class Run:
         write_json(self.run_dir / "results.json", {
             **verdict.to_json(), "reason": reason, "target": self.opts.target, "nemesis": list(self.opts.nemesis),
             "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
+            "coverage": coverage_json(reached, self.kinds),
         })
         return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
 

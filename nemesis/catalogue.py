@@ -68,6 +68,8 @@ class FaultKind:
     events: tuple[str, str]
     needs: frozenset[Need]
     factory: Factory | Lazy
+    #: the situations (``leasecheck.histories.vocabulary.SITUATIONS``) a run with this fault must reach to count
+    situations: tuple[str, ...] = ()
 
     def make(self, ctx: FaultContext, rng: random.Random) -> Fault | None:
         return self.factory(ctx, rng)
@@ -83,41 +85,45 @@ class FaultKind:
 
 
 def _row(name: str, description: str, duration: tuple[float, float], events: tuple[str, str],
-         factory: Factory | Lazy, *needs: Need) -> FaultKind:
-    return FaultKind(name, description, duration, events, frozenset(needs), factory)
+         factory: Factory | Lazy, *needs: Need, situations: tuple[str, ...] = ()) -> FaultKind:
+    return FaultKind(name, description, duration, events, frozenset(needs), factory, situations)
 
 
 _CONTAINER = "leasecheck.nemesis.container"
 S, T, D, F = Need.SERVER, Need.TOXIPROXY, Need.DOCKER, Need.FAKETIME
+#: what each family of faults exists to bring about (see the vocabulary's situations)
+EXPIRY = ("claim-after-expiry",)
+STORE_FAULT = ("lease-expires-during-store-fault",)
+SKEWED_WORKER = ("lease-held-by-skewed-worker",)
 
 #: every fault, in the order ``leasecheck nemeses`` lists them; a worker pause outlasts the ttl (the seed's GC pause)
 CATALOGUE: tuple[FaultKind, ...] = (
     _row("pause", "SIGSTOP one worker for 1.5-3 ttl (the seed's GC pause), then SIGCONT",
-         (1.5, 3.0), ("pause", "resume"), faults.make_pause),
+         (1.5, 3.0), ("pause", "resume"), faults.make_pause, situations=EXPIRY),
     _row("kill", "SIGKILL one worker; a replacement starts under a new process number",
-         (0.0, 0.0), ("kill", "start"), faults.make_kill),  # nothing to heal: the replacement starts at once
+         (0.0, 0.0), ("kill", "start"), faults.make_kill, situations=EXPIRY),  # nothing to heal: the replacement starts at once
     _row("pause-store", "SIGSTOP the store's server (Postgres, Redis) for 0.5-1.5 ttl",
-         (0.5, 1.5), ("pause", "resume"), faults.make_pause_store, S),
+         (0.5, 1.5), ("pause", "resume"), faults.make_pause_store, S, situations=STORE_FAULT),
     _row("kill-store", "SIGKILL the store's server, start it again on the same data 0.5-1.5 ttl later",
-         (0.5, 1.5), ("kill", "start"), faults.make_kill_store, S),
+         (0.5, 1.5), ("kill", "start"), faults.make_kill_store, S, situations=STORE_FAULT),
     _row("clock-bump", "step one worker's wall clock by ±2-10 ttl for 1-3 ttl (what its backend sees as now)",
-         (1.0, 3.0), ("clock-skew", "clock-reset"), clock.make_clock_bump),
+         (1.0, 3.0), ("clock-skew", "clock-reset"), clock.make_clock_bump, situations=SKEWED_WORKER),
     _row("clock-strobe", "flip one worker's wall clock between 0 and ±2-10 ttl every 10-100 ms for 1-3 ttl",
-         (1.0, 3.0), ("clock-skew", "clock-reset"), clock.make_clock_strobe),
+         (1.0, 3.0), ("clock-skew", "clock-reset"), clock.make_clock_strobe, situations=SKEWED_WORKER),
     _row("clock-store", "skew the store server's clock (libfaketime) by up to ±--store-skew for 1-2 ttl",
          (1.0, 2.0), ("clock-skew", "clock-reset"), store_clock.make_clock_store, S, F),
     _row("partition", "Toxiproxy: cut off one worker, a minority or everyone from the store (hang or refuse) for 1.5-3 ttl",
-         (1.5, 3.0), ("partition", "heal"), network.make_partition, S, T),
+         (1.5, 3.0), ("partition", "heal"), network.make_partition, S, T, situations=STORE_FAULT),
     _row("latency", "Toxiproxy: delay one worker's, a minority's or everyone's traffic by 0.2-1 ttl with jitter",
          (1.0, 2.0), ("latency", "heal"), network.make_latency, S, T),
     _row("bandwidth", "Toxiproxy: throttle one worker's, a minority's or everyone's traffic to 1-16 KB/s",
          (1.0, 2.0), ("bandwidth", "heal"), network.make_bandwidth, S, T),
     _row("docker-pause", "--env docker: docker pause the store's container for 0.5-1.5 ttl",
-         (0.5, 1.5), ("pause", "resume"), Lazy(_CONTAINER, "make_docker_pause"), S, D),
+         (0.5, 1.5), ("pause", "resume"), Lazy(_CONTAINER, "make_docker_pause"), S, D, situations=STORE_FAULT),
     _row("docker-kill", "--env docker: docker kill the store's container, start it again on the same data",
-         (0.5, 1.5), ("kill", "start"), Lazy(_CONTAINER, "make_docker_kill"), S, D),
+         (0.5, 1.5), ("kill", "start"), Lazy(_CONTAINER, "make_docker_kill"), S, D, situations=STORE_FAULT),
     _row("docker-disconnect", "--env docker: take the store's container off its network for 0.5-1.5 ttl",
-         (0.5, 1.5), ("partition", "heal"), Lazy(_CONTAINER, "make_docker_disconnect"), S, D),
+         (0.5, 1.5), ("partition", "heal"), Lazy(_CONTAINER, "make_docker_disconnect"), S, D, situations=STORE_FAULT),
 )
 
 #: the catalogue by name

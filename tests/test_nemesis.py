@@ -252,3 +252,18 @@ def test_readme_fault_table_is_the_catalogue() -> None:
     start = readme.index(table[0])
     assert readme[start : start + len(table)] == table, "README's fault table differs: paste `leasecheck nemeses --markdown`"
     assert not readme[start + len(table)].startswith("|"), "README's fault table has rows the catalogue lacks"
+
+
+def test_every_row_requires_situations_of_the_vocabulary() -> None:
+    """A run with a fault counts only if it reached what the fault exists for (README "Coverage")."""
+    from leasecheck.histories.vocabulary import SITUATIONS
+
+    for kind in CATALOGUE:
+        assert set(kind.situations) <= set(SITUATIONS), kind.name
+    store = ("pause-store", "kill-store", "partition", "docker-pause", "docker-kill", "docker-disconnect")
+    assert {kind.name: kind.situations for kind in CATALOGUE} == {
+        "pause": ("claim-after-expiry",), "kill": ("claim-after-expiry",),
+        **dict.fromkeys(store, ("lease-expires-during-store-fault",)),
+        "clock-bump": ("lease-held-by-skewed-worker",), "clock-strobe": ("lease-held-by-skewed-worker",),
+        "clock-store": (), "latency": (), "bandwidth": (),
+    }

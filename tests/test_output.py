@@ -121,3 +121,25 @@ def test_explain_prints_every_anomaly(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert sum(re.match(r"stuck-lease on \S+, ops \[", line) is not None for line in done.stdout.splitlines()) == 8
     assert "more stuck-lease" not in done.stdout
+
+
+def test_a_run_ends_with_its_coverage_and_records_it_in_results_json(tmp_path: Path) -> None:
+    """Issue 10: the summary says how many of the situations that apply the run reached, and which never happened."""
+    from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS
+
+    done = subprocess.run(
+        leasecheck("run", "--nemesis", "none", "--time-limit", "1", "--ttl", "100", "--seed", "2", "--coverage",
+                   "--store", str(tmp_path / "store")),
+        capture_output=True, text=True, env=piped_env(), timeout=180,
+    )
+    assert done.returncode in (0, 2), done.stderr[-2000:]
+    results = json.loads(next((tmp_path / "store").glob("*/*/results.json")).read_text())
+    coverage = results["coverage"]
+    assert list(coverage["counts"]) == list(SITUATIONS) and coverage["applicable"] == list(WORKLOAD_SITUATIONS)
+    assert coverage["missing"] == [s for s in WORKLOAD_SITUATIONS if not coverage["counts"][s]] and coverage["required"] == {}
+    reached = len(WORKLOAD_SITUATIONS) - len(coverage["missing"])
+    lines = done.stdout.splitlines()
+    summary = [line for line in lines if line.startswith("coverage: ")]
+    assert summary == [f"coverage: {reached}/18 situations reached" + (f"; never: {', '.join(coverage['missing'])}" if coverage["missing"] else "")]
+    for situation in WORKLOAD_SITUATIONS:  # --coverage: one line per situation with its count
+        assert any(line.split()[:2] == [situation, f"{coverage['counts'][situation]:,}"] for line in lines), situation

@@ -31,7 +31,7 @@ from leasecheck.histories import read_history
 from leasecheck.nemesis.catalogue import lookup
 from leasecheck.options import RunResult
 from leasecheck.run_files import remove_leftovers
-from leasecheck.run_verdict import evidence_of, run_verdict
+from leasecheck.run_verdict import evidence_of, history_coverage, run_verdict
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_KEYS = {"valid", "reason", "target", "nemesis", "seed", "run_dir", "interrupted"}
@@ -45,9 +45,11 @@ class History:
     def __init__(self) -> None:
         self.lines = [msgspec.json.encode({"format": "leasecheck-history", "version": 1, "ttl_ms": 100, "clock_uncertainty_ms": 1})]
         self.process = 0
+        #: added to every later event's time (ns): lets a lease expire
+        self.elapsed = 0
 
     def _event(self, **ev: Any) -> None:
-        self.lines.append(msgspec.json.encode({"index": len(self.lines) - 1, "time": len(self.lines), **ev}))
+        self.lines.append(msgspec.json.encode({"index": len(self.lines) - 1, "time": self.elapsed + len(self.lines), **ev}))
 
     def op(self, f: str, typ: str, node: str = "n", value: dict[str, Any] | None = None, result: dict[str, Any] | None = None) -> None:
         self.process += 1
@@ -66,9 +68,16 @@ class History:
         self.op("commit", "ok", value={"epoch": 1, "result": "r"})
         return self
 
+    def expiry(self) -> History:
+        """A lease left to expire (its worker paused or killed), then claimed again: a claim-after-expiry."""
+        self.op("claim", "ok", node="m", result={"epoch": 1})
+        self.elapsed += 200_000_000  # past ttl + uncertainty
+        self.op("claim", "ok", node="m", result={"epoch": 2})
+        return self
+
 
 def verdict_of(h: History, nemesis: tuple[str, ...] = (), checked: Validity = True) -> tuple[Validity, str | None]:
-    return run_verdict(checked, evidence_of(h.lines), lookup(nemesis))
+    return run_verdict(checked, evidence_of(h.lines), lookup(nemesis), history_coverage(h.lines)[1])
 
 
 def test_an_empty_history_is_unknown_naming_everything_missing() -> None:
@@ -128,7 +137,7 @@ def test_every_requested_fault_must_start_and_heal() -> None:
 def test_a_kill_is_healed_by_the_start_of_its_victims_replacement() -> None:
     """A killed worker is replaced, not healed: the catalogue's heal event for ``kill`` is ``start``,
     and only a replacement of a killed process counts (not one of a worker that crashed by itself)."""
-    h = History().protocol()
+    h = History().protocol().expiry()
     h.nemesis("kill", {"fault": "kill", "victims": [3], "pid": 1234})
     h.nemesis("start", {"victims": [9], "replaces": 7})  # a crash's replacement
     assert verdict_of(h, ("kill",))[1] == "the run did not test enough: kill never healed"
@@ -137,10 +146,25 @@ def test_a_kill_is_healed_by_the_start_of_its_victims_replacement() -> None:
 
 
 def test_histories_without_fault_names_are_read_by_event_name() -> None:
-    h = History().protocol()
+    h = History().protocol().expiry()
     h.nemesis("pause", {"victims": [1]})
     h.nemesis("resume", {"victims": [1]})
     assert verdict_of(h, ("pause",)) == (True, None)
+
+
+def test_a_fault_whose_situation_never_happened_makes_the_run_unknown() -> None:
+    """Issue 10: a run that asked for a fault but never reached what the fault exists for tested nothing of it."""
+    h = History().protocol()
+    h.nemesis("pause", {"fault": "pause-store", "victims": ["store"]})
+    h.nemesis("resume", {"fault": "pause-store", "victims": ["store"]})
+    h.nemesis("clock-skew", {"fault": "clock-bump", "victims": [1]})
+    h.nemesis("clock-reset", {"fault": "clock-bump", "victims": [1]})
+    valid, reason = verdict_of(h, ("pause-store", "clock-bump"))
+    assert valid == "unknown"
+    assert reason == ("the run did not test enough: pause-store: lease-expires-during-store-fault never happened; "
+                      "clock-bump: lease-held-by-skewed-worker never happened")
+    assert verdict_of(h, ("pause-store", "clock-bump"), checked=False) == (False, None)  # an anomaly still wins
+    assert verdict_of(h, ()) == (True, None)  # the workload's own situations never make a run unknown
 
 
 def test_an_interrupted_run_never_exits_0_and_an_anomaly_still_exits_1() -> None:

@@ -1,0 +1,431 @@
+"""Coverage of the protocol's dangerous interleavings (issue 10, part 1).
+
+Each situation gets a small hand-written history that reaches it exactly once,
+and near misses that reach it zero times: the op one nanosecond on the wrong
+side of each bound, an op while the new holder's end is in flight. Then the
+plumbing: the catalogue's required situations, the run verdict naming the
+missing ones, ``check --json`` and the corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from leasecheck.checker.coverage import Coverage
+from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS, ZOMBIE_FUNCTIONS, ZOMBIE_PHASES
+from leasecheck.nemesis.catalogue import CATALOGUE, lookup
+from leasecheck.run_verdict import CoverageTail, applicable, coverage_gaps, coverage_json, history_coverage
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "histories" / "examples"
+MS = 1_000_000
+#: the histories' ttl and clock uncertainty, ms
+TTL, UNCERTAINTY = 100, 10
+ZOMBIES = [f"zombie-{f}-{phase}" for f in ZOMBIE_FUNCTIONS for phase in ZOMBIE_PHASES]
+
+
+class History:
+    """A history written by hand: each op at the times given (ns), events sorted by time on the way out."""
+
+    def __init__(self, ttl_ms: float = TTL, uncertainty_ms: float = UNCERTAINTY, **meta: Any) -> None:
+        self.header = {"format": "leasecheck-history", "version": 1, "ttl_ms": ttl_ms, "clock_uncertainty_ms": uncertainty_ms, **meta}
+        self.events: list[tuple[int, int, dict[str, Any]]] = []
+
+    def _add(self, t: int, ev: dict[str, Any]) -> None:
+        self.events.append((t, len(self.events), ev))
+
+    def op(self, process: int, f: str, start: int, end: int | None, typ: str = "ok", value: dict[str, Any] | None = None,
+           result: dict[str, Any] | None = None, node: str = "n") -> History:
+        """One op invoked at ``start`` and completed ``typ`` at ``end`` (None: never completed)."""
+        self._add(start, {"process": process, "type": "invoke", "f": f, "node": node, "value": value or {}})
+        if end is not None:
+            self._add(end, {"process": process, "type": typ, "f": f, "node": node, "value": result or {}})
+        return self
+
+    def claim(self, process: int, start: int, end: int | None, epoch: int | None = None, token: str | None = None,
+              typ: str = "ok", node: str = "n") -> History:
+        result = {"epoch": epoch, "token": token} if typ == "ok" else ({"reason": "held"} if typ == "fail" else {})
+        return self.op(process, "claim", start, end, typ, {"owner": f"w{process}"}, result, node)
+
+    def of(self, process: int, f: str, start: int, end: int | None, epoch: int | None, typ: str = "ok",
+           token: str | None = None, node: str = "n") -> History:
+        """An op of the lease ``epoch`` (or ``token``): renew, effect, commit, release; or a read."""
+        value: dict[str, Any] = {} if f == "read" else {"epoch": epoch, "token": token}
+        result: dict[str, Any] = {"reason": "stale"} if typ == "fail" else {}
+        if f == "read" and typ == "ok":
+            result = {"status": "RUNNING", "epoch": epoch}
+        return self.op(process, f, start, end, typ, value, result, node)
+
+    def nemesis(self, t: int, f: str, **value: Any) -> History:
+        self._add(t, {"process": "nemesis", "type": "info", "f": f, "value": value})
+        return self
+
+    def lines(self) -> list[bytes]:
+        out = [msgspec.json.encode(self.header)]
+        for i, (t, _, ev) in enumerate(sorted(self.events, key=lambda e: (e[0], e[1]))):
+            out.append(msgspec.json.encode({"index": i, "time": t, **ev}))
+        return out
+
+    def coverage(self) -> Coverage:
+        return history_coverage(self.lines())[1]
+
+    def write(self, path: Path) -> Path:
+        path.write_bytes(b"\n".join(self.lines()) + b"\n")
+        return path
+
+
+def zombie_counts(h: History) -> dict[str, int]:
+    cov = h.coverage()
+    return {s: cov[s] for s in ZOMBIES if cov[s]}
+
+
+# ---------------------------------------------------------------- zombies
+
+
+def takeover(new_effect: int | None = None, new_end: tuple[str, int, int | None, str] | None = None) -> History:
+    """Lease 1 (process 1) granted at 1 ms, lease 2 (process 2) granted at 201 ms; then lease 2's effect and end."""
+    h = History().claim(1, 0, 1 * MS, epoch=1).claim(2, 200 * MS, 201 * MS, epoch=2)
+    if new_effect is not None:
+        h.of(2, "effect", new_effect, new_effect + MS, 2)
+    if new_end is not None:
+        f, start, end, typ = new_end
+        h.of(2, f, start, end, 2, typ)
+    return h
+
+
+@pytest.mark.parametrize("f", ZOMBIE_FUNCTIONS)
+def test_a_zombie_op_in_each_phase_counts_once(f: str) -> None:
+    before = takeover().of(1, f, 202 * MS, 203 * MS, 1)
+    assert zombie_counts(before) == {f"zombie-{f}-before-new-effect": 1}
+    running = takeover(new_effect=210 * MS).of(1, f, 220 * MS, 221 * MS, 1)
+    assert zombie_counts(running) == {f"zombie-{f}-while-new-runs": 1}
+    for end in ("commit", "release"):
+        ended = takeover(new_effect=210 * MS, new_end=(end, 230 * MS, 231 * MS, "ok")).of(1, f, 240 * MS, 241 * MS, 1)
+        assert zombie_counts(ended) == {f"zombie-{f}-after-new-ends": 1}
+
+
+@pytest.mark.parametrize("typ", ["ok", "fail", "info", None])
+def test_every_zombie_op_counts_whatever_its_outcome(typ: str | None) -> None:
+    h = takeover().of(1, "commit", 202 * MS, None if typ is None else 203 * MS, 1, typ or "info")
+    assert zombie_counts(h) == {"zombie-commit-before-new-effect": 1}
+
+
+def test_an_op_invoked_when_the_newer_claim_completes_is_no_zombie() -> None:
+    assert zombie_counts(takeover().of(1, "renew", 201 * MS, 202 * MS, 1)) == {}
+    assert zombie_counts(takeover().of(1, "renew", 201 * MS + 1, 202 * MS, 1)) == {"zombie-renew-before-new-effect": 1}
+
+
+def test_the_new_holders_effect_must_be_invoked_before_the_zombie_op() -> None:
+    same_time = takeover(new_effect=220 * MS).of(1, "effect", 220 * MS, 221 * MS, 1)
+    assert zombie_counts(same_time) == {"zombie-effect-before-new-effect": 1}
+    one_ns_later = takeover(new_effect=220 * MS).of(1, "effect", 220 * MS + 1, 221 * MS, 1)
+    assert zombie_counts(one_ns_later) == {"zombie-effect-while-new-runs": 1}
+
+
+def test_an_op_while_the_new_holders_end_is_in_flight_counts_in_no_phase() -> None:
+    in_flight = takeover(new_effect=210 * MS, new_end=("commit", 230 * MS, 250 * MS, "ok"))
+    assert zombie_counts(in_flight.of(1, "commit", 240 * MS, 241 * MS, 1)) == {}
+    at_completion = takeover(new_effect=210 * MS, new_end=("commit", 230 * MS, 250 * MS, "ok"))
+    assert zombie_counts(at_completion.of(1, "commit", 250 * MS, 251 * MS, 1)) == {}
+    after = takeover(new_effect=210 * MS, new_end=("commit", 230 * MS, 250 * MS, "ok"))
+    assert zombie_counts(after.of(1, "commit", 250 * MS + 1, 251 * MS, 1)) == {"zombie-commit-after-new-ends": 1}
+    refused = takeover(new_effect=210 * MS, new_end=("release", 230 * MS, 231 * MS, "fail"))
+    assert zombie_counts(refused.of(1, "renew", 240 * MS, 241 * MS, 1)) == {}
+
+
+def test_the_newest_of_several_newer_leases_sets_the_phase() -> None:
+    h = takeover(new_effect=210 * MS, new_end=("commit", 230 * MS, 231 * MS, "ok"))
+    h.claim(3, 300 * MS, 301 * MS, epoch=3)  # granted after lease 2 committed (a broken store; coverage does not judge)
+    assert zombie_counts(h.of(1, "effect", 310 * MS, 311 * MS, 1)) == {"zombie-effect-before-new-effect": 1}
+
+
+def test_only_the_claimers_own_read_is_a_zombie_read() -> None:
+    assert zombie_counts(takeover().of(1, "read", 202 * MS, 203 * MS, None)) == {"zombie-read-before-new-effect": 1}
+    assert zombie_counts(takeover().of(3, "read", 202 * MS, 203 * MS, None)) == {}
+    assert zombie_counts(takeover().of(2, "read", 202 * MS, 203 * MS, None)) == {}  # the new holder's: the newest lease
+
+
+def test_an_op_of_the_newest_lease_is_no_zombie() -> None:
+    assert zombie_counts(takeover().of(2, "effect", 202 * MS, 203 * MS, 2)) == {}
+
+
+def test_unfenced_leases_are_newer_by_grant_order_and_token() -> None:
+    def unfenced(second_invoke: int, token: str) -> History:
+        h = History().claim(1, 0, 10 * MS, token="a").claim(2, second_invoke, 201 * MS, token=token)
+        return h.of(1, "commit", 202 * MS, 203 * MS, None, token="a")
+
+    assert zombie_counts(unfenced(200 * MS, "b")) == {"zombie-commit-before-new-effect": 1}
+    assert zombie_counts(unfenced(10 * MS, "b")) == {}  # invoked when lease "a" was granted: not after it
+    assert zombie_counts(unfenced(10 * MS + 1, "b")) == {"zombie-commit-before-new-effect": 1}
+    assert zombie_counts(unfenced(200 * MS, "a")) == {}  # the same token
+
+
+# ---------------------------------------------------------------- claims
+
+
+def test_two_claims_racing_for_a_ready_node() -> None:
+    assert History().claim(1, 0, 10 * MS, epoch=1).claim(2, 5 * MS, 12 * MS, typ="fail").coverage()["claim-race-ready"] == 1
+    # the second invoked when the first completed: not concurrent
+    assert History().claim(1, 0, 10 * MS, epoch=1).claim(2, 10 * MS, 12 * MS, typ="fail").coverage()["claim-race-ready"] == 0
+    # three at once: each later claim once
+    three = History().claim(1, 0, 10 * MS, epoch=1).claim(2, 1, 10 * MS, typ="fail").claim(3, 2, None, typ="info")
+    assert three.coverage()["claim-race-ready"] == 2
+
+
+def ready_again(release_done: int, release: str = "ok") -> History:
+    """Lease 1 granted, released (ok at ``release_done``), then two claims racing from 300 ms."""
+    h = History().claim(1, 0, MS, epoch=1).of(1, "release", 250 * MS, release_done, 1, release)
+    return h.claim(2, 300 * MS, 310 * MS, epoch=2).claim(3, 305 * MS, 311 * MS, typ="fail")
+
+
+def test_a_node_is_ready_again_only_once_its_lease_was_released() -> None:
+    assert ready_again(251 * MS).coverage()["claim-race-ready"] == 1
+    assert ready_again(300 * MS).coverage()["claim-race-ready"] == 0  # released when the first claim was invoked
+    assert ready_again(251 * MS, "fail").coverage()["claim-race-ready"] == 0
+    held = History().claim(1, 0, MS, epoch=1).claim(2, 300 * MS, 310 * MS, epoch=2).claim(3, 305 * MS, 311 * MS, typ="fail")
+    assert held.coverage()["claim-race-ready"] == 0
+
+
+def held(claim_at: int, *ops: tuple[str, int, int | None, str]) -> int:
+    """claim-while-held of a claim at ``claim_at``; lease 1 granted at 1 ms (invoked at 0), with ``ops`` of it."""
+    h = History().claim(1, 0, MS, epoch=1)
+    for f, start, end, typ in ops:
+        h.of(1, f, start, end, 1, typ)
+    return h.claim(2, claim_at, claim_at + MS, typ="fail").coverage()["claim-while-held"]
+
+
+def test_a_claim_while_a_lease_is_surely_held() -> None:
+    bound = (TTL - UNCERTAINTY) * MS  # T = 0 (the claim's invoke)
+    assert held(bound - 1) == 1
+    assert held(bound) == 0
+    assert held(MS // 2) == 0  # the lease not yet granted
+
+
+def test_a_renew_extends_the_held_window_from_its_invoke_once_it_completed() -> None:
+    assert held(100 * MS, ("renew", 50 * MS, 99 * MS, "ok")) == 1  # T = 50 ms: held until 140 ms
+    assert held(140 * MS, ("renew", 50 * MS, 99 * MS, "ok")) == 0
+    assert held(100 * MS, ("renew", 50 * MS, 100 * MS, "ok")) == 0  # completed at the claim's invoke: not before
+    assert held(100 * MS, ("renew", 50 * MS, 60 * MS, "fail")) == 0
+
+
+def test_a_lease_whose_end_was_invoked_is_not_held() -> None:
+    assert held(40 * MS, ("release", 30 * MS, 31 * MS, "fail")) == 0
+    assert held(40 * MS, ("release", 40 * MS, 41 * MS, "ok")) == 1  # invoked at the claim's invoke: not before
+
+
+def after_expiry(claim_at: int, *ops: tuple[str, int, int | None, str]) -> int:
+    """claim-after-expiry of a claim at ``claim_at``; lease 1 granted at 1 ms, with ``ops`` of it."""
+    h = History().claim(1, 0, MS, epoch=1)
+    for f, start, end, typ in ops:
+        h.of(1, f, start, end, 1, typ)
+    return h.claim(2, claim_at, claim_at + MS, epoch=2).coverage()["claim-after-expiry"]
+
+
+def test_a_claim_on_a_lease_that_surely_expired() -> None:
+    bound = (1 + TTL + UNCERTAINTY) * MS  # G = 1 ms
+    assert after_expiry(bound + 1) == 1
+    assert after_expiry(bound) == 0
+
+
+def test_an_ok_renew_moves_the_expiry_and_a_pending_one_rules_it_out() -> None:
+    assert after_expiry(162 * MS, ("renew", 50 * MS, 52 * MS, "ok")) == 0  # G = 52 ms
+    assert after_expiry(162 * MS + 1, ("renew", 50 * MS, 52 * MS, "ok")) == 1
+    assert after_expiry(112 * MS, ("renew", 50 * MS, 51 * MS, "fail")) == 1
+    assert after_expiry(180 * MS, ("renew", 150 * MS, 200 * MS, "fail")) == 0  # in flight at the claim
+    assert after_expiry(180 * MS, ("renew", 150 * MS, 180 * MS, "fail")) == 0  # completes at the claim's invoke
+    assert after_expiry(300 * MS, ("renew", 50 * MS, 60 * MS, "info")) == 0  # may take effect at any time
+
+
+def test_a_claim_after_the_lease_ended_is_not_after_expiry() -> None:
+    assert after_expiry(300 * MS, ("release", 50 * MS, 51 * MS, "fail")) == 0
+    assert after_expiry(300 * MS, ("commit", 300 * MS, 301 * MS, "ok")) == 1  # invoked with the claim: not before
+
+
+# ---------------------------------------------------------------- faults
+
+
+def store_fault(*nemesis: tuple[int, str, dict[str, Any]], renew: tuple[int, int] | None = None,
+                end_at: int | None = None) -> int:
+    """lease-expires-during-store-fault of lease 1 (granted at 1 ms: deadline 101 ms), with ``nemesis`` events."""
+    h = History().claim(1, 0, MS, epoch=1)
+    if renew is not None:
+        h.of(1, "renew", renew[0], renew[1], 1)
+    if end_at is not None:
+        h.of(1, "commit", end_at, end_at + MS, 1)
+    for t, f, value in nemesis:
+        h.nemesis(t, f, **value)
+    return h.coverage()["lease-expires-during-store-fault"]
+
+
+def pause_store(start: int, heal: int | None) -> list[tuple[int, str, dict[str, Any]]]:
+    events = [(start, "pause", {"fault": "pause-store", "victims": ["store"]})]
+    return events + ([(heal, "resume", {"fault": "pause-store", "victims": ["store"]})] if heal is not None else [])
+
+
+def test_a_lease_that_expires_while_the_store_is_paused() -> None:
+    deadline = 101 * MS
+    assert store_fault(*pause_store(90 * MS, 150 * MS)) == 1
+    assert store_fault(*pause_store(90 * MS, None)) == 1  # never healed: to the end
+    assert store_fault(*pause_store(deadline, 150 * MS)) == 0
+    assert store_fault(*pause_store(deadline - 1, 150 * MS)) == 1
+    assert store_fault(*pause_store(90 * MS, deadline)) == 0
+    assert store_fault(*pause_store(90 * MS, deadline + 1)) == 1
+
+
+def test_the_deadline_counts_renews_completed_before_it() -> None:
+    assert store_fault(*pause_store(90 * MS, 120 * MS), renew=(40 * MS, 50 * MS)) == 0  # deadline 150 ms
+    assert store_fault(*pause_store(140 * MS, 160 * MS), renew=(40 * MS, 50 * MS)) == 1
+    assert store_fault(*pause_store(90 * MS, 120 * MS), renew=(60 * MS, 101 * MS)) == 1  # completed at the deadline: too late
+
+
+def test_a_lease_ended_before_its_deadline_does_not_expire() -> None:
+    assert store_fault(*pause_store(90 * MS, 150 * MS), end_at=100 * MS) == 0
+    assert store_fault(*pause_store(90 * MS, 150 * MS), end_at=101 * MS) == 1
+
+
+def test_only_store_side_faults_count_and_each_lease_once() -> None:
+    worker_pause = [(90 * MS, "pause", {"fault": "pause", "victims": [1]}), (150 * MS, "resume", {"fault": "pause", "victims": [1]})]
+    assert store_fault(*worker_pause) == 0
+    latency = [(90 * MS, "latency", {"fault": "latency"}), (150 * MS, "heal", {"fault": "latency"})]
+    assert store_fault(*latency) == 1  # a store-side fault (it needs a store server), though no fault requires it
+    assert store_fault(*pause_store(90 * MS, 150 * MS), *pause_store(95 * MS, 140 * MS)) == 1
+
+
+def test_a_worker_replacement_never_heals_a_store_kill() -> None:
+    kill = [(90 * MS, "kill", {"fault": "kill-store", "victims": ["store"]}),
+            (95 * MS, "start", {"victims": [9], "replaces": 3}),
+            (150 * MS, "start", {"fault": "kill-store", "victims": ["store"]})]
+    assert store_fault(*kill) == 1
+
+
+def test_histories_without_fault_names_tell_store_faults_by_their_victims() -> None:
+    legacy_store = [(90 * MS, "kill", {"targets": ["store"]}), (150 * MS, "start", {"targets": ["store"]})]
+    assert store_fault(*legacy_store) == 1
+    legacy_worker = [(90 * MS, "pause", {"processes": [1]}), (150 * MS, "resume", {"processes": [1]})]
+    assert store_fault(*legacy_worker) == 0
+
+
+def skewed(*nemesis: tuple[int, str, dict[str, Any]]) -> int:
+    """lease-held-by-skewed-worker: lease 1 of process 1, granted at 1 ms, committed at 50 ms."""
+    h = History().claim(1, 0, MS, epoch=1).of(1, "commit", 50 * MS, 51 * MS, 1)
+    for t, f, value in nemesis:
+        h.nemesis(t, f, **value)
+    return h.coverage()["lease-held-by-skewed-worker"]
+
+
+def clock(fault: str, start: int, reset: int | None, victims: list[Any]) -> list[tuple[int, str, dict[str, Any]]]:
+    events = [(start, "clock-skew", {"fault": fault, "victims": victims, "delta_ms": 500})]
+    return events + ([(reset, "clock-reset", {"fault": fault, "victims": victims})] if reset is not None else [])
+
+
+@pytest.mark.parametrize("fault", ["clock-bump", "clock-strobe"])
+def test_a_lease_held_by_a_worker_whose_clock_is_skewed(fault: str) -> None:
+    assert skewed(*clock(fault, 40 * MS, 200 * MS, [1])) == 1
+    assert skewed(*clock(fault, 40 * MS, None, [1])) == 1
+    assert skewed(*clock(fault, 49 * MS, 200 * MS, [1])) == 1
+    assert skewed(*clock(fault, 50 * MS, 200 * MS, [1])) == 0  # skewed from the commit's invoke on: ended
+    assert skewed(*clock(fault, 0, MS, [1])) == 0  # reset when the claim completed: never held while skewed
+    assert skewed(*clock(fault, 0, MS + 1, [1])) == 1
+    assert skewed(*clock(fault, 40 * MS, 200 * MS, [2])) == 0  # another worker
+    assert skewed(*clock(fault, 10 * MS, 20 * MS, [1]), *clock(fault, 30 * MS, 45 * MS, [1])) == 1  # each lease once
+
+
+def test_a_store_clock_skew_is_not_a_skewed_worker() -> None:
+    assert skewed(*clock("clock-store", 40 * MS, 200 * MS, ["store"])) == 0
+
+
+# ---------------------------------------------------------------- the whole
+
+
+def test_the_vocabulary_and_the_catalogue_agree() -> None:
+    assert SITUATIONS[:15] == tuple(ZOMBIES) and len(WORKLOAD_SITUATIONS) == 18
+    assert SITUATIONS[18:] == ("lease-expires-during-store-fault", "lease-held-by-skewed-worker")
+    for kind in CATALOGUE:
+        assert set(kind.situations) <= set(SITUATIONS), kind.name
+    assert applicable(lookup(["pause", "partition"])) == [*WORKLOAD_SITUATIONS, "lease-expires-during-store-fault"]
+    assert applicable(()) == list(WORKLOAD_SITUATIONS)
+
+
+def test_coverage_helpers() -> None:
+    h = takeover().of(1, "commit", 202 * MS, 203 * MS, 1)
+    cov = h.coverage()
+    assert cov.reached == ("zombie-commit-before-new-effect", "claim-after-expiry")
+    assert cov.missing(["claim-after-expiry", "claim-race-ready"]) == ["claim-race-ready"]
+    assert cov.summary(WORKLOAD_SITUATIONS).startswith("coverage: 2/18 situations reached; never: zombie-renew-before-new-effect, ")
+    assert Coverage().summary(["claim-race-ready"]) == "coverage: 0/1 situations reached; never: claim-race-ready"
+    assert cov.summary(["claim-after-expiry"]) == "coverage: 1/1 situations reached"
+    obj = coverage_json(cov, lookup(["pause", "latency"]))
+    assert list(obj["counts"]) == list(SITUATIONS) and obj["counts"]["claim-after-expiry"] == 1
+    assert obj["applicable"] == list(WORKLOAD_SITUATIONS) and obj["required"] == {"pause": ["claim-after-expiry"], "latency": []}
+    assert "claim-after-expiry" not in obj["missing"] and "claim-race-ready" in obj["missing"]
+
+
+def test_a_fault_whose_situation_never_happened_is_named() -> None:
+    cov = History().claim(1, 0, MS, epoch=1).coverage()
+    assert coverage_gaps(cov, lookup(["pause", "latency", "pause-store"])) == [
+        "pause: claim-after-expiry never happened",
+        "pause-store: lease-expires-during-store-fault never happened",
+    ]
+    assert coverage_gaps(takeover().coverage(), lookup(["pause"])) == []
+
+
+def test_coverage_of_a_growing_history_is_recomputed_at_most_every_second_or_twice_its_cost(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    now = [0.0]
+    tail = CoverageTail(path, clock=lambda: now[0])
+    assert tail.poll() == Coverage()  # no file yet
+    History().claim(1, 0, MS, epoch=1).write(path)
+    now[0] = 0.5
+    assert tail.poll()["claim-after-expiry"] == 0  # the last computation (at 0 s) is less than 1 s old
+    now[0] = 1.0
+    assert tail.poll()["claim-after-expiry"] == 0  # the lease has not expired yet
+    takeover().write(path)
+    now[0] = 1.9
+    assert tail.poll()["claim-after-expiry"] == 0
+    now[0] = 2.0
+    assert tail.poll()["claim-after-expiry"] == 1
+
+    readings = iter([10.0, 13.0, 15.0, 16.0, 16.5])  # a computation that takes 3 s, then one that takes 0.5 s
+    tail = CoverageTail(path, clock=lambda: next(readings))
+    assert tail.poll()["claim-after-expiry"] == 1  # from 10 s to 13 s: due again at 10 + 2 × 3 = 16 s
+    History().claim(1, 0, MS, epoch=1).write(path)
+    assert tail.poll()["claim-after-expiry"] == 1  # at 15 s: the old count
+    assert tail.poll()["claim-after-expiry"] == 0  # at 16 s: recomputed
+
+
+def test_check_json_carries_the_coverage(tmp_path: Path) -> None:
+    path = takeover().of(1, "commit", 202 * MS, 203 * MS, 1).write(tmp_path / "h.jsonl")
+    done = subprocess.run([sys.executable, "-m", "leasecheck", "check", "--json", str(path)], capture_output=True, text=True, timeout=120)
+    obj = json.loads(done.stdout)
+    assert done.returncode == 1 and obj["valid"] is False  # the zombie's commit was accepted: stale-commit
+    assert obj["coverage"]["counts"]["zombie-commit-before-new-effect"] == 1
+    assert list(obj["coverage"]["counts"]) == list(SITUATIONS)
+    assert obj["coverage"]["missing"] == [s for s in WORKLOAD_SITUATIONS if s not in ("zombie-commit-before-new-effect", "claim-after-expiry")]
+
+
+def test_check_names_what_the_headers_faults_required(tmp_path: Path) -> None:
+    h = History(nemesis=["pause-store", "no-such-fault"]).claim(1, 0, MS, epoch=1)
+    path = h.write(tmp_path / "h.jsonl")
+    done = subprocess.run([sys.executable, "-m", "leasecheck", "check", "--coverage", str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "coverage: 0/19 situations reached; never: zombie-renew-before-new-effect, " in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1].split() == ["lease-expires-during-store-fault", "0", "never"]
+    assert "lease-held-by-skewed-worker" not in done.stdout
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.jsonl")))
+def test_check_of_every_example_prints_its_coverage(name: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "leasecheck", "check", str(EXAMPLES / name)], capture_output=True, text=True, timeout=120)
+    if name.startswith("bad-input-"):
+        assert done.returncode == 3 and done.stderr.count("\n") == 1, done.stderr
+        return
+    assert done.returncode in (0, 1, 2) and "Traceback" not in done.stderr, done.stderr
+    assert "coverage: " in done.stdout and "situations reached" in done.stdout
+
