@@ -45,7 +45,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 #: reference backends and the faults they run under here (no Toxiproxy or libfaketime needed)
-REFERENCES = {"sqlite": ("pause", "kill"), "postgres": ("pause", "kill", "kill-store"), "redis": ("pause", "kill", "pause-store")}
+REFERENCES = {
+    "sqlite": ("pause", "kill"), "postgres": ("pause", "kill", "kill-store"), "redis": ("pause", "kill", "pause-store"),
+    "redis-token": ("pause", "kill"),
+}
 
 DUPLICATE_DELIVERY = "duplicate-delivery"
 

@@ -10,16 +10,16 @@ what it found.
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Any, Literal
 
+from leasecheck.checker.coverage import WindowsOf, coverage
 from leasecheck.checker.findings import Engine, Findings, NodeHistory
 from leasecheck.checker.linearizability import decide_node, is_fenced
+from leasecheck.checker.memory import no_gc
 from leasecheck.checker.table import CHECKS
 from leasecheck.checker.verdict import Validity, Verdict
 from leasecheck.histories import Header, HistoryReader, Op
@@ -27,18 +27,6 @@ from leasecheck.histories.vocabulary import KINDS
 
 #: default time budget (seconds) for all linearizability searches of one history
 DEFAULT_BUDGET = 60.0
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """Millions of small acyclic objects: the cyclic GC would only rescan them."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def linearizable(header: Header, ops: list[Op], engine: Literal["fast", "search"] = "fast", budget: float | None = None) -> bool | None:
@@ -62,7 +50,7 @@ def check(
     engine: Engine = "auto",
 ) -> Verdict:
     """Check a history's ops (any order) and return the verdict of DESIGN.md."""
-    with _no_gc():
+    with no_gc():
         by_node: dict[str, list[Op]] = defaultdict(list)
         types: Counter[str] = Counter()
         for op in ops:
@@ -112,11 +100,24 @@ def check_source(
     budget: float | None = DEFAULT_BUDGET,
     engine: Engine = "auto",
     name: str | None = None,
+    windows: WindowsOf | None = None,
 ) -> Verdict:
-    """Read and check one history (a path, or lines). Raises ``HistoryError`` on bad input."""
-    with _no_gc():
+    """Read and check one history (a path, or lines). Raises ``HistoryError`` on bad input.
+
+    With ``windows`` (what makes the fault windows of its nemesis events: the
+    catalogue's business, so the caller's), the verdict also carries the
+    history's coverage, counted on the same ops: one read of the file, not two.
+    """
+    with no_gc():
         reader = HistoryReader(source, name)
-        verdict = check(reader.header, reader.ops(), budget=budget, engine=engine)
+        if windows is None:
+            verdict = check(reader.header, reader.ops(), budget=budget, engine=engine)
+        else:
+            ops = list(reader.ops())
+            verdict = check(reader.header, ops, budget=budget, engine=engine)
+            store, skewed = windows(reader.nemesis)
+            verdict.coverage = coverage(reader.header, ops, store, skewed)
+    verdict.header = reader.header
     verdict.warnings.extend(reader.warnings)
     verdict.stats["events"] = reader.events
     verdict.stats["nemesis_events"] = len(reader.nemesis)

@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from leasecheck.checker.core import _no_gc
+from leasecheck.checker.memory import no_gc
 from leasecheck.histories import Header, HistoryReader, Op
 from leasecheck.histories.format import Event
 from leasecheck.histories.vocabulary import EPOCH_CARRIERS, SITUATIONS, ZOMBIE_FUNCTIONS, ZOMBIE_PHASES, Situation
@@ -354,7 +354,7 @@ def coverage(header: Header, ops: Iterable[Op], store_faults: Sequence[Window] =
     ttl = header.ttl_ms * NS_PER_MS
     uncertainty = header.clock_uncertainty_ms * NS_PER_MS
     counts: Counter[str] = Counter()
-    with _no_gc():
+    with no_gc():
         for nops in by_node.values():
             node = _Node(nops)
             _zombies(node, counts)
@@ -373,7 +373,7 @@ def coverage_source(source: str | os.PathLike[str] | Iterable[bytes | str], wind
     ``windows`` makes the fault windows from the nemesis events (the
     catalogue knows which events are which: ``leasecheck.run_verdict.fault_windows``).
     """
-    with _no_gc():
+    with no_gc():
         reader = HistoryReader(source)
         ops = list(reader.ops())
         store, skewed = windows(reader.nemesis)

@@ -6,7 +6,11 @@ The anomaly kinds it may name are declared in :mod:`leasecheck.histories.vocabul
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from leasecheck.checker.coverage import Coverage
+    from leasecheck.histories import Header
 
 Validity = bool | Literal["unknown"]
 
@@ -40,6 +44,10 @@ class Verdict:
     unknown_nodes: list[str] = field(default_factory=list)
     #: every op an anomaly cites, by index, for ``--explain`` (not part of the JSON)
     cited: dict[int, Any] = field(default_factory=dict, repr=False)
+    #: the history's header, when read from a file or lines (not part of the JSON)
+    header: Header | None = field(default=None, repr=False)
+    #: the history's coverage, when asked for (:func:`leasecheck.checker.core.check_source`'s ``windows``)
+    coverage: Coverage | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -172,7 +172,7 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
     (results.json says "status": "error") is named on stderr and skipped;
     given alone, it is exit 3.
     """
-    from leasecheck.run_verdict import applicable, header_faults, history_coverage  # the catalogue: only when checking
+    from leasecheck.run_verdict import applicable, fault_windows, header_faults  # the catalogue: only when checking
 
     out = console_for()
     err = Console(stderr=True, highlight=False, soft_wrap=True)  # warnings name paths: never wrap them
@@ -187,14 +187,15 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
             continue
         try:
             history = history_path(path)
-            verdict = check_source(history, budget=budget, engine=engine)  # type: ignore[arg-type]
-            header, reached = history_coverage(history)
+            verdict = check_source(history, budget=budget, engine=engine, windows=fault_windows)  # type: ignore[arg-type]
         except HistoryError as e:
             click.echo(str(e), err=True)
             codes.append(EXIT_BAD_INPUT)
             continue
         for w in verdict.warnings:
             err.print(f"warning: {w}")
+        assert verdict.header is not None and verdict.coverage is not None  # read from a file, with windows
+        header, reached = verdict.header, verdict.coverage
         wanted = applicable(header_faults(header))
         if as_json:
             obj = verdict.to_json()

@@ -45,7 +45,7 @@ from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.options import BadOptions, RunOptions, RunResult, Timing, check_store, validate
 from leasecheck.pool import WorkerPool
 from leasecheck.run_files import CLOCKS_DIR, remove_leftovers
-from leasecheck.run_verdict import CoverageTail, HistoryTail, coverage_json, gaps, history_coverage, run_verdict
+from leasecheck.run_verdict import CoverageTail, HistoryTail, coverage_json, fault_windows, gaps, run_verdict
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.store_network import StoreNetwork
 from leasecheck.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
@@ -288,9 +288,9 @@ class Run:
         reason: str | None
         reached = Coverage()
         if self.opts.record:
-            checked = check_source(history, budget=self.opts.check_budget)
+            checked = check_source(history, budget=self.opts.check_budget, windows=fault_windows)
             evidence = (self.tail or HistoryTail(history)).poll()
-            _, reached = history_coverage(history)
+            reached = checked.coverage or reached
             valid, reason = run_verdict(checked.valid, evidence, self.kinds, reached)
             verdict = replace(checked, valid=valid)
         else:  # the recorder-overhead baseline: workers ran without recording, nothing to judge
