@@ -71,12 +71,14 @@ class ClientClockPostgres(PostgresLease):
     clock runs ahead by more than the ttl sees every live lease as expired and
     takes it over: expected ``overlapping-lease`` (and, when both holders keep
     working, ``stale-commit`` / ``stale-renew``) under the ``clock-bump`` fault
-    (one worker's wall clock stepped).
+    (one worker's wall clock stepped). A worker whose clock runs *behind* writes
+    a deadline too far ahead, and every other worker's claim is refused ``held``
+    long after the lease provably expired: ``stuck-lease``.
     """
 
     name = "postgres-client-clock"
     bug = "lease expiry written and judged with the worker's wall clock instead of the server's"
-    expected = ("overlapping-lease",)
+    expected = ("overlapping-lease", "stuck-lease")
     exposed_by = ("clock-bump",)
 
     def _now(self) -> sql.Composable:
