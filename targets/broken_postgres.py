@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from psycopg import sql
 
 from leasecheck.targets.base import Lease, Outcome, Refused, TargetConfig
@@ -83,3 +84,39 @@ class ClientClockPostgres(PostgresLease):
 
     def _now(self) -> sql.Composable:
         return sql.Literal(datetime.fromtimestamp(self.config.clock() / 1000.0, tz=UTC))
+
+
+class GraceAfterFailoverPostgres(PostgresLease):
+    """BROKEN grace after failover: a client that reconnects gives every running lease a fresh ttl.
+
+    The "be kind after an outage" recovery routine: when the store was down,
+    holders could not heartbeat, so on reconnecting the client extends every
+    RUNNING lease by a full ttl to spare them a needless takeover. It also
+    resurrects the leases whose holders stalled or died while the store was
+    down: their nodes stay held long after every lease on them provably
+    expired, and every other worker's claim is refused ``held``:
+    ``stuck-lease`` after a store crash (``kill-store``).
+    """
+
+    name = "postgres-grace-after-failover"
+    bug = "on reconnecting after a lost connection, the client extends every running lease by a full ttl"
+    expected = ("stuck-lease",)
+    exposed_by = ("kill-store",)
+
+    def __init__(self, config: TargetConfig) -> None:
+        super().__init__(config)
+        self._connected_before = False
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        reconnecting = self._connected_before and (self._conn is None or self._conn.closed or self._conn.broken)
+        conn = super()._connection()
+        self._connected_before = True
+        if reconnecting:
+            try:
+                conn.execute(
+                    self._sql("UPDATE lease_nodes SET expires_at = {now} + %s * interval '1 millisecond' WHERE status = 'RUNNING'"),
+                    (self.config.ttl_ms,),
+                )
+            except psycopg.OperationalError as e:
+                raise self._lost(e) from None
+        return conn
