@@ -24,7 +24,7 @@ from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.postgres import PostgresServer
 from leasecheck.targets import registry
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, TargetConfig, Unavailable, system_clock_ms
-from leasecheck.targets.broken_postgres import ClientClockPostgres, FenceInMemoryPostgres
+from leasecheck.targets.broken_postgres import ClientClockPostgres, FenceInMemoryPostgres, GraceAfterFailoverPostgres
 from leasecheck.targets.postgres_lease import PostgresLease
 from leasecheck.waiting import wait_for
 
@@ -337,9 +337,30 @@ def test_variants_declare_their_bug_and_are_registered() -> None:
     assert registry.load("postgres-client-clock") is ClientClockPostgres
     assert PostgresLease.bug == "" and PostgresLease.fenced and PostgresLease.store == "postgres"
     assert FenceInMemoryPostgres.expected == ("stale-commit", "stale-effect") and FenceInMemoryPostgres.exposed_by == ("pause",)
-    assert ClientClockPostgres.expected == ("overlapping-lease",) and ClientClockPostgres.exposed_by == ("clock-bump",)
-    for cls in (FenceInMemoryPostgres, ClientClockPostgres):
+    assert ClientClockPostgres.expected == ("overlapping-lease", "stuck-lease") and ClientClockPostgres.exposed_by == ("clock-bump",)
+    assert registry.load("postgres-grace-after-failover") is GraceAfterFailoverPostgres
+    assert GraceAfterFailoverPostgres.expected == ("stuck-lease",) and GraceAfterFailoverPostgres.exposed_by == ("kill-store",)
+    for cls in (FenceInMemoryPostgres, ClientClockPostgres, GraceAfterFailoverPostgres):
         assert cls.bug and cls.store == "postgres" and cls.fenced
+
+
+def test_grace_after_failover_resurrects_a_lease_that_expired_while_the_store_was_down(
+    make: Callable[..., Any], node: str, server: PostgresServer
+) -> None:
+    """The variant's bug, seen at the store: after a crash, a reconnecting client re-arms an expired lease."""
+    graceful = make(GraceAfterFailoverPostgres)
+    assert isinstance(graceful.read(node), NodeState)  # connected once: its next connection is a reconnect
+    lease = make().try_claim(node, "stalled")
+    assert isinstance(lease, Lease)
+    server.kill()
+    time.sleep(TTL_MS / 1000 * 1.5)  # the lease runs out while the store is down (its own duration, not a wait for an event)
+    server.start()
+    with pytest.raises(Indeterminate):  # its old connection died with the server: it learns so by using it
+        graceful.read(node)
+    assert isinstance(graceful.read(node), NodeState)  # reconnects, and "spares" every running lease
+    refused = make().try_claim(node, "next")
+    assert isinstance(refused, Refused) and refused.reason == "held", refused
+    assert isinstance(make().try_claim(node, "next"), Refused), "still held: the expired lease was given a fresh ttl"
 
 
 def test_a_server_killed_while_clients_keep_connecting_starts_again_every_time(server: PostgresServer) -> None:

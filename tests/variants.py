@@ -48,7 +48,7 @@ END_TO_END = Suite(
 
 #: tests/test_detection.py: every variant, under every fault that exposes it and its store can get
 DETECTION = Suite(
-    exposers=frozenset({"pause", "kill", "partition", "clock-bump", DUPLICATE_DELIVERY}),
+    exposers=frozenset({"pause", "kill", "kill-store", "partition", "clock-bump", DUPLICATE_DELIVERY}),
     seed=21, dup_rate=0.1, exposing_dup_rate=0.3, seconds=15.0, dup_only_seconds=15.0,
 )
 
