@@ -91,7 +91,8 @@ class GraceAfterFailoverPostgres(PostgresLease):
 
     The "be kind after an outage" recovery routine: when the store was down,
     holders could not heartbeat, so on reconnecting the client extends every
-    RUNNING lease by a full ttl to spare them a needless takeover. It also
+    RUNNING lease by a grace period (three ttls) to spare them a needless
+    takeover. It also
     resurrects the leases whose holders stalled or died while the store was
     down: their nodes stay held long after every lease on them provably
     expired, and every other worker's claim is refused ``held``:
@@ -99,9 +100,12 @@ class GraceAfterFailoverPostgres(PostgresLease):
     """
 
     name = "postgres-grace-after-failover"
-    bug = "on reconnecting after a lost connection, the client extends every running lease by a full ttl"
+    bug = "on reconnecting after a lost connection, the client extends every running lease by a grace period"
     expected = ("stuck-lease",)
     exposed_by = ("kill-store",)
+
+    #: the grace period, in ttls
+    GRACE_TTLS = 3
 
     def __init__(self, config: TargetConfig) -> None:
         super().__init__(config)
@@ -115,7 +119,7 @@ class GraceAfterFailoverPostgres(PostgresLease):
             try:
                 conn.execute(
                     self._sql("UPDATE lease_nodes SET expires_at = {now} + %s * interval '1 millisecond' WHERE status = 'RUNNING'"),
-                    (self.config.ttl_ms,),
+                    (self.GRACE_TTLS * self.config.ttl_ms,),
                 )
             except psycopg.OperationalError as e:
                 raise self._lost(e) from None
