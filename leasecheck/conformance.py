@@ -475,6 +475,59 @@ def durable_commit(spec: TargetSpec, restart: Callable[[], None]) -> Result:
     return Result("durable-commit", ok, f"after the restart the node reads {got}, committed {want}")
 
 
+def expiry_across_restart(spec: TargetSpec, restart: Callable[[], None], margin_s: float | None = None) -> Result:
+    """A lease whose owner went silent expires on time even if the store restarted meanwhile.
+
+    The owner claims and falls silent; the store restarts; a bystander that was
+    connected before reconnects (a client library's recovery routine runs
+    then); a successor's claim must be granted once ttl + margin has passed
+    since the owner's claim. A store or client that re-arms leases after an
+    outage ("a grace period after failover") keeps the node held by a dead
+    owner: the checker's ``stuck-lease`` for a lease that expired while the
+    store was down. Judged, like ``stuck-lease``, on the successor's own
+    timestamps: a slow restart can only make it kinder.
+    """
+    ttl = spec.config.ttl_ms / 1000
+    margin = ttl / 2 + 0.05 if margin_s is None else margin_s
+    owner, bystander = spec.make(), spec.make()
+    node = _fresh_node("restart-expiry")
+    with _closing(owner, bystander):
+        owner.add_node(node)
+        bystander.read(node)  # connected before the outage
+        lease = owner.try_claim(node, "silent")
+        claimed = time.monotonic()
+        if not isinstance(lease, Lease):
+            return Result("expiry-across-restart", False, f"claim {said(lease)}")
+        restart()
+        if poll(lambda: _read_or_none(bystander, node), timeout=30) is None:
+            return Result("expiry-across-restart", False, "the store did not answer within 30 s of its restart")
+        deadline = claimed + ttl + margin
+        successor = spec.make()
+        with _closing(successor):
+            held = 0
+            while True:
+                invoked = time.monotonic()
+                got = successor.try_claim(node, "successor")
+                if isinstance(got, Lease):
+                    break
+                if got.reason != "held":
+                    return Result("expiry-across-restart", False, f"after the restart a claim was {said(got)}")
+                held += 1
+                if invoked > deadline:
+                    return Result(
+                        "expiry-across-restart", False,
+                        f"stuck-lease: {invoked - claimed:.3f} s after the silent owner's claim (ttl {ttl:g} s, margin {margin:g} s), "
+                        f"after a store restart, a claim was still refused held ({held} refusals so far)",
+                        {"held_for_s": invoked - claimed, "refusals": held},
+                    )
+                time.sleep(min(0.01, ttl / 20))
+    return Result(
+        "expiry-across-restart", True,
+        f"after the restart the node was {said(got)} {time.monotonic() - claimed:.3f} s after the silent owner's claim "
+        f"(ttl {ttl:g} s, {held} claims refused held)",
+    )
+
+
 def _read_or_none(t: Target, node: str) -> Any:
     try:
         return t.read(node)
@@ -511,5 +564,9 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
     "heartbeat": heartbeat_never_completes,
     "stuck-lease": stuck_lease,
     "durable-commit": durable_commit,
+    "expiry-across-restart": expiry_across_restart,
     "skewed-client": skewed_client,
 }
+
+#: the scenarios that restart the store: they take the restart as their second argument
+RESTARTING = frozenset({"durable-commit", "expiry-across-restart"})

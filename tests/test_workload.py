@@ -119,7 +119,7 @@ def _coverage(run_dir: Path) -> dict[str, Any]:
     return coverage
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("target", ["sqlite", "postgres", "redis", "redis-token"])
 def test_a_default_run_reaches_every_situation_and_stays_valid(tmp_path: Path, target: str) -> None:
     """The CLI's defaults (pause faults, ttl 1000 ms, 5 workers, 30 s): nothing applicable is left unreached.
 
