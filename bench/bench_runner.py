@@ -176,7 +176,7 @@ def measure(backend: str, workers: int, record: bool, seconds: float, exec_scale
     opts = RunOptions(
         target=f"{__name__}:{cls.__name__}", url=_url_for(backend, server), nemesis=(), time_limit=600.0,
         concurrency=workers, ttl_ms=1000, seed=seed, store=str(store), record=record, check_budget=30.0,
-        workload=Workload(crash_rate=0.0, exec_scale=exec_scale),
+        workload=Workload(crash_rate=0.0, exec_scale=exec_scale, stall_rate=0.0),  # throughput, not detection: no deliberate stalls
     )
     stamps_dir = Path(tempfile.mkdtemp(prefix="bench-stamps-", dir=store))
     os.environ[STAMPS_ENV] = str(stamps_dir)

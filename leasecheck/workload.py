@@ -197,7 +197,9 @@ class Worker:
         duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < w.long_rate else rng.uniform(0.05, 0.8) * ttl
         duration *= w.exec_scale
         effects = sorted(rng.uniform(0, duration) for _ in range(rng.randint(1, w.max_effects)))
-        stall_at = rng.uniform(0, duration) if self.hub.record and rng.random() < w.stall_rate else None
+        # a stall needs an execution to stall in (exec_scale 0 is the throughput benchmark: none) and a hub that sees takeovers
+        stalls = self.hub.record and w.exec_scale > 0 and rng.random() < w.stall_rate
+        stall_at = rng.uniform(0, duration) if stalls else None
         start = time.monotonic()
         next_beat = start + ttl / 3
         while True:
