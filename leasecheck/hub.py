@@ -26,7 +26,7 @@ from leasecheck.targets.base import Indeterminate, Unavailable
 #: share of duplicated deliveries handed to two workers at the same moment (the hub holds the
 #: first back until a second worker asks), so that two claims race for one READY node; the
 #: rest reach the next worker that asks, usually while the first holds the lease
-RACING_SHARE = 0.4
+RACING_SHARE = 0.5
 
 
 class Deliveries:
@@ -196,6 +196,10 @@ class Recorder:
         #: a duplicated delivery held back until a second worker asks, so that both claim at once:
         #: (conn, node, deadline)
         self._twin: tuple[Connection, str, float] | None = None
+        #: the two workers a racing node went to, until each has invoked its claim: node -> (conns, deadline)
+        self._racers: dict[str, tuple[set[Connection], float]] = {}
+        #: a racer's claim, recorded but not yet acknowledged, waiting for its rival's: node -> conn
+        self._on_the_line: dict[str, Connection] = {}
         #: stalled workers waiting for a phase of their node: (conn, node, lease key, phase, deadline)
         self._waits: list[tuple[Connection, str, Any, Phase, float]] = []
         self._next_process = 0
@@ -245,8 +249,10 @@ class Recorder:
                 if self._waits:
                     self._wake()
                 if self._twin is not None and (self._twin[2] < time.monotonic() or self.stopping.is_set()):
-                    self._deliver(self._twin[0], self._twin[1])
+                    self._send(self._twin[0], self._twin[1])
                     self._twin = None
+                if self._racers:
+                    self._start_stale_races()
                 if self._held_back and (self.go.is_set() or self.stopping.is_set()):
                     self._release_held_back()
         except BaseException as e:  # reported by the runner
@@ -277,18 +283,44 @@ class Recorder:
             if answer is None:
                 self._waits.append((conn, node, key, phase, deadline))
                 continue
-            try:
-                conn.send(answer)
-            except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-                self._died(s)
+            self._send(conn, answer)
 
-    def _deliver(self, conn: Connection, node: str) -> None:
-        """Answer a held-back ``next`` (a worker that may have died meanwhile)."""
+    def _start_stale_races(self) -> None:
+        """A racer whose rival never claimed in time (it died, or read first for long) goes alone."""
+        now = time.monotonic()
+        for node, (_, deadline) in list(self._racers.items()):
+            if deadline < now or self.stopping.is_set():
+                del self._racers[node]
+                waiting = self._on_the_line.pop(node, None)
+                if waiting is not None:
+                    self._send(waiting, True)
+
+    def _claim_invoked(self, conn: Connection, node: str) -> bool:
+        """A claim was recorded: may its worker go to the store now? Not the first of two racers: it waits for the second.
+
+        Both claims are then invoked before either is sent, so the history shows
+        them concurrent however fast the store answers the first.
+        """
+        racing = self._racers.get(node)
+        if racing is None or conn not in racing[0]:
+            return True
+        racing[0].discard(conn)
+        if racing[0]:  # the rival has not claimed yet
+            self._on_the_line[node] = conn
+            return False
+        del self._racers[node]
+        waiting = self._on_the_line.pop(node, None)
+        if waiting is not None:
+            self._send(waiting, True)
+        return True
+
+    def _send(self, conn: Connection, answer: object) -> None:
+        """Answer a held-back message (a worker that may have died meanwhile)."""
         s = self.slots.get(conn)
         if s is None or not s.alive:
             return
         try:
-            conn.send(node)
+            conn.send(answer)
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
             self._died(s)
 
@@ -313,7 +345,8 @@ class Recorder:
         elif kind == "invoke":
             self.writer.invoke(s.process, msg[1], msg[2], msg[3])
             self.takeovers.invoke(s.process, msg[1], msg[2], msg[3])
-            conn.send(True)
+            if msg[1] != "claim" or self._claim_invoked(conn, msg[2]):
+                conn.send(True)
         elif kind == "complete":
             self.writer.complete(s.process, msg[1], msg[2])
             self._count(msg[1], msg[2])
@@ -334,7 +367,8 @@ class Recorder:
             twin = self._twin
             if twin is not None and node == twin[1]:  # the copy: both workers get the node at once
                 self._twin = None
-                self._deliver(twin[0], node)
+                self._send(twin[0], node)
+                self._racers[node] = ({twin[0], conn}, time.monotonic() + self.deliveries.visibility_s / 4)
             elif twin is None and node and self.deliveries.copy_waits(node):
                 self._twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
                 return
