@@ -250,8 +250,11 @@ def _faults(nemesis: str) -> tuple[str, ...]:
 
 
 @main.command()
-@click.option("--target", default="sqlite", show_default=True, help="Backend: a registered name (see `leasecheck targets`) or module:Class.")
+@click.option("--target", default="sqlite", show_default=True,
+              help="Backend: a registered name (see `leasecheck targets`), module:Class, or exec:COMMAND (a child process per worker, any language).")
 @click.option("--url", default=None, help="Use this store (DSN, redis:// URL, SQLite path) instead of starting one.")
+@click.option("--exec-store", type=click.Choice(["none", "sqlite", "postgres", "redis"]), default="none", show_default=True,
+              help="With --target exec:COMMAND: the store leasecheck starts for the child (its LEASECHECK_URL; store faults hit it). none: the child's own, given with --url if any.")
 @click.option("--nemesis", default="pause", show_default=True, help="Comma-separated faults (see `leasecheck nemeses`); 'none' for none.")
 @click.option("--nemesis-interval", type=Finite(min=0, min_open=True), default=5.0, show_default=True, help="Seconds between faults (± half, from the seed).")
 @click.option("--time-limit", type=Finite(min=0, min_open=True), default=30.0, show_default=True, help="Seconds of workload before the final phase.")
@@ -268,7 +271,7 @@ def _faults(nemesis: str) -> tuple[str, ...]:
 @click.option("--env", "environment", type=click.Choice(["local", "docker"]), default="local", show_default=True, help="Run Postgres / Redis as local processes or as Docker containers.")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the summary.")
 @click.option("--coverage", "coverage_counts", is_flag=True, help="End the summary with how often the run reached each situation (README \"Coverage\").")
-def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, time_limit: float, evidence_wait_s: float, concurrency: int,
+def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_interval: float, time_limit: float, evidence_wait_s: float, concurrency: int,
         ttl_ms: int, nodes: int, dup_rate: float, rate: float, seed: int | None, store_dir: str,
         clock_uncertainty_ms: float, store_skew_ms: float | None, environment: str, as_json: bool, coverage_counts: bool) -> None:
     """Run a backend under concurrent workers and faults, record the history, check it.
@@ -286,7 +289,7 @@ def run(target: str, url: str | None, nemesis: str, nemesis_interval: float, tim
     if seed is None:  # chosen here, so that it is printed before anything can hang or crash
         seed = random.SystemRandom().randrange(2**31)
     opts = RunOptions(
-        target=target, url=url, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
+        target=target, url=url, exec_store=exec_store, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
         evidence_wait_s=evidence_wait_s,
         concurrency=concurrency, ttl_ms=ttl_ms, nodes=nodes, dup_rate=dup_rate, seed=seed, store=store_dir,
         clock_uncertainty_ms=clock_uncertainty_ms, store_skew_ms=store_skew_ms, env=environment,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from leasecheck.run_files import server_directory
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.targets.base import Target
+from leasecheck.targets.exec_target import ExecTarget
 
 if TYPE_CHECKING:  # imported where used: the docker SDK is an optional extra
     from leasecheck.servers.docker import DockerRun
@@ -57,6 +58,8 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
     if url:
         return Environment(url)
     kind = target.store
+    if kind is None and issubclass(target, ExecTarget):  # a child with a store of its own, or none: LEASECHECK_URL is empty
+        return Environment("")
     if kind == "sqlite":
         return Environment(str(run_dir / "lease.sqlite3"))
     if env == "docker":

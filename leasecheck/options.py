@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.checker import Verdict
+from leasecheck.nemesis import clock
 from leasecheck.nemesis.catalogue import FaultKind, Need, UnknownFault, lookup, needing
 from leasecheck.nemesis.store_clock import required_uncertainty_ms
+from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES
 from leasecheck.workload import Workload
 
 #: stores we run as servers (what the store faults pause, kill and proxy)
@@ -32,6 +34,9 @@ class RunOptions:
 
     target: str = "sqlite"
     url: str | None = None
+    #: for ``--target exec:COMMAND``: the store leasecheck starts for the child (its URL is the child's
+    #: ``LEASECHECK_URL``, and store faults can hit it); "none": the child's own, named by ``url`` if at all
+    exec_store: str = "none"
     nemesis: tuple[str, ...] = ("pause",)
     nemesis_interval: float = 5.0
     time_limit: float = 30.0
@@ -95,6 +100,15 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
         kinds = lookup(opts.nemesis)
     except UnknownFault as e:
         raise BadOptions(str(e)) from None
+    if opts.exec_store not in EXEC_STORES:
+        raise BadOptions(f"--exec-store must be one of {', '.join(EXEC_STORES)}, not {opts.exec_store!r}")
+    if opts.target.startswith(EXEC_PREFIX):
+        # they move the worker's logical clock (TargetConfig.clock), which a child process never reads
+        skewing = [kind.name for kind in kinds if kind.module == clock.__name__]
+        if skewing:
+            raise BadOptions(f"{_they(skewing, 'skews', 'skew')} the worker's own clock, which an exec: child does not read")
+    elif opts.exec_store != "none":
+        raise BadOptions("--exec-store is for --target exec:COMMAND (other backends declare their store)")
     if opts.env not in ("local", "docker"):
         raise BadOptions(f"--env must be local or docker, not {opts.env!r}")
     docker_only = needing(kinds, Need.DOCKER)
@@ -120,10 +134,13 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
 
 def check_store(opts: RunOptions, kinds: tuple[FaultKind, ...], store: str | None) -> None:
     """Reject faults that need a store server for a backend whose store is none we run (a file, the user's own),
-    and a backend that brings its own store (``store = None``) without ``--url``: we cannot start it."""
+    and a backend that brings its own store (``store = None``) without ``--url``: we cannot start it. An
+    ``exec:`` child may need no store at all: it runs with an empty ``LEASECHECK_URL`` then."""
+    exec_target = opts.target.startswith(EXEC_PREFIX)
     if store not in SERVER_STORES and needing(kinds, Need.SERVER):
-        raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)})")
-    if store is None and not opts.url:
+        hint = " (--exec-store postgres or redis starts one for it)" if exec_target else ""
+        raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)}){hint}")
+    if store is None and not opts.url and not exec_target:  # an exec: child may need no store (LEASECHECK_URL empty)
         raise BadOptions(f"{opts.target} brings its own store (its class says store = None): pass the store's address"
                          " with --url URL (the adapter gets it as self.config.url)")
 

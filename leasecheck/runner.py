@@ -50,6 +50,7 @@ from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.store_network import StoreNetwork
 from leasecheck.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
 from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
+from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.targets.registry import TargetSpec, load
 
 log = logging.getLogger("leasecheck.run")
@@ -70,6 +71,8 @@ class Run:
         self.kinds = validate(opts)
         self.opts = opts
         self.target_cls = load(opts.target)
+        if issubclass(self.target_cls, ExecTarget) and opts.exec_store != "none":
+            self.target_cls = self.target_cls.with_store(opts.exec_store)
         check_store(opts, self.kinds, self.target_cls.store)
         self.needs = needs(self.kinds)
         self.seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**31)
@@ -141,18 +144,25 @@ class Run:
         """Store, proxies, history, queue, recorder, workers' pool and nemesis; returns the producer's client."""
         opts = self.opts
         self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable=Need.FAKETIME in self.needs, env=opts.env)
-        self.spec = TargetSpec(opts.target, TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s))
+        # log_dir: where a backend may keep logs of its own (an exec: child's stderr goes to exec.log there)
+        config = TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s, options={"log_dir": str(self.run_dir)})
+        self.spec = TargetSpec(opts.target, config)
         if Need.TOXIPROXY in self.needs:  # the producer and the final reads bypass it
             self.network = StoreNetwork(self.run_dir / "toxiproxy", seed=self.seed)
         try:
             producer = self.spec.make()
             producer.setup()
         except (Unavailable, Indeterminate) as e:
-            raise EnvironmentFailure(f"cannot reach the {opts.target} store at {self.env.url}: {e}") from None
-        header = Header(opts.ttl_ms, self.timing.uncertainty_ms, {
+            raise EnvironmentFailure(f"cannot reach the {opts.target} store at {self.env.url or '(no --url)'}: {e}") from None
+        meta = {
             "target": opts.target, "seed": self.seed, "nemesis": list(opts.nemesis),
             "concurrency": opts.concurrency, "store": self.target_cls.store,
-        }, effect_fence=self.target_cls.effect_fence)
+        }
+        effect_fence = self.target_cls.effect_fence
+        if isinstance(producer, ExecTarget) and producer.hello is not None:  # an exec: child says it in its hello
+            meta["exec"] = asdict(producer.hello)
+            effect_fence = producer.hello.effect_fence
+        header = Header(opts.ttl_ms, self.timing.uncertainty_ms, meta, effect_fence=effect_fence)
         self.writer = HistoryWriter(self.run_dir / "history.jsonl", header)
         mark_latest(self.run_dir)  # only now: a run that failed to start never becomes store/latest
         self.deliveries = Deliveries(

@@ -8,6 +8,8 @@ entry point in its own package::
 
 or name the class on the command line: ``--target my_package.adapter:MyLockTarget``.
 leasecheck's own backends are registered the same way, in its pyproject.toml.
+A backend in another language is a command: ``--target exec:COMMAND`` (see
+:mod:`leasecheck.targets.exec_target`).
 
 ``module:Class`` is imported the way pytest finds a ``conftest.py``: the
 current directory is searched too (appended to ``sys.path``, so it never
@@ -27,6 +29,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from leasecheck.targets.base import Target, TargetConfig
+from leasecheck.targets.exec_target import EXEC_PREFIX, BadCommand, exec_target
 
 ENTRY_POINT_GROUP = "leasecheck.targets"
 
@@ -75,14 +78,19 @@ def _import(spec: str) -> type[Target]:
 
 
 def load(spec: str) -> type[Target]:
-    """The backend class named by ``spec``: a registered name, or ``module:Class``."""
+    """The backend class named by ``spec``: a registered name, ``module:Class``, or ``exec:COMMAND``."""
+    if spec.startswith(EXEC_PREFIX):
+        try:
+            return exec_target(spec.removeprefix(EXEC_PREFIX))
+        except BadCommand as e:
+            raise TargetNotFound(f"{spec!r}: {e}") from None
     registered = available()
     if spec in registered:
         return _import(registered[spec])
     if ":" in spec:
         return _import(spec)
     names = ", ".join(registered) or "none installed"
-    raise TargetNotFound(f"unknown target {spec!r} (registered: {names}; or give module:Class)")
+    raise TargetNotFound(f"unknown target {spec!r} (registered: {names}; or give module:Class, or exec:COMMAND)")
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,8 @@ class TargetSpec:
     """How to build a client of the backend in any process: registry name or module:Class, and config.
 
     Picklable (a name, not a class), so it travels to spawned worker processes,
-    each of which builds its own client with :meth:`make`.
+    each of which builds its own client with :meth:`make`. An ``exec:COMMAND``
+    target is the same string: each worker binds the command again.
     """
 
     target: str
