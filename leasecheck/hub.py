@@ -23,6 +23,12 @@ from leasecheck.histories import HistoryWriter
 from leasecheck.takeovers import Phase, Takeovers
 from leasecheck.targets.base import Indeterminate, Unavailable
 
+#: share of deliveries whose consumer extends the message's visibility with every heartbeat (as
+#: SQS's ChangeMessageVisibility would): its node comes back as soon as the holder went silent.
+#: The others come back a visibility timeout after delivery, heartbeats or not, so a live lease
+#: meets a second claim (a duplicate delivery of a running node) as it does with a plain queue
+EXTENDED_SHARE = 0.5
+
 #: share of duplicated deliveries handed to two workers at the same moment (the hub holds the
 #: first back until a second worker asks), so that two claims race for one READY node; the
 #: rest reach the next worker that asks, usually while the first holds the lease
@@ -34,10 +40,11 @@ class Deliveries:
 
     Each delivery may be duplicated (``dup_rate``); a node not acknowledged as
     done within ``visibility_s`` is delivered again, as SQS or a Redis stream
-    with a pending-entries list would. Every sign of life of its holder (an ok
-    claim or renew, :meth:`touch`) extends that, as a worker that heartbeats
-    its message's visibility does: so a node comes back as soon as its holder
-    went silent, and not while a long execution still heartbeats. A producer thread creates each run's
+    with a pending-entries list would. For half the deliveries (seeded) every
+    sign of life of the holder (an ok claim or renew, :meth:`touch`) extends
+    that, as a worker that heartbeats its message's visibility does: the node
+    comes back as soon as its holder went silent. The other half come back a
+    visibility timeout after delivery, even while a long execution heartbeats. A producer thread creates each run's
     nodes in the store (READY) ahead of need, so a slow store never stalls the
     hub.
     """
@@ -51,6 +58,8 @@ class Deliveries:
         self.add_nodes = add_nodes
         self.ready: deque[str] = deque()
         self.inflight: dict[str, float] = {}
+        #: the in-flight nodes whose consumer extends the visibility with every heartbeat
+        self.extended: set[str] = set()
         self.done: set[str] = set()
         self.runs = 0
         #: the node whose duplicate, delivered just now, should race the original
@@ -116,6 +125,10 @@ class Deliveries:
             self.delivered += 1
             if node not in self.done:
                 self.inflight.setdefault(node, now + self.visibility_s)
+                if self.rng.random() < EXTENDED_SHARE:
+                    self.extended.add(node)
+                else:
+                    self.extended.discard(node)
             self._racing = None
             if self.rng.random() < self.dup_rate:
                 self.duplicated += 1
@@ -130,9 +143,10 @@ class Deliveries:
             return self._racing == node and bool(self.ready) and self.ready[0] == node
 
     def touch(self, node: str) -> None:
-        """The node's holder is alive (an ok claim or renew): deliver it again only ``visibility_s`` from now."""
+        """The node's holder is alive (an ok claim or renew): deliver it again only ``visibility_s`` from now,
+        if this delivery's consumer extends its message's visibility (see :data:`EXTENDED_SHARE`)."""
         with self._lock:
-            if node in self.inflight:
+            if node in self.inflight and node in self.extended:
                 self.inflight[node] = time.monotonic() + self.visibility_s
 
     def requeue(self, node: str) -> None:
@@ -146,6 +160,7 @@ class Deliveries:
         with self._lock:
             self.done.add(node)
             self.inflight.pop(node, None)
+            self.extended.discard(node)
 
 
 @dataclass

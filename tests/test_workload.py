@@ -82,12 +82,32 @@ def _queue(dup_rate: float = 0.0, visibility_s: float = 60.0) -> Deliveries:
 def test_a_heartbeat_extends_a_nodes_visibility_and_silence_brings_it_back() -> None:
     q = _queue(visibility_s=0.0)
     assert q.next() == "n0"
+    q.extended.add("n0")
     q.touch("n0")  # visibility 0: the deadline is now, so the next look finds it overdue
     assert q.next() == "n0", "a silent holder's node is delivered again, first"
+    q = _queue(visibility_s=0.2)
+    assert q.next() == "n0"
+    q.extended.add("n0")
+    deadline = q.inflight["n0"]
+    while q.inflight["n0"] <= deadline:  # a heartbeat a moment later moves the deadline on
+        q.touch("n0")
+    assert q.next() == "n1", "a heartbeating holder keeps its node"
+
+
+def test_a_delivery_whose_consumer_does_not_extend_comes_back_heartbeats_or_not() -> None:
     q = _queue(visibility_s=60.0)
     assert q.next() == "n0"
+    q.extended.discard("n0")
+    deadline = q.inflight["n0"]
     q.touch("n0")
-    assert q.next() == "n1", "a heartbeating holder keeps its node"
+    assert q.inflight["n0"] == deadline, "a heartbeat does not move a plain visibility timeout"
+    extended = 0
+    for _ in range(200):
+        q.ready.appendleft("m")
+        q.inflight.pop("m", None)
+        q.next()
+        extended += "m" in q.extended
+    assert 60 < extended < 140, extended  # EXTENDED_SHARE of the deliveries, from the seeded RNG
 
 
 def test_a_released_node_is_handed_out_again_first_and_a_done_one_never() -> None:
