@@ -102,7 +102,7 @@ def _victim(ctx: FaultContext, rng: random.Random) -> tuple[ClockControl, Worker
     clocks = ctx.clocks
     if clocks is None:
         return None
-    victim = ctx.pick_worker(rng, lambda w: not clocks.is_skewed(w.slot))
+    victim = ctx.pick_holder(rng, lambda w: not clocks.is_skewed(w.slot))  # its renews then carry the skew
     if victim is None:
         return None
     return clocks, victim, rng.choice((-1, 1)) * rng.uniform(2, 10) * ctx.ttl_ms

@@ -85,3 +85,12 @@ class FaultContext:
         """One ready, ``eligible`` worker chosen by ``rng`` (in slot order, so the choice follows the seed); None if none."""
         candidates = sorted((w for w in self.workers() if eligible(w)), key=lambda w: w.slot)
         return rng.choice(candidates) if candidates else None
+
+    def pick_holder(self, rng: random.Random, eligible: Callable[[Worker], bool] = lambda w: True) -> Worker | None:
+        """As :meth:`pick_worker`, but one that holds a lease now if any does.
+
+        A fault on an idle worker tests little: the seed's GC pause, or a clock
+        that jumps, bites a worker in the middle of its lease.
+        """
+        holders = self.holders()
+        return self.pick_worker(rng, lambda w: eligible(w) and w.process in holders) or self.pick_worker(rng, eligible)

@@ -110,15 +110,8 @@ class ServerFault:
 
 
 def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
-    """The catalogue's ``pause``: one ready worker, stopped; one that holds a lease if any does.
-
-    A pause of an idle worker tests nothing: the seed's GC pause hits a worker
-    in the middle of its execution, and that is what makes a zombie.
-    """
-    holders = ctx.holders()
-    victim = ctx.pick_worker(rng, lambda w: w.pid is not None and w.process in holders)
-    if victim is None:
-        victim = ctx.pick_worker(rng, lambda w: w.pid is not None)
+    """The catalogue's ``pause``: one ready worker, stopped; one that holds a lease if any does (a zombie in the making)."""
+    victim = ctx.pick_holder(rng, lambda w: w.pid is not None)
     return PauseProcess(victim.process, victim.pid) if victim is not None and victim.pid is not None else None
 
 

@@ -189,6 +189,18 @@ def test_a_factory_picks_a_ready_worker_from_the_seed() -> None:
     assert [f.process for f in pick if f] == [f.process for f in again if f]
 
 
+def test_a_pause_or_clock_fault_aims_at_a_worker_that_holds_a_lease() -> None:
+    class W:
+        def __init__(self, slot: int) -> None:
+            self.slot, self.process, self.pid = slot, 10 + slot, 1000 + slot
+
+    holders: set[int] = {11}
+    context = FaultContext(ttl_ms=1000, workers=lambda: [W(0), W(1), W(2)], holders=lambda: holders)
+    assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {11}  # type: ignore[union-attr]
+    holders = set()  # nobody holds a lease: any worker will do
+    assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {10, 11, 12}  # type: ignore[union-attr]
+
+
 def test_durations_are_drawn_in_ttls() -> None:
     context = FaultContext(ttl_ms=2000)
     for kind in CATALOGUE:
