@@ -112,8 +112,9 @@ class GraceAfterFailoverPostgres(PostgresLease):
         self._connected_before = False
 
     def _connection(self) -> psycopg.Connection[Any]:
-        reconnecting = self._connected_before and (self._conn is None or self._conn.closed or self._conn.broken)
+        before = self._conn
         conn = super()._connection()
+        reconnecting = self._connected_before and conn is not before
         self._connected_before = True
         if reconnecting:
             try:

@@ -121,6 +121,30 @@ def _shutdown(fd: int) -> None:
         pass
 
 
+def _still_open(conn: psycopg.Connection[Any]) -> bool:
+    """Has the server not closed this idle connection (a restart, a crash)?
+
+    Between statements an autocommit connection has nothing to read; a socket
+    that reads end-of-file, a reset or unprompted bytes was closed by the
+    server. Looking before sending keeps the next op certain: it goes out on
+    a fresh connection, instead of on a dead one where its outcome would be
+    unknown (an ``info`` op that hides the rest of the node's history).
+    """
+    try:
+        probe = socket.socket(fileno=os.dup(conn.pgconn.socket))
+    except OSError:
+        return False
+    try:
+        probe.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return True  # nothing to read: the server has not hung up
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return False  # end-of-file, or bytes nobody asked for: the server hung up
+
+
 class PostgresLease(Target):
     """Reference fenced lease on PostgreSQL (autocommit conditional UPDATE ... RETURNING, server clock)."""
 
@@ -136,8 +160,8 @@ class PostgresLease(Target):
     # -- connection and failure classification ------------------------------------------------
 
     def _connection(self) -> psycopg.Connection[Any]:
-        """The open connection, made anew if there is none or the last one broke."""
-        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+        """The open connection, made anew if there is none, the last one broke, or the server closed it."""
+        if self._conn is not None and not self._conn.closed and not self._conn.broken and _still_open(self._conn):
             return self._conn
         self._drop()
         timeout_ms = max(1, int(self.config.timeout_s * 1000))
