@@ -341,3 +341,25 @@ def test_the_registry_names_load_these_classes() -> None:
     assert RedisLease.bug == "" and RedisLease.store == "redis" and RedisLease.fenced
     for broken in (QueueAsAuthorityRedis, NoIncrementRedis):
         assert broken.bug and broken.expected and (broken.exposed_by or broken.exposed_by_workload) and broken.store == "redis"
+
+
+def test_a_server_restarted_from_a_thread_outlives_that_thread(tmp_path: Path) -> None:
+    """The heal of kill-store restarts the server from the nemesis thread; the server must not die with it.
+
+    A child's parent-death signal fires when the *thread* that forked it exits;
+    servers are forked by one long-lived thread instead (``servers.base.popen``).
+    """
+    server = RedisServer(directory=tmp_path / "redis")
+    try:
+        starter = threading.Thread(target=server.start)
+        starter.start()
+        starter.join()
+        time.sleep(0.5)  # the parent-death signal, were it armed to the starter thread, is sent at its exit: give it time
+        assert server.pid is not None, f"the server died with the thread that started it (exit {server.process.returncode if server.process else None})"
+        target = RedisLease(TargetConfig(url=server.url))
+        try:
+            target.setup()
+        finally:
+            target.close()
+    finally:
+        server.stop()

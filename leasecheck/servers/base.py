@@ -20,8 +20,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from leasecheck.waiting import poll
 
@@ -51,12 +54,37 @@ def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> None:
         pass
 
 
+#: (pid of the process that made it, the executor): one spawning thread per process, made on first use
+_spawner: tuple[int, ThreadPoolExecutor] | None = None
+_spawner_lock = threading.Lock()
+
+
+def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen`` from one thread that lives as long as this process.
+
+    The kernel sends a child's parent-death signal (:func:`die_with_parent`) when
+    the *thread* that forked it exits, not the process: a store server that the
+    nemesis thread restarts (the heal of ``kill-store``) would be SIGKILLed the
+    moment that thread ends, at the end of the run, before the final reads. So
+    every server and guard is forked by this one long-lived thread.
+    """
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or _spawner[0] != os.getpid():  # made before a fork: its thread is not here
+            _spawner = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasecheck-spawner"))
+        executor = _spawner[1]
+    def fork() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(*args, **kwargs)
+
+    return executor.submit(fork).result()
+
+
 def start_guard(pid: int, home: StrPath) -> subprocess.Popen[bytes]:
     """Start a guard over ``pid``'s process tree and every process working in ``home`` (see :mod:`.guard`).
 
     In a session of its own, so that no signal meant for the harness's group reaches it.
     """
-    return subprocess.Popen(
+    return popen(
         [sys.executable, "-m", GUARD_MODULE, str(pid), os.fspath(home)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -149,7 +177,7 @@ class LocalServer(ABC):
         command = self._launcher() + self._command()
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             try:
-                process = self.process = subprocess.Popen(
+                process = self.process = popen(
                     command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     preexec_fn=self._child_setup, cwd=self.directory,
                 )
