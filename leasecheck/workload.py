@@ -252,6 +252,7 @@ class Worker:
             self.hub.tell("done", node)
 
     def commit(self, node: str, lease: Lease, carried: dict[str, Any]) -> tuple[str, Any]:
+        """Commit ``lease`` with this worker's result for ``node`` (a zombie's commit names the same result)."""
         result = f"result-of-{node}-by-{self.owner}"
         return self.op("commit", node, {**carried, "result": result}, lambda: self.client.target.commit(lease, result))
 
