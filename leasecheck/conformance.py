@@ -384,6 +384,36 @@ def heartbeat_never_completes(spec: TargetSpec, renews: int = 20) -> Result:
     return Result("heartbeat", True, f"after {renews} renews the node is RUNNING, held by {lease_name(lease)}")
 
 
+def _claim_after_expiry(
+    successor: Target, node: str, scenario: str, *, since: float, ttl: float, margin: float, after: str,
+) -> tuple[Lease, int, float] | Result:
+    """Claim ``node`` until granted: (the lease, the claims refused held, when it completed).
+
+    A claim refused ``held`` although it was invoked more than ttl + margin
+    after ``since`` (the lease's last sign of life) ends the scenario as
+    failed: the store kept a dead owner's lease (``stuck-lease``). Only the
+    successor's own timestamps count, so a slow machine can only be kinder.
+    """
+    held = 0
+    while True:
+        invoked = time.monotonic()
+        got = successor.try_claim(node, "successor")
+        done = time.monotonic()
+        if isinstance(got, Lease):
+            return got, held, done
+        if got.reason != "held":
+            return Result(scenario, False, f"after {after} a claim was {said(got)}")
+        held += 1
+        if invoked > since + ttl + margin:
+            return Result(
+                scenario, False,
+                f"stuck-lease: {invoked - since:.3f} s after {after} (ttl {ttl:g} s, margin {margin:g} s) "
+                f"a claim was still refused held ({held} refusals so far)",
+                {"held_for_s": invoked - since, "refusals": held},
+            )
+        time.sleep(min(0.01, ttl / 20))
+
+
 def stuck_lease(spec: TargetSpec, heartbeats: int = 10, margin_s: float | None = None) -> Result:
     """The owner heartbeats, then stops: once ttl + margin has passed since its last heartbeat, another worker's claim is granted.
 
@@ -415,25 +445,13 @@ def stuck_lease(spec: TargetSpec, heartbeats: int = 10, margin_s: float | None =
             beat_done = time.monotonic()
             if r is not None:
                 return Result("stuck-lease", False, f"heartbeat {i + 1} of the live owner was {said(r)}")
-        deadline = beat_done + ttl + margin
-        held = 0
-        while True:
-            invoked = time.monotonic()
-            got = successor.try_claim(node, "successor")
-            done = time.monotonic()
-            if isinstance(got, Lease):
-                break
-            if got.reason != "held":
-                return Result("stuck-lease", False, f"after the owner's last heartbeat a claim was {said(got)}")
-            held += 1
-            if invoked > deadline:
-                return Result(
-                    "stuck-lease", False,
-                    f"stuck-lease: {invoked - beat_done:.3f} s after the owner's last heartbeat (ttl {ttl:g} s, margin {margin:g} s) "
-                    f"a claim was still refused held ({held} refusals so far)",
-                    {"held_for_s": invoked - beat_done, "refusals": held},
-                )
-            time.sleep(min(0.01, ttl / 20))
+        waited = _claim_after_expiry(
+            successor, node, "stuck-lease", since=beat_done, ttl=ttl, margin=margin,
+            after="the owner's last heartbeat",
+        )
+        if isinstance(waited, Result):
+            return waited
+        got, held, done = waited
     facts = {"granted_after_s": done - beat_done, "refusals": held}
     if done < beat_invoked + ttl - margin:
         return Result(
@@ -501,26 +519,15 @@ def expiry_across_restart(spec: TargetSpec, restart: Callable[[], None], margin_
         restart()
         if poll(lambda: _read_or_none(bystander, node), timeout=30) is None:
             return Result("expiry-across-restart", False, "the store did not answer within 30 s of its restart")
-        deadline = claimed + ttl + margin
         successor = spec.make()
         with _closing(successor):
-            held = 0
-            while True:
-                invoked = time.monotonic()
-                got = successor.try_claim(node, "successor")
-                if isinstance(got, Lease):
-                    break
-                if got.reason != "held":
-                    return Result("expiry-across-restart", False, f"after the restart a claim was {said(got)}")
-                held += 1
-                if invoked > deadline:
-                    return Result(
-                        "expiry-across-restart", False,
-                        f"stuck-lease: {invoked - claimed:.3f} s after the silent owner's claim (ttl {ttl:g} s, margin {margin:g} s), "
-                        f"after a store restart, a claim was still refused held ({held} refusals so far)",
-                        {"held_for_s": invoked - claimed, "refusals": held},
-                    )
-                time.sleep(min(0.01, ttl / 20))
+            waited = _claim_after_expiry(
+                successor, node, "expiry-across-restart", since=claimed, ttl=ttl, margin=margin,
+                after="the silent owner's claim and a store restart",
+            )
+        if isinstance(waited, Result):
+            return waited
+        got, held, _ = waited
     return Result(
         "expiry-across-restart", True,
         f"after the restart the node was {said(got)} {time.monotonic() - claimed:.3f} s after the silent owner's claim "
