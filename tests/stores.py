@@ -17,8 +17,10 @@ import pytest
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.servers.postgres import PostgresServer
 from leasecheck.servers.redis import RedisServer
-from leasecheck.targets.base import Lease, Target, TargetConfig
+from leasecheck.targets.base import Lease, Refused, Target, TargetConfig
+from leasecheck.targets.redis_lease import RedisScripts
 from leasecheck.targets.registry import TargetSpec, load
+from leasecheck.waiting import wait_for
 
 TTL_MS = 300
 S = TypeVar("S", bound=LocalServer)
@@ -96,3 +98,29 @@ def claim(target: Target, node: str, owner: str) -> Lease:
     lease = target.try_claim(node, owner)
     assert isinstance(lease, Lease), lease
     return lease
+
+
+def takeover(target: Target, node: str, owner: str) -> Lease:
+    """Claim as soon as the current lease expires; until then the claim must be refused as held."""
+
+    def attempt() -> Lease | None:
+        outcome = target.try_claim(node, owner)
+        if isinstance(outcome, Lease):
+            return outcome
+        assert outcome == Refused("held")
+        return None
+
+    return wait_for(attempt, timeout=3.0, what=f"{owner}'s takeover of {node}")
+
+
+def wait_expired(target: RedisScripts, node: str) -> None:
+    """Wait until the Redis server's clock passed the node's lease expiry (asking the server, changing nothing)."""
+    raw = target.client.hget(target.keys(node)[0], "expires_ms")
+    assert isinstance(raw, (bytes, str)), raw
+    expires_ms = int(raw)
+
+    def passed() -> bool | None:
+        seconds, micros = target.client.time()
+        return True if seconds * 1000 + micros // 1000 >= expires_ms else None
+
+    wait_for(passed, timeout=3.0, what="the server's clock past the lease's expiry")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stores import claim, new_node, serve
+from stores import claim, new_node, serve, takeover, wait_expired
 
 from leasecheck.histories import read_history
 from leasecheck.runner import RunOptions, run
@@ -29,7 +29,6 @@ from leasecheck.targets import registry
 from leasecheck.targets.base import Lease, NodeState, Refused, TargetConfig, Unavailable
 from leasecheck.targets.redis_lease import RedisLease, RedisScripts
 from leasecheck.targets.redis_token_lease import RedisTokenLease
-from leasecheck.waiting import wait_for
 
 TTL_MS = 300
 Make = Callable[..., RedisTokenLease]
@@ -53,32 +52,6 @@ def make(server: RedisServer) -> Iterator[Make]:
     yield build
     for target in made:
         target.close()
-
-
-def takeover(target: RedisTokenLease, node: str, owner: str) -> Lease:
-    """Claim as soon as the current lease expires; until then the claim must be refused as held."""
-
-    def attempt() -> Lease | None:
-        outcome = target.try_claim(node, owner)
-        if isinstance(outcome, Lease):
-            return outcome
-        assert outcome == Refused("held")
-        return None
-
-    return wait_for(attempt, timeout=3.0, what=f"{owner}'s takeover of {node}")
-
-
-def wait_expired(target: RedisTokenLease, node: str) -> None:
-    """Wait until the server's clock passed the node's lease expiry (asking the server, changing nothing)."""
-    raw = target.client.hget(target.keys(node)[0], "expires_ms")
-    assert isinstance(raw, (bytes, str)), raw
-    expires_ms = int(raw)
-
-    def passed() -> bool | None:
-        seconds, micros = target.client.time()
-        return True if seconds * 1000 + micros // 1000 >= expires_ms else None
-
-    wait_for(passed, timeout=3.0, what="the server's clock past the lease's expiry")
 
 
 def effects(target: RedisTokenLease, node: str) -> list[dict[str, str]]:
