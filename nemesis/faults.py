@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import random
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from leasecheck.nemesis.context import FaultContext
+from leasecheck.nemesis.processes import descendants, stopped
 from leasecheck.nemesis.processes import signal_process as _signal
 
 
@@ -38,26 +40,41 @@ class Fault(Protocol):
 
 @dataclass
 class PauseProcess:
-    """SIGSTOP a worker (its GC pause / VM freeze); heal with SIGCONT."""
+    """SIGSTOP a worker and everything below it (its GC pause / VM freeze); heal with SIGCONT.
+
+    The whole tree, because a worker's backend may run in a child of its own
+    (an ``exec:`` target, a library's heartbeat helper): a paused worker whose
+    backend kept heartbeating would be no pause at all.
+    """
 
     process: int
     pid: int
     name: str = "pause"
     paused: bool = False
+    #: the processes stopped: the worker first, then what was below it
+    stopped: list[int] = field(default_factory=list)
 
     def start(self) -> dict[str, Any]:
-        self.paused = _signal(self.pid, signal.SIGSTOP)
+        self.paused = _signal(self.pid, signal.SIGSTOP)  # first, so that it starts no child we would miss
+        self.stopped = [self.pid] if self.paused else []
+        deadline = time.monotonic() + 1.0
+        while self.paused and not stopped(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.001)  # a signal lands after kill() returns: a fork in flight finishes first
+        for child in descendants(self.pid)[1:] if self.paused else []:
+            if _signal(child, signal.SIGSTOP):
+                self.stopped.append(child)
         return {"victims": [self.process], "pid": self.pid}
 
     def heal(self) -> dict[str, Any] | None:
         if not self.paused:
             return None
         self.paused = False
-        _signal(self.pid, signal.SIGCONT)
+        for pid in reversed(self.stopped):  # the worker last: its children are running when it wakes
+            _signal(pid, signal.SIGCONT)
         return {"victims": [self.process], "pid": self.pid}
 
     def undo_record(self) -> dict[str, Any] | None:
-        return {"kind": "sigcont", "pids": [self.pid]} if self.paused else None
+        return {"kind": "sigcont", "pids": [self.pid], "tree": True} if self.paused else None
 
 
 @dataclass

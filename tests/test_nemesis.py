@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from leasecheck.nemesis.heal import UNDO
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.options import BadOptions, RunOptions, check_store, validate
 from leasecheck.storedir import load_faults, save_faults
+from leasecheck.waiting import wait_for
 
 
 class Toy:
@@ -104,12 +106,28 @@ def test_pause_fault_stops_and_heal_resumes_a_real_process() -> None:
         fault = PauseProcess(process=3, pid=p.pid)
         assert fault.start() == {"victims": [3], "pid": p.pid}
         wait_until(lambda: psutil.Process(p.pid).status() == psutil.STATUS_STOPPED)
-        assert fault.undo_record() == {"kind": "sigcont", "pids": [p.pid]}
+        assert fault.undo_record() == {"kind": "sigcont", "pids": [p.pid], "tree": True}
         fault.heal()
         wait_until(lambda: psutil.Process(p.pid).status() != psutil.STATUS_STOPPED)
         assert fault.undo_record() is None
     finally:
         p.kill()
+        p.wait()
+
+
+def test_pause_stops_the_workers_children_too() -> None:
+    """A worker's backend may run in a child (an exec: target): the pause must stop it as well."""
+    p = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
+    try:
+        child = wait_for(lambda: next(iter(psutil.Process(p.pid).children()), None), timeout=10.0, what="the shell's child")
+        fault = PauseProcess(process=3, pid=p.pid)
+        fault.start()
+        wait_until(lambda: child.status() == psutil.STATUS_STOPPED)
+        assert psutil.Process(p.pid).status() == psutil.STATUS_STOPPED
+        fault.heal()
+        wait_until(lambda: child.status() != psutil.STATUS_STOPPED and psutil.Process(p.pid).status() != psutil.STATUS_STOPPED)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
         p.wait()
 
 
