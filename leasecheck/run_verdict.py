@@ -55,6 +55,7 @@ from leasecheck.histories import Header, HistoryError
 from leasecheck.histories.format import NEMESIS, Event
 from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS
 from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Need
+from leasecheck.takeovers import lease_key
 
 #: the ops a run must have seen succeed at least once
 PROTOCOL_OPS = ("claim", "renew", "effect", "commit")
@@ -91,19 +92,13 @@ class Evidence:
             if f == "claim":
                 if node in self._holder:
                     self.takeovers += 1
-                self._holder[node] = _lease(value)
+                self._holder[node] = lease_key(value)
             elif f == "commit":
                 self._holder.pop(node, None)
         elif ev.type == "fail" and f == "claim" and value.get("reason") == "held":
             self.held += 1
-        if f == "release" and ev.type in ("ok", "info") and self._holder.get(node) == _lease(invoked):
+        if f == "release" and ev.type in ("ok", "info") and self._holder.get(node) == lease_key(invoked):
             del self._holder[node]
-
-
-def _lease(value: dict[str, Any]) -> Any:
-    """A lease's identity: its epoch, or its token when the backend has no fencing token."""
-    epoch = value.get("epoch")
-    return epoch if epoch is not None else ("token", str(value.get("token")))
 
 
 def _of(kind: FaultKind, value: dict[str, Any]) -> bool:
