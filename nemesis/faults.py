@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import random
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from leasecheck.nemesis.context import FaultContext
-from leasecheck.nemesis.processes import descendants, stopped
+from leasecheck.nemesis.processes import freeze
 from leasecheck.nemesis.processes import signal_process as _signal
 
 
@@ -55,14 +54,9 @@ class PauseProcess:
     stopped: list[int] = field(default_factory=list)
 
     def start(self) -> dict[str, Any]:
-        self.paused = _signal(self.pid, signal.SIGSTOP)  # first, so that it starts no child we would miss
-        self.stopped = [self.pid] if self.paused else []
-        deadline = time.monotonic() + 1.0
-        while self.paused and not stopped(self.pid) and time.monotonic() < deadline:
-            time.sleep(0.001)  # a signal lands after kill() returns: a fork in flight finishes first
-        for child in descendants(self.pid)[1:] if self.paused else []:
-            if _signal(child, signal.SIGSTOP):
-                self.stopped.append(child)
+        below = freeze(self.pid)  # the worker first, so that it starts no child we would miss
+        self.paused = below is not None
+        self.stopped = [self.pid] + [child for child in below if _signal(child, signal.SIGSTOP)] if below is not None else []
         return {"victims": [self.process], "pid": self.pid}
 
     def heal(self) -> dict[str, Any] | None:

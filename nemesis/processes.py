@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 
 
@@ -109,6 +110,23 @@ def stopped(pid: int) -> bool:
     """``pid`` is stopped by a signal (or gone): a stopped process forks nothing more."""
     process = read_process(pid)
     return process is None or process.state in ("T", "t") or process.exited
+
+
+def freeze(pid: int, timeout: float = 5.0) -> list[int] | None:
+    """SIGSTOP ``pid``, wait until it is stopped, and return what runs below it (not exited).
+
+    A signal lands after ``kill()`` returns: a fork in flight finishes first, so
+    the tree is read only once ``pid`` is stopped; then it forks nothing more,
+    and no child is missed. Empty if there is no such process.
+    """
+    if not signal_process(pid, signal.SIGSTOP):
+        return []
+    deadline = time.monotonic() + timeout
+    while not stopped(pid) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    table = process_table()
+    alive = {p.pid for p in table if not p.exited}
+    return [p for p in descendants(pid, table)[1:] if p in alive]
 
 
 def signal_process(pid: int, sig: signal.Signals) -> bool:

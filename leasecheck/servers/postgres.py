@@ -20,7 +20,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from leasecheck.nemesis.processes import children, running, signal_process, stopped, working_in
+from leasecheck.nemesis.processes import children, descendants, freeze, running, signal_process, working_in
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
 from leasecheck.servers.readiness import postgres_answers
 from leasecheck.waiting import poll
@@ -153,7 +153,7 @@ class PostgresServer(LocalServer):
         return [] if pid is None else children(pid)
 
     def _signal_server(self, sig: signal.Signals) -> list[int]:
-        """Signal the postmaster and its children; return the children signalled.
+        """Signal the postmaster and every process below it; return those signalled below it.
 
         The postmaster is stopped first, so it cannot fork a child we miss nor
         (after a SIGKILL) restart the children it saw die. A signal is delivered
@@ -163,10 +163,7 @@ class PostgresServer(LocalServer):
         pid = self.pid
         if pid is None:
             return []
-        if sig != signal.SIGCONT:
-            signal_process(pid, signal.SIGSTOP)
-            poll(lambda: stopped(pid), timeout=5.0, every=0.001)
-        backends = self._children()
+        backends = (freeze(pid) or []) if sig != signal.SIGCONT else descendants(pid)[1:]
         for backend in backends:
             signal_process(backend, sig)
         signal_process(pid, sig)
