@@ -83,13 +83,11 @@ def cases(settings: Sequence[str], only: Sequence[str] | None) -> list[Case]:
     out = []
     for name in sorted(available()):
         cls = load(name)
-        expected = frozenset(getattr(cls, "expected", ()) or ())
-        if not expected:
+        if not cls.bug:
             continue
-        faults = tuple(getattr(cls, "exposed_by", ()) or ())
-        dup = 0.3 if DUPLICATE_DELIVERY in (getattr(cls, "exposed_by_workload", ()) or ()) else 0.1
+        dup = 0.3 if DUPLICATE_DELIVERY in cls.exposed_by_workload else 0.1
         for s in settings:
-            out.append(Case(name, faults or ("pause",), dup, s, expected))
+            out.append(Case(name, cls.exposed_by or ("pause",), dup, s, frozenset(cls.expected)))
     for name, faults in REFERENCES.items():
         for s in settings:
             out.append(Case(name, faults, 0.1, s))
