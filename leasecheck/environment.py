@@ -62,6 +62,9 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
         return Environment("")
     if kind == "sqlite":
         return Environment(str(run_dir / "lease.sqlite3"))
+    if kind == "files":  # a folder of lock and record files, shared by the workers on this host
+        (run_dir / "files").mkdir(exist_ok=True)
+        return Environment(str(run_dir / "files"))
     if env == "docker":
         return _in_docker(kind, run_dir)
     if kind == "postgres":
@@ -76,6 +79,14 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
         from leasecheck.servers.redis import RedisServer
 
         server = FaketimeRedisServer(run_dir / "redis") if skewable else RedisServer(run_dir / "redis")
+    elif kind == "zookeeper":
+        from leasecheck.servers.zookeeper import ZooKeeperServer
+
+        server = ZooKeeperServer(run_dir / "zookeeper")
+    elif kind == "etcd":
+        from leasecheck.servers.etcd import EtcdServer
+
+        server = EtcdServer(run_dir / "etcd")
     else:
         raise EnvironmentFailure(f"target {target.name!r} brings its own store: give its address with --url")
     server.start()

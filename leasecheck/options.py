@@ -21,7 +21,9 @@ from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES
 from leasecheck.workload import Workload
 
 #: stores we run as servers (what the store faults pause, kill and proxy)
-SERVER_STORES = ("postgres", "redis")
+SERVER_STORES = ("postgres", "redis", "zookeeper", "etcd")
+#: stores we can run under libfaketime (what clock-store skews)
+FAKETIME_STORES = ("postgres", "redis")
 
 
 class BadOptions(ValueError):
@@ -140,6 +142,10 @@ def check_store(opts: RunOptions, kinds: tuple[FaultKind, ...], store: str | Non
     if store not in SERVER_STORES and needing(kinds, Need.SERVER):
         hint = " (--exec-store postgres or redis starts one for it)" if exec_target else ""
         raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)}){hint}")
+    faketime = needing(kinds, Need.FAKETIME)
+    if faketime and store in SERVER_STORES and store not in FAKETIME_STORES:
+        raise BadOptions(f"{_they(faketime, 'runs', 'run')} the store under libfaketime, which leasecheck does for"
+                         f" {' and '.join(FAKETIME_STORES)} servers only, not {store}")
     if store is None and not opts.url and not exec_target:  # an exec: child may need no store (LEASECHECK_URL empty)
         raise BadOptions(f"{opts.target} brings its own store (its class says store = None): pass the store's address"
                          " with --url URL (the adapter gets it as self.config.url)")

@@ -14,7 +14,7 @@ import re
 import urllib.parse
 
 #: default ports of the stores the runner starts, for URLs that leave the port out
-DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379}
+DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379, "zookeeper": 2181, "etcd": 2379}
 
 
 def store_endpoint(url: str) -> tuple[str, int]:

@@ -1,0 +1,7 @@
+"""Adapters for third-party lock and lease libraries, audited by ``leasecheck audit``.
+
+Each module wraps one library the way its README tells users to use it (see
+:mod:`.lockbase`), declares the audit it is judged by (:mod:`.audit`), and
+imports its library only when loaded: the libraries are optional extras
+(``pip install 'leasecheck[audit]'``).
+"""

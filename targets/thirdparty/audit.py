@@ -1,0 +1,45 @@
+"""What an audit of a third-party library is: the published settings ``leasecheck audit`` runs.
+
+A plan belongs to the adapter class it audits (``Target.audit``), so a library's
+adapter, its mode and the verdict leasecheck publishes for it live in one
+module, and ``leasecheck audit --list`` is read off the registered targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from leasecheck.histories.vocabulary import AnomalyKind
+
+Expected = Literal["valid", "invalid"]
+
+
+@dataclass(frozen=True)
+class FaultAudit:
+    """One fault of an audit (a ``--nemesis`` value) and the verdict every seed must reach under it."""
+
+    nemesis: str
+    expected: Expected
+    #: kinds an ``invalid`` run must show: each such run shows at least one of them, and none outside them
+    kinds: tuple[AnomalyKind, ...] = ()
+
+
+@dataclass(frozen=True)
+class AuditPlan:
+    """One mode of one library's audit: what to run and what leasecheck found (AUDITS.md)."""
+
+    #: the library's distribution name on PyPI (its installed version is read from it)
+    library: str
+    #: how the library is used: ``documented`` (as its README says) or a fenced way of using it
+    mode: str
+    #: the faults that matter for this library, each run on its own (one run per fault and seed)
+    faults: tuple[FaultAudit, ...]
+    #: the seeds of the published audit (the test suite runs the first, AUDITS.md's figures all)
+    seeds: tuple[int, ...] = (1, 2, 3)
+    #: the advice a finding ends with (or why the valid verdict holds)
+    fix: str = ""
+    #: seconds per run
+    time_limit: float = 8.0
+    #: other ``leasecheck run`` options (``ttl_ms``, ``concurrency``, ``dup_rate``, ...) as RunOptions fields
+    options: dict[str, Any] = field(default_factory=dict)
