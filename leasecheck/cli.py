@@ -9,6 +9,7 @@ click's own usage errors exit 2, which would read as "unknown", so the group's
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
 import random
@@ -315,6 +316,73 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
         if result.interrupted:
             click.echo(f"interrupted by {result.interrupted} (seed {result.seed}): exit {result.exit_code}")
     sys.exit(result.exit_code)
+
+
+@main.command()
+@click.argument("library", required=False)
+@click.option("--list", "list_only", is_flag=True, help="Show every audited library, its modes, faults and published verdicts.")
+@click.option("--mode", "modes", multiple=True, help="Only this mode of the library (repeatable; see --list).")
+@click.option("--fault", "faults", multiple=True, help="Only this fault of the plan (repeatable).")
+@click.option("--seeds", default=None, help="Comma-separated seeds (default: the plan's published seeds).")
+@click.option("--time-limit", type=Finite(min=0, min_open=True), default=None, help="Seconds per run (default: the plan's).")
+@click.option("--store", "store_dir", default="store", show_default=True, help="Folder of run directories.")
+@click.option("--as-published", is_flag=True,
+              help="Exit 0 when every run reached the verdict AUDITS.md publishes for it, 1 when one did not (a CI check that the library still behaves as audited).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, one per line.")
+def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: tuple[str, ...], seeds: str | None,
+          time_limit: float | None, store_dir: str, as_published: bool, as_json: bool) -> None:
+    """Audit a third-party lock library with its published settings (AUDITS.md).
+
+    Runs each fault of the library's plan with each seed, one run each, and
+    prints the verdict, the anomaly kinds, the time to the first anomaly and
+    the ops that prove it. Exit code: DESIGN.md's, for the worst run (1 if any
+    run found anomalies); with --as-published, 0 iff every run is as published.
+    """
+    from leasecheck.audit import audits, run_audit, select
+    from leasecheck.report import print_audit_plans, print_audit_result
+
+    console = console_for(stderr=as_json)
+    if list_only or library is None:
+        if library is None and not list_only:
+            raise click.UsageError("name a library to audit, or --list")
+        found, broken = audits()
+        print_audit_plans(console, found, broken)
+        return
+    try:
+        chosen = select(library, modes)
+        seed_list = [int(s) for s in _csv(seeds)] if seeds is not None else None
+    except LookupError as e:
+        click.echo(f"leasecheck audit: {e.args[0]}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except ValueError:
+        raise click.BadParameter(f"{seeds!r}: give comma-separated integers", param_hint="'--seeds'") from None
+    if seed_list == []:
+        raise click.BadParameter("names no seed", param_hint="'--seeds'")
+    plan_faults = {f.nemesis for a in chosen for f in a.plan.faults}
+    unknown = sorted(set(faults) - plan_faults)
+    if unknown:
+        raise click.BadParameter(f"{', '.join(unknown)}: not in the plan of {library} (its faults: {', '.join(sorted(plan_faults))})",
+                                 param_hint="'--fault'")
+    codes: list[int] = []
+    mismatches = 0
+    for audited in chosen:
+        for fault in audited.plan.faults:
+            if faults and fault.nemesis not in faults:
+                continue
+            for seed in seed_list or audited.plan.seeds:
+                result = run_audit(audited.target, fault.nemesis, seed, Path(store_dir), time_limit)
+                codes.append(result.exit_code)
+                mismatches += not result.matches
+                if as_json:
+                    sys.stdout.write(json.dumps(result.to_json()) + "\n")
+                    sys.stdout.flush()
+                else:
+                    print_audit_result(console, result)
+                if result.exit_code >= 128:  # interrupted: stop here, exit as the run did
+                    sys.exit(result.exit_code)
+    if as_published:
+        sys.exit(EXIT_INVALID if mismatches else EXIT_VALID)
+    sys.exit(_worst(codes) if EXIT_ENVIRONMENT not in codes else EXIT_ENVIRONMENT)
 
 
 @main.command()

@@ -180,3 +180,36 @@ def print_run(console: Console, result: Any, coverage_counts: bool = False) -> N
     if reached is not None:
         console.print()
         print_coverage(console, *reached, counts=coverage_counts)
+
+
+def print_audit_plans(console: Console, rows: list[Any], broken: list[Any]) -> None:
+    """``leasecheck audit --list``: each audited library and mode, its faults and what was published for them."""
+    table = Table(title="audits (leasecheck audit LIBRARY [--mode MODE])", title_justify="left")
+    for col in ("library", "version", "mode", "target", "fault: published verdict", "seeds"):
+        table.add_column(col)
+    for a in sorted(rows, key=lambda a: (a.plan.library, a.plan.mode)):
+        faults = "\n".join(
+            f"{f.nemesis}: {f.expected}" + (f" ({', '.join(f.kinds)})" if f.kinds else "") for f in a.plan.faults
+        )
+        table.add_row(a.plan.library, a.version, a.plan.mode, a.target, faults, ",".join(map(str, a.plan.seeds)))
+    for b in broken:
+        table.add_row("?", "", "", b.target, Text(f"cannot load: {b.error}", style="red"), "")
+    console.print(table)
+
+
+def print_audit_result(console: Console, r: Any) -> None:
+    """One audit run, as it ends: verdict, kinds, first anomaly and whether it is what was published."""
+    style = {"valid": "green", "invalid": "red"}.get(r.verdict, "yellow")
+    line = Text.assemble(
+        f"{r.library} {r.version} [{r.mode}] {r.nemesis} seed {r.seed}: ", (r.verdict, style),
+    )
+    if r.kinds:
+        line.append(f" ({', '.join(r.kinds)})")
+    if r.proof is not None:
+        line.append(f"; first anomaly after {r.first_anomaly_s} s: {r.proof['kind']} on {r.proof['node']}, ops {r.proof['ops']}")
+    if r.reason:
+        line.append(f"; {r.reason}")
+    line.append("; as published" if r.matches else f"; NOT as published ({r.published.expected})",
+                style="" if r.matches else "bold red")
+    console.print(line, highlight=False)
+    console.print(f"  {r.run_dir}", highlight=False)

@@ -1,0 +1,204 @@
+"""Audits of third-party lock libraries: run a library's published plan and say what it showed.
+
+An audit is a set of ordinary runs: one per fault of the plan and seed, each
+judged by the checker like any other run. What this module adds is what an
+auditor needs to publish a finding (AUDITS.md): the library's installed
+version, whether each run reached the verdict that was published for it, how
+long the run took to show its first anomaly, and the op indices that prove it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from leasecheck.options import RunOptions
+from leasecheck.targets.registry import TargetNotFound, available, load
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
+
+
+@dataclass(frozen=True)
+class Audited:
+    """A registered backend that carries a published audit plan."""
+
+    target: str
+    plan: AuditPlan
+
+    @property
+    def version(self) -> str:
+        try:
+            return version(self.plan.library)
+        except PackageNotFoundError:
+            return "not installed"
+
+    def fault(self, nemesis: str) -> FaultAudit:
+        for fault in self.plan.faults:
+            if fault.nemesis == nemesis:
+                return fault
+        known = ", ".join(f.nemesis for f in self.plan.faults)
+        raise KeyError(f"the audit of {self.target} has no fault {nemesis!r} (it has {known})")
+
+
+@dataclass(frozen=True)
+class Unloadable:
+    """A registered audit adapter whose module would not import (its library is missing)."""
+
+    target: str
+    error: str
+
+
+def audits() -> tuple[list[Audited], list[Unloadable]]:
+    """Every registered backend with an audit plan, and the audit adapters that failed to load."""
+    found: list[Audited] = []
+    broken: list[Unloadable] = []
+    for name, where in available().items():
+        try:
+            cls = load(name)
+        except TargetNotFound as e:
+            if ".thirdparty." in where:  # only ours are known to be audits without importing them
+                broken.append(Unloadable(name, str(e)))
+            continue
+        plan = getattr(cls, "audit", None)
+        if isinstance(plan, AuditPlan):
+            found.append(Audited(name, plan))
+    return found, broken
+
+
+def select(library: str, modes: tuple[str, ...] = ()) -> list[Audited]:
+    """The audits of ``library`` (its PyPI name, or one adapter's target name), in ``modes`` if given."""
+    found, broken = audits()
+    chosen = [a for a in found if library in (a.plan.library, a.target)]
+    if not chosen:
+        missing = [b for b in broken if library in b.target]
+        if missing:
+            raise LookupError(f"{missing[0].error} (pip install 'leasecheck[audit]')")
+        names = ", ".join(sorted({a.plan.library for a in found})) or "none"
+        raise LookupError(f"no audit of {library!r} (audited libraries: {names}; see leasecheck audit --list)")
+    if modes:
+        unknown = set(modes) - {a.plan.mode for a in chosen}
+        if unknown:
+            have = ", ".join(sorted(a.plan.mode for a in chosen))
+            raise LookupError(f"{library} has no mode {', '.join(sorted(unknown))} (its modes: {have})")
+        chosen = [a for a in chosen if a.plan.mode in modes]
+    return chosen
+
+
+@dataclass
+class AuditResult:
+    """One run of an audit, judged against what was published for it."""
+
+    target: str
+    library: str
+    version: str
+    mode: str
+    nemesis: str
+    seed: int
+    #: the run verdict: ``valid``, ``invalid`` or ``unknown``
+    verdict: str
+    kinds: tuple[str, ...]
+    reason: str | None
+    run_dir: Path
+    published: FaultAudit
+    #: seconds from the history's first operation to the completion of the last op that proves the first anomaly
+    first_anomaly_s: float | None = None
+    #: the first anomaly: kind, node and the op indices that prove it
+    proof: dict[str, Any] | None = None
+    exit_code: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def matches(self) -> bool:
+        """Did the run reach the published verdict (and, if invalid, only kinds the publication names)?"""
+        if self.verdict != self.published.expected:
+            return False
+        if self.verdict == "invalid" and self.published.kinds:
+            return bool(set(self.kinds) & set(self.published.kinds)) and set(self.kinds) <= set(self.published.kinds)
+        return True
+
+    def command(self) -> str:
+        """The one command that reproduces this run."""
+        return f"leasecheck audit {self.library} --mode {self.mode} --fault {self.nemesis} --seeds {self.seed}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target, "library": self.library, "version": self.version, "mode": self.mode,
+            "nemesis": self.nemesis, "seed": self.seed, "verdict": self.verdict, "kinds": list(self.kinds),
+            "reason": self.reason, "first_anomaly_s": self.first_anomaly_s, "proof": self.proof,
+            "published": {"verdict": self.published.expected, "kinds": list(self.published.kinds)},
+            "matches": self.matches, "run_dir": str(self.run_dir), "command": self.command(),
+        }
+
+
+def options_for(audited: Audited, nemesis: str, seed: int, store: Path, time_limit: float | None = None) -> RunOptions:
+    """The run options of one audit run: the plan's settings, this fault and seed.
+
+    A run waits up to one more time limit for the evidence its verdict needs
+    (``--evidence-wait``), so a slow machine gives a late verdict rather than ``unknown``.
+    """
+    plan = audited.plan
+    audited.fault(nemesis)  # refuses a fault the plan does not publish
+    limit = time_limit if time_limit is not None else plan.time_limit
+    opts = RunOptions(target=audited.target, nemesis=tuple(nemesis.split(",")), seed=seed, time_limit=limit,
+                      evidence_wait_s=limit, store=str(store))
+    return replace(opts, **plan.options)
+
+
+def run_audit(target: str, nemesis: str, seed: int, store: Path, time_limit: float | None = None,
+              progress: Callable[[dict[str, Any]], None] | None = None) -> AuditResult:
+    """Run one fault of ``target``'s published audit with one seed, and judge it against the publication."""
+    from leasecheck.runner import run
+
+    audited = next((a for a in audits()[0] if a.target == target), None)
+    if audited is None:
+        raise LookupError(f"{target} is no registered backend with an audit plan (see leasecheck audit --list)")
+    opts = options_for(audited, nemesis, seed, store, time_limit)
+    result = run(opts, progress)
+    valid = result.verdict.valid
+    verdict = "valid" if valid is True else "invalid" if valid is False else "unknown"
+    anomalies = result.verdict.anomalies
+    first_s, proof = first_anomaly(result.run_dir / "history.jsonl", result.verdict.cited, anomalies)
+    return AuditResult(
+        target=target, library=audited.plan.library, version=audited.version, mode=audited.plan.mode,
+        nemesis=nemesis, seed=seed, verdict=verdict, kinds=tuple(sorted({a.kind for a in anomalies})),
+        reason=result.reason, run_dir=result.run_dir, published=audited.fault(nemesis),
+        first_anomaly_s=first_s, proof=proof, exit_code=result.exit_code, options=dict(audited.plan.options),
+    )
+
+
+def first_anomaly(history: Path, cited: dict[int, Any], anomalies: list[Any]) -> tuple[float | None, dict[str, Any] | None]:
+    """The anomaly proven earliest (by the completion of the last op it cites), and when, from the first op's invoke."""
+    if not anomalies:
+        return None, None
+
+    def proven_at(anomaly: Any) -> int:
+        times = [op.complete_time if op.complete_time is not None else op.invoke_time
+                 for op in (cited.get(i) for i in anomaly.ops) if op is not None]
+        return max(times, default=0)
+
+    first = min(anomalies, key=proven_at)
+    start = _first_time(history)
+    at = proven_at(first)
+    seconds = round((at - start) / 1e9, 3) if start is not None and at else None
+    return seconds, {"kind": first.kind, "node": first.node, "ops": list(first.ops)}
+
+
+def _first_time(history: Path) -> int | None:
+    """The time of the history's first event after the header (the run's start, as the history saw it)."""
+    try:
+        with history.open("rb") as f:
+            next(f, None)  # the header
+            line = next(f, None)
+    except OSError:
+        return None
+    if not line:
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    t = event.get("time")
+    return t if isinstance(t, int) else None
