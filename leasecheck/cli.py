@@ -385,6 +385,30 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
     sys.exit(_worst(codes) if EXIT_ENVIRONMENT not in codes else EXIT_ENVIRONMENT)
 
 
+@main.command("new-target")
+@click.argument("name")
+@click.option("--dir", "directory", default=".", show_default=True, help="Folder to write the two files into.")
+@click.option("--force", is_flag=True, help="Overwrite files that exist.")
+def new_target(name: str, directory: str, force: bool) -> None:
+    """Write NAME_lease.py (an adapter to fill in) and test_NAME_lease.py (the seed's table against it).
+
+    The test fails with one message per method still to write, then runs every
+    conformance scenario against the adapter.
+    """
+    from leasecheck.scaffold import Names, ScaffoldError, write
+
+    try:
+        paths = write(name, Path(directory), force)
+    except ScaffoldError as e:
+        click.echo(f"leasecheck new-target: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    names = Names.of(name)
+    for path in paths:
+        click.echo(f"wrote {path}")
+    click.echo(f"next: fill in {paths[0].name}, then `python -m pytest -q {paths[1].name}` in {directory}"
+               f" and `leasecheck run --target {names.module}:{names.cls} --url YOUR_STORE`")
+
+
 @main.command()
 @click.argument("path", default="store/latest", metavar="[RUN_DIR]")
 def heal(path: str) -> None:
