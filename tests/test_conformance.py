@@ -27,8 +27,9 @@ from leasecheck.targets.base import Lease
 from leasecheck.targets.redis_token_lease import TOKEN_PRELUDE, RedisTokenLease
 from leasecheck.targets.registry import TargetSpec, available, load
 
-#: every registered backend that declares no bug: the fenced references and the unfenced redis-token
-REFERENCES = sorted(name for name in available() if not load(name).bug)
+#: every registered backend that declares no bug and is no third party's (those are audited: AUDITS.md):
+#: the fenced references and the unfenced redis-token
+REFERENCES = sorted(name for name in available() if not load(name).bug and getattr(load(name), "audit", None) is None)
 
 #: broken variant -> the scenario its bug must fail, and a word its evidence must contain
 BROKEN = {

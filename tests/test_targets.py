@@ -19,6 +19,7 @@ from leasecheck.nemesis.catalogue import FAULTS, Need
 from leasecheck.options import RunOptions, check_store, validate
 from leasecheck.targets.base import WORKLOAD_CONDITIONS, Lease, OffsetClock, Target, TargetConfig
 from leasecheck.targets.registry import TargetNotFound, TargetSpec, available, load
+from leasecheck.targets.thirdparty.audit import AuditPlan
 
 REFERENCES = {"sqlite", "postgres", "redis", "redis-token"}
 #: the reference backends without a fencing token (epoch null, an opaque token per lease)
@@ -29,16 +30,25 @@ BROKEN = {
     "sqlite-swallowed-heartbeat", "sqlite-release-any-epoch", "sqlite-fence-at-commit", "sqlite-cached-read",
     "postgres-grace-after-failover",
 }
+#: adapters of third-party lock libraries, each with its published audit (targets/thirdparty, AUDITS.md)
+AUDITED = {
+    "redis-py-lock", "python-redis-lock", "portalocker-redis", "portalocker-redis-fenced", "kazoo-lock",
+    "kazoo-lock-zxid", "etcd3-lock", "etcd3-lock-revision", "sqlalchemy-dlock", "filelock", "filelock-soft",
+}
+#: the audited adapters that use a fencing token (the advice a finding ends with)
+FENCED_AUDITED = {"portalocker-redis-fenced", "kazoo-lock-zxid", "etcd3-lock-revision"}
 
 
 def test_every_registered_backend_loads_and_declares_itself() -> None:
     names = set(available())
-    assert names >= REFERENCES | BROKEN
+    assert names >= REFERENCES | BROKEN | AUDITED
     for name in names:
         cls = load(name)
-        assert issubclass(cls, Target) and cls.name == name and cls.store in {"sqlite", "postgres", "redis"}
-        assert cls.fenced is (name not in UNFENCED), name
+        stores = {"sqlite", "postgres", "redis", "zookeeper", "etcd", "files"} if name in AUDITED else {"sqlite", "postgres", "redis"}
+        assert issubclass(cls, Target) and cls.name == name and cls.store in stores, name
+        assert cls.fenced is (name not in UNFENCED if name not in AUDITED else name in FENCED_AUDITED), name
         assert cls.effect_fence in ("lease", "token"), name
+        assert isinstance(getattr(cls, "audit", None), AuditPlan) is (name in AUDITED), name
         if name in BROKEN:
             assert cls.bug and cls.expected and (cls.exposed_by or cls.exposed_by_workload), name
             assert set(cls.expected) <= set(KINDS), name
