@@ -69,9 +69,9 @@ def audits() -> tuple[list[Audited], list[Unloadable]]:
 
 
 def select(library: str, modes: tuple[str, ...] = ()) -> list[Audited]:
-    """The audits of ``library`` (its PyPI name, or one adapter's target name), in ``modes`` if given."""
+    """The audits of ``library`` (its PyPI name, one adapter's target name, or ``all``), in ``modes`` if given."""
     found, broken = audits()
-    chosen = [a for a in found if library in (a.plan.library, a.target)]
+    chosen = [a for a in found if library in (a.plan.library, a.target, "all")]
     if not chosen:
         missing = [b for b in broken if library in b.target]
         if missing:
@@ -123,6 +123,14 @@ class AuditResult:
         """The one command that reproduces this run."""
         return f"leasecheck audit {self.library} --mode {self.mode} --fault {self.nemesis} --seeds {self.seed}"
 
+    def markdown_row(self) -> str:
+        """One row of AUDITS.md's table (:data:`MARKDOWN_HEADER`)."""
+        kinds = ", ".join(f"`{k}`" for k in self.kinds) or "-"
+        first = f"{self.first_anomaly_s:.1f} s" if self.first_anomaly_s is not None else "-"
+        proof = f"{self.proof['node']} ops {', '.join(map(str, self.proof['ops']))}" if self.proof else "-"
+        verdict = self.verdict if self.matches else f"{self.verdict} (published: {self.published.expected})"
+        return f"| {self.library} | {self.version} | {self.mode} | {self.nemesis} | {self.seed} | {verdict} | {kinds} | {first} | {proof} |"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "target": self.target, "library": self.library, "version": self.version, "mode": self.mode,
@@ -131,6 +139,13 @@ class AuditResult:
             "published": {"verdict": self.published.expected, "kinds": list(self.published.kinds)},
             "matches": self.matches, "run_dir": str(self.run_dir), "command": self.command(),
         }
+
+
+#: the head of the table :meth:`AuditResult.markdown_row` fills
+MARKDOWN_HEADER = (
+    "| library | version | mode | fault | seed | verdict | kinds | first anomaly | proof (node, ops) |\n"
+    "|---|---|---|---|---:|---|---|---:|---|"
+)
 
 
 def options_for(audited: Audited, nemesis: str, seed: int, store: Path, time_limit: float | None = None) -> RunOptions:

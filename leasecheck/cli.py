@@ -329,16 +329,17 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
 @click.option("--as-published", is_flag=True,
               help="Exit 0 when every run reached the verdict AUDITS.md publishes for it, 1 when one did not (a CI check that the library still behaves as audited).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run, one per line.")
+@click.option("--markdown", is_flag=True, help="End with a Markdown table of the runs (AUDITS.md's).")
 def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: tuple[str, ...], seeds: str | None,
-          time_limit: float | None, store_dir: str, as_published: bool, as_json: bool) -> None:
-    """Audit a third-party lock library with its published settings (AUDITS.md).
+          time_limit: float | None, store_dir: str, as_published: bool, as_json: bool, markdown: bool) -> None:
+    """Audit a third-party lock library (or ``all``) with its published settings (AUDITS.md).
 
     Runs each fault of the library's plan with each seed, one run each, and
     prints the verdict, the anomaly kinds, the time to the first anomaly and
     the ops that prove it. Exit code: DESIGN.md's, for the worst run (1 if any
     run found anomalies); with --as-published, 0 iff every run is as published.
     """
-    from leasecheck.audit import audits, run_audit, select
+    from leasecheck.audit import MARKDOWN_HEADER, AuditResult, audits, run_audit, select
     from leasecheck.report import print_audit_plans, print_audit_result
 
     console = console_for(stderr=as_json)
@@ -365,6 +366,7 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
                                  param_hint="'--fault'")
     codes: list[int] = []
     mismatches = 0
+    results: list[AuditResult] = []
     for audited in chosen:
         for fault in audited.plan.faults:
             if faults and fault.nemesis not in faults:
@@ -372,6 +374,7 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
             for seed in seed_list or audited.plan.seeds:
                 result = run_audit(audited.target, fault.nemesis, seed, Path(store_dir), time_limit)
                 codes.append(result.exit_code)
+                results.append(result)
                 mismatches += not result.matches
                 if as_json:
                     sys.stdout.write(json.dumps(result.to_json()) + "\n")
@@ -380,6 +383,10 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
                     print_audit_result(console, result)
                 if result.exit_code >= 128:  # interrupted: stop here, exit as the run did
                     sys.exit(result.exit_code)
+    if markdown:
+        click.echo(MARKDOWN_HEADER, err=as_json)
+        for result in results:
+            click.echo(result.markdown_row(), err=as_json)
     if as_published:
         sys.exit(EXIT_INVALID if mismatches else EXIT_VALID)
     sys.exit(_worst(codes) if EXIT_ENVIRONMENT not in codes else EXIT_ENVIRONMENT)
