@@ -22,7 +22,9 @@ Two rules keep the folder usable by the tools that read it:
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +40,23 @@ class StoreUnusable(EnvironmentFailure):
     """``--store`` cannot hold run directories (it is a file, or read-only): exit 4; ``str()`` is one line."""
 
 
+#: the longest target folder name: a file name has at most 255 bytes, and an exec: command can be longer
+MAX_FOLDER = 100
+
+
+def folder_name(target: str) -> str:
+    """The folder of ``target``'s runs: its name with path and shell characters replaced, a long one cut and hashed."""
+    safe = re.sub(r"[^A-Za-z0-9._=+-]", "_", target).strip(".") or "_"
+    if len(safe) <= MAX_FOLDER:
+        return safe
+    digest = hashlib.sha256(target.encode()).hexdigest()[:12]
+    return f"{safe[:MAX_FOLDER - 13]}-{digest}"
+
+
 def new_run_dir(store: Path, target: str) -> Path:
     """A fresh, absolute ``store/<target>/<stamp>`` directory; ``latest`` is left alone (see :func:`mark_latest`)."""
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    safe = target.replace("/", "_").replace(":", "_").replace(" ", "_")
-    path = store.expanduser().absolute() / safe / stamp
+    path = store.expanduser().absolute() / folder_name(target) / stamp
     try:
         path.mkdir(parents=True, exist_ok=False)
     except OSError as e:

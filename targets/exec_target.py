@@ -374,7 +374,10 @@ class ExecTarget(Target):
             fd, name = tempfile.mkstemp(prefix="leasecheck-exec-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
-        self.env = {**os.environ, "LEASECHECK_URL": config.url, "LEASECHECK_TTL_MS": str(config.ttl_ms)}
+        #: the op deadline too: a child that gives up on its store before it, answering "indeterminate",
+        #: says more than one the harness has to kill for hanging
+        self.env = {**os.environ, "LEASECHECK_URL": config.url, "LEASECHECK_TTL_MS": str(config.ttl_ms),
+                    "LEASECHECK_TIMEOUT_MS": str(round(config.timeout_s * 1000))}
         self._ids = itertools.count(1)
         self._child: Child | None = None
         #: what the child said it is (None until one has said hello)

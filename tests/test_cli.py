@@ -186,3 +186,16 @@ def test_check_of_a_store_glob_skips_folders_inside_a_run(tmp_path: Path) -> Non
     assert "not a run: skipped" in r.stderr and "Traceback" not in r.stderr
     alone = subprocess.run([sys.executable, "-m", "leasecheck", "check", str(run / "redis")], capture_output=True, text=True, timeout=60)
     assert alone.returncode == 3  # nothing was checked: never a pass
+
+
+def test_a_run_folder_name_stays_a_valid_file_name_for_any_target() -> None:
+    from leasecheck.storedir import MAX_FOLDER, folder_name
+
+    assert folder_name("sqlite") == "sqlite"
+    assert folder_name("acme_lock:AcmeLock") == "acme_lock_AcmeLock"
+    assert folder_name("exec:node ./lease.js --flag") == "exec_node_._lease.js_--flag"
+    long = "exec:" + " ".join(["/very/long/path/to/a/lease-binary"] * 20)
+    name = folder_name(long)
+    assert len(name) <= MAX_FOLDER and "/" not in name
+    assert name != folder_name(long + " x") and name == folder_name(long)  # cut, but still one folder per command
+    assert folder_name("..") == "_"

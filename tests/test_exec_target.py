@@ -78,7 +78,8 @@ CHILD = textwrap.dedent('''
     if mode == "grandchild":  # a helper in its own process group, which leasecheck must kill too
         helper = subprocess.Popen(["sleep", "600"])
         print(f"helper {helper.pid}", file=sys.stderr, flush=True)
-    store = SqliteLease(TargetConfig(url=os.environ["LEASECHECK_URL"], ttl_ms=int(os.environ["LEASECHECK_TTL_MS"])))
+    store = SqliteLease(TargetConfig(url=os.environ["LEASECHECK_URL"], ttl_ms=int(os.environ["LEASECHECK_TTL_MS"]),
+                                     timeout_s=int(os.environ["LEASECHECK_TIMEOUT_MS"]) / 1000))
     say({"leasecheck": 1, "name": "sqlite-child", "fenced": True})
 
 
