@@ -37,10 +37,14 @@ class Check:
     fenced: bool | None = None
     #: kinds that, already found on the node, make this check pointless (they imply its verdict)
     unless: frozenset[str] = frozenset()
+    #: a timing check, defined by the ttl: only for leases that end at a deadline (header ``lease_expiry``)
+    timed: bool = False
 
     def applies(self, node: NodeHistory, found: Findings) -> bool:
         """Should this row run on ``node``, given what earlier rows found there?"""
         if self.fenced is not None and self.fenced != node.fenced:
+            return False
+        if self.timed and not node.header.deadlines:
             return False
         return not (self.unless and self.unless & found.kinds_on(node.node))
 
@@ -53,10 +57,10 @@ CHECKS: tuple[Check, ...] = (
         kinds.epoch_order,
         fenced=True,
     ),
-    Check(("overlapping-lease",), kinds.overlapping_fenced, fenced=True),
+    Check(("overlapping-lease",), kinds.overlapping_fenced, fenced=True, timed=True),
     Check(("stale-renew", "stale-commit", "stale-effect"), kinds.grant_order, fenced=False),
-    Check(("overlapping-lease",), kinds.overlapping_unfenced, fenced=False),
+    Check(("overlapping-lease",), kinds.overlapping_unfenced, fenced=False, timed=True),
     Check(("duplicate-commit", "lost-commit"), kinds.commits),
-    Check(("stuck-lease",), kinds.stuck),
+    Check(("stuck-lease",), kinds.stuck, timed=True),
     Check(("non-linearizable",), non_linearizable, unless=LINEARIZABILITY_KINDS),
 )

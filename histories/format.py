@@ -26,6 +26,17 @@ EFFECT_FENCES: frozenset[str] = frozenset(get_args(EffectFence))
 #: what a header without ``effect_fence`` means (the seed's rule)
 DEFAULT_EFFECT_FENCE: Final = "lease"
 
+#: the header's ``lease_expiry``: what ends a lease the holder keeps silent about.
+#: ``"deadline"``: the store ends it ttl after its last grant or renew (every lease
+#: backend), so the timing kinds judge it by the ttl. ``"holder"``: a lock with no
+#: deadline, held as long as its holder's process, connection or session lives
+#: (an OS file lock, a Postgres session advisory lock): a stopped holder keeps it
+#: forever and a dead one loses it at once, both as promised, so ``overlapping-lease``
+#: and ``stuck-lease``, which are defined by the ttl, do not apply.
+LeaseExpiry = Literal["deadline", "holder"]
+LEASE_EXPIRIES: frozenset[str] = frozenset(get_args(LeaseExpiry))
+DEFAULT_LEASE_EXPIRY: Final = "deadline"
+
 
 class Header(msgspec.Struct, frozen=True):
     """Line 1 of a history: what the checker needs to judge time and effects, plus free metadata.
@@ -39,12 +50,20 @@ class Header(msgspec.Struct, frozen=True):
     clock_uncertainty_ms: float
     meta: dict[str, Any] = {}
     effect_fence: EffectFence = DEFAULT_EFFECT_FENCE
+    lease_expiry: LeaseExpiry = DEFAULT_LEASE_EXPIRY
 
     def __post_init__(self) -> None:
         # a header is built by the runner from a target's declaration: a typo there
         # must stop the run, not produce a history every reader rejects
         if self.effect_fence not in EFFECT_FENCES:
             raise ValueError(f'effect_fence must be "lease" or "token", not {self.effect_fence!r}')
+        if self.lease_expiry not in LEASE_EXPIRIES:
+            raise ValueError(f'lease_expiry must be "deadline" or "holder", not {self.lease_expiry!r}')
+
+    @property
+    def deadlines(self) -> bool:
+        """Do leases end ttl after their last grant or renew (the timing kinds apply)?"""
+        return self.lease_expiry == "deadline"
 
     def to_json(self) -> dict[str, Any]:
         """The header line as written: metadata first, then the keys the checker reads.
@@ -60,6 +79,7 @@ class Header(msgspec.Struct, frozen=True):
             "ttl_ms": self.ttl_ms,
             "clock_uncertainty_ms": self.clock_uncertainty_ms,
             "effect_fence": self.effect_fence,
+            **({"lease_expiry": self.lease_expiry} if self.lease_expiry != DEFAULT_LEASE_EXPIRY else {}),
         }
 
 

@@ -22,13 +22,16 @@ import msgspec
 
 from leasecheck.histories.format import (
     DEFAULT_EFFECT_FENCE,
+    DEFAULT_LEASE_EXPIRY,
     EFFECT_FENCES,
     FORMAT_NAME,
     FORMAT_VERSION,
+    LEASE_EXPIRIES,
     NEMESIS,
     EffectFence,
     Event,
     Header,
+    LeaseExpiry,
     Op,
     named_epoch,
 )
@@ -102,17 +105,22 @@ def _parse_header(raw: bytes, source: str) -> Header:
     if fence.__class__ is not str or fence not in EFFECT_FENCES:
         # the checker's stale-effect rule depends on it: guessing would judge by the wrong rule
         raise HistoryError(source, 1, f'header "effect_fence" must be "lease" or "token", not {fence!r}')
+    expiry = obj.get("lease_expiry", DEFAULT_LEASE_EXPIRY)
+    if expiry.__class__ is not str or expiry not in LEASE_EXPIRIES:
+        # the timing kinds depend on it: guessing would judge a lock by a deadline it never promised
+        raise HistoryError(source, 1, f'header "lease_expiry" must be "deadline" or "holder", not {expiry!r}')
     meta = {k: v for k, v in obj.items() if k not in _HEADER_KEYS}
     return Header(
         ttl_ms=obj["ttl_ms"],
         clock_uncertainty_ms=obj["clock_uncertainty_ms"],
         meta=meta,
         effect_fence=cast(EffectFence, fence),
+        lease_expiry=cast(LeaseExpiry, expiry),
     )
 
 
 #: the header keys the reader interprets; every other key is free metadata
-_HEADER_KEYS = frozenset({"format", "version", "ttl_ms", "clock_uncertainty_ms", "effect_fence"})
+_HEADER_KEYS = frozenset({"format", "version", "ttl_ms", "clock_uncertainty_ms", "effect_fence", "lease_expiry"})
 
 
 def _check_invoke_value(ev: Event) -> str | None:

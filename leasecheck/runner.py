@@ -162,7 +162,8 @@ class Run:
         if isinstance(producer, ExecTarget) and producer.hello is not None:  # an exec: child says it in its hello
             meta["exec"] = asdict(producer.hello)
             effect_fence = producer.hello.effect_fence
-        header = Header(opts.ttl_ms, self.timing.uncertainty_ms, meta, effect_fence=effect_fence)
+        header = Header(opts.ttl_ms, self.timing.uncertainty_ms, meta, effect_fence=effect_fence,
+                        lease_expiry=self.target_cls.lease_expiry)
         self.writer = HistoryWriter(self.run_dir / "history.jsonl", header)
         mark_latest(self.run_dir)  # only now: a run that failed to start never becomes store/latest
         self.deliveries = Deliveries(

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from leasecheck.histories.format import EffectFence
+from leasecheck.histories.format import EffectFence, LeaseExpiry
 from leasecheck.histories.vocabulary import AnomalyKind, Refusal, Status
 
 
@@ -162,6 +162,11 @@ class Target(ABC):
     #: refused as soon as a newer lease exists. ``"token"``: a separate service that only
     #: knows the epochs it was shown, refusing an effect only below the largest it accepted.
     effect_fence: ClassVar[EffectFence] = "lease"
+    #: What ends a lease whose holder goes silent, written into the history header. ``"deadline"``:
+    #: the store ends it ttl after its last grant or renew (a lease). ``"holder"``: a lock with no
+    #: deadline, held while its holder's process, connection or session lives (an OS file lock, a
+    #: session advisory lock); the ttl-defined kinds (overlapping-lease, stuck-lease) do not apply.
+    lease_expiry: ClassVar[LeaseExpiry] = "deadline"
 
     def __init__(self, config: TargetConfig) -> None:
         self.config = config

@@ -51,6 +51,8 @@ def error_of(src: list[str]) -> HistoryError:
         ([json.dumps({**HEADER, "effect_fence": "resource"})], 1, "effect_fence"),
         ([json.dumps({**HEADER, "effect_fence": None})], 1, "effect_fence"),
         ([json.dumps({**HEADER, "effect_fence": ["lease"]})], 1, "effect_fence"),
+        ([json.dumps({**HEADER, "lease_expiry": "forever"})], 1, "lease_expiry"),
+        ([json.dumps({**HEADER, "lease_expiry": None})], 1, "lease_expiry"),
         (lines(CLAIM[0]) + ["{not json"], 3, "bad JSON"),
         (lines(CLAIM[0], ev(2, 5, 1, "ok", "claim", value={"epoch": 1})), 3, "index gap"),
         (lines(CLAIM[0], ev(0, 5, 1, "ok", "claim", value={"epoch": 1})), 3, "repeats"),
@@ -144,6 +146,7 @@ def test_writer_round_trip(tmp_path: Path) -> None:
     assert header.meta == {"target": "sqlite", "seed": 7} and header.clock_uncertainty_ms == 50
     assert header.effect_fence == "lease"
     assert json.loads(p.read_text().splitlines()[0])["effect_fence"] == "lease"  # written even at its default
+    assert header.lease_expiry == "deadline" and "lease_expiry" not in json.loads(p.read_text().splitlines()[0])
     assert [(o.f, o.type, o.invoke_time, o.complete_time) for o in ops] == [("claim", "ok", 100, 300), ("commit", "ok", 400, 500)]
     assert check_source(p).valid is True
 
@@ -234,3 +237,29 @@ def test_the_header_picks_the_stale_effect_rule(fence: str | None, valid: bool) 
     if not valid:
         assert [(a.kind, a.ops) for a in v.anomalies] == [("stale-effect", [2, 4])]
         assert 'effect_fence "lease"' in v.anomalies[0].explanation
+
+
+def test_a_lock_without_a_deadline_is_not_judged_by_the_ttl() -> None:
+    """``lease_expiry: "holder"``: a claim granted right after another (its holder died) and a claim refused
+    long after the last renew (its holder is stopped) are what such a lock promises; a stale commit is not."""
+    ms = 1_000_000
+
+    def history(expiry: str | None) -> list[str]:
+        header = {**HEADER, "ttl_ms": 1000, "clock_uncertainty_ms": 10, **({"lease_expiry": expiry} if expiry else {})}
+        return [json.dumps(header)] + [json.dumps(e) for e in (
+            ev(0, 0, 1, "invoke", "claim", value={"owner": "a"}), ev(1, 1 * ms, 1, "ok", "claim", value={"epoch": 1}),
+            ev(2, 2 * ms, 2, "invoke", "claim", value={"owner": "b"}), ev(3, 3 * ms, 2, "ok", "claim", value={"epoch": 2}),
+            ev(4, 5000 * ms, 3, "invoke", "claim", value={"owner": "c"}),
+            ev(5, 5001 * ms, 3, "fail", "claim", value={"reason": "held"}),
+        )]
+
+    held = check_source(history("holder"))
+    assert held.valid is True, held.to_json()
+    timed = check_source(history(None))
+    assert timed.valid is False and {a.kind for a in timed.anomalies} == {"overlapping-lease", "stuck-lease"}
+    stale = history("holder") + [json.dumps(e) for e in (
+        ev(6, 5002 * ms, 1, "invoke", "commit", value={"epoch": 1, "result": "r"}), ev(7, 5003 * ms, 1, "ok", "commit"),
+    )]
+    found = check_source(stale)
+    assert found.valid is False and {a.kind for a in found.anomalies} == {"stale-commit"}
+    assert found.anomalies[0].ops == [2, 6]
