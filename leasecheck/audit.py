@@ -117,6 +117,8 @@ class AuditResult:
             return False
         if self.verdict == "invalid" and self.published.kinds:
             return bool(set(self.kinds) & set(self.published.kinds)) and set(self.kinds) <= set(self.published.kinds)
+        if self.verdict == "unknown" and self.published.reason:
+            return self.published.reason in (self.reason or "")
         return True
 
     def command(self) -> str:

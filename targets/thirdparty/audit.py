@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from leasecheck.histories.vocabulary import AnomalyKind
 
-Expected = Literal["valid", "invalid"]
+#: ``unknown`` is published too where a fault cannot test the library (a lock with no deadline under
+#: pause: nothing is ever taken over); the run verdict's reason then says what never happened
+Expected = Literal["valid", "invalid", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class FaultAudit:
     expected: Expected
     #: kinds an ``invalid`` run must show: each such run shows at least one of them, and none outside them
     kinds: tuple[AnomalyKind, ...] = ()
+    #: for ``unknown``: words the run verdict's reason must contain (what the fault never brought about)
+    reason: str = ""
 
 
 @dataclass(frozen=True)
