@@ -19,6 +19,7 @@ from typing import Any
 from leasecheck.options import RunOptions
 from leasecheck.targets.registry import TargetNotFound, available, load
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
+from leasecheck.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,10 @@ def options_for(audited: Audited, nemesis: str, seed: int, store: Path, time_lim
     limit = time_limit if time_limit is not None else plan.time_limit
     opts = RunOptions(target=audited.target, nemesis=tuple(nemesis.split(",")), seed=seed, time_limit=limit,
                       evidence_wait_s=limit, store=str(store))
-    return replace(opts, **plan.options)
+    options = dict(plan.options)
+    if isinstance(options.get("workload"), dict):
+        options["workload"] = Workload(**options["workload"])
+    return replace(opts, **options)
 
 
 def run_audit(target: str, nemesis: str, seed: int, store: Path, time_limit: float | None = None,

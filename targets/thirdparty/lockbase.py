@@ -25,7 +25,8 @@ Two ways of using a lock, as DESIGN.md describes them:
 Operations map onto the library like this: ``try_claim`` takes the lock without
 waiting (busy: ``held``), reads the record under it (done: ``terminal``, and the
 lock is let go) and marks the node RUNNING; ``renew`` is the library's own
-extension or liveness check; ``effect`` appends to the resource; ``commit``
+extension or liveness check (in a fenced mode also a conditional write of the
+record: the store says whether a newer fence exists); ``effect`` appends to the resource; ``commit``
 marks the node SUCCEEDED and lets go; ``release`` marks it READY and lets go;
 ``read`` reads the record. A failure after the lock was taken lets the lock go
 before it is reported, so a library without expiry is never left locked.
@@ -128,6 +129,7 @@ class LockLease(Target):
         self.records.add_nodes(nodes)
 
     def try_claim(self, node: str, owner: str) -> Lease | Refused:
+        self._abandon()
         held = self.acquire(node, owner)
         if held is None:
             return Refused("held")
@@ -150,7 +152,13 @@ class LockLease(Target):
         held = self._held.get(self._token(lease))
         if held is None:
             return Refused("not-owner", "this client let the lock go")
-        return None if self.extend(held) else Refused("expired", "the library says the lock is no longer held")
+        if not self.extend(held):
+            return Refused("expired", "the library says the lock is no longer held")
+        # a fenced heartbeat asks the store too: a library's own "still held" may be a local belief
+        # (portalocker's lock.lost) that lags behind the grant that fenced this lease off
+        if lease.epoch is not None and not self.records.put(lease.node, {"owner": lease.owner}, lease.epoch):
+            return Refused("stale", f"the record has seen a fence above {lease.epoch}")
+        return None
 
     def effect(self, lease: Lease, payload: str) -> Outcome:
         if self.records.append_effect(lease.node, self._token(lease), payload, lease.epoch):
@@ -193,6 +201,18 @@ class LockLease(Target):
         self.records.close()
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _abandon(self) -> None:
+        """Let go of every lock this client still holds: a worker claims only when its last job is over.
+
+        The workload leaves a lease without releasing it (a zombie done, a careful
+        worker woken past its lease); the ``with lock:`` block of a library's
+        README lets go when the job ends, however it ended, and a lock with no
+        deadline would otherwise stay held by this live process for the run.
+        """
+        for held in list(self._held.values()):
+            self._let_go(held)
+        self._held.clear()
 
     def _let_go(self, held: Held) -> None:
         """Unlock, whatever happens: the caller is already reporting something else."""

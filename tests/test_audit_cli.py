@@ -1,0 +1,81 @@
+"""``leasecheck audit``: the list of published plans, one audit run end to end, and every bad option exit 3.
+
+Each library's published verdicts are asserted by its own test module
+(``test_audit_*.py``); this one holds the command to its contract.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leasecheck.audit import audits, select
+from leasecheck.targets.thirdparty.audit import AuditPlan
+
+CLI = [sys.executable, "-m", "leasecheck"]
+
+#: the libraries AUDITS.md publishes, by their PyPI names
+LIBRARIES = {"redis", "python-redis-lock", "portalocker", "kazoo", "etcd3", "sqlalchemy-dlock", "filelock"}
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_every_audited_library_has_a_plan_with_seeds_faults_and_advice() -> None:
+    found, broken = audits()
+    assert not broken, broken
+    assert {a.plan.library for a in found} == LIBRARIES
+    for a in found:
+        plan = a.plan
+        assert isinstance(plan, AuditPlan) and plan.seeds and plan.faults and plan.fix, a.target
+        assert a.version != "not installed", a.target
+        for fault in plan.faults:
+            assert fault.expected in ("valid", "invalid", "unknown"), a.target
+            assert bool(fault.kinds) is (fault.expected == "invalid"), (a.target, fault)
+            assert bool(fault.reason) is (fault.expected == "unknown"), (a.target, fault)
+    assert len({(a.plan.library, a.plan.mode) for a in found}) == len(found)  # a mode names one adapter
+
+
+def test_list_shows_each_library_mode_and_published_verdict() -> None:
+    done = _cli("audit", "--list")
+    assert done.returncode == 0, done.stderr
+    for a in audits()[0]:
+        assert a.target in done.stdout and a.plan.mode in done.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("audit",), "name a library to audit, or --list"),
+    (("audit", "no-such-lib"), "no audit of 'no-such-lib'"),
+    (("audit", "filelock", "--mode", "telepathy"), "has no mode telepathy"),
+    (("audit", "filelock", "--fault", "clock-bump"), "not in the plan of filelock"),
+    (("audit", "filelock", "--seeds", "one,two"), "comma-separated integers"),
+    (("audit", "filelock", "--time-limit", "0"), "--time-limit"),
+])
+def test_bad_audit_options_exit_3_in_one_line(args: tuple[str, ...], message: str) -> None:
+    done = _cli(*args)
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_one_audit_run_end_to_end_reports_verdict_proof_and_whether_it_is_as_published(tmp_path: Path) -> None:
+    """The cheapest published finding (filelock's documented use), through the command a reader of AUDITS.md runs."""
+    audited = select("filelock", ("documented",))[0]
+    fault = next(f for f in audited.plan.faults if f.expected == "invalid") if any(
+        f.expected == "invalid" for f in audited.plan.faults) else audited.plan.faults[0]
+    seed = audited.plan.seeds[0]
+    done = _cli("audit", "filelock", "--mode", "documented", "--fault", fault.nemesis, "--seeds", str(seed),
+                "--store", str(tmp_path / "store"), "--json", "--markdown", "--as-published", timeout=300)
+    assert done.returncode == 0, done.stderr  # as published
+    row = json.loads(done.stdout.splitlines()[0])
+    assert row["matches"] is True and row["verdict"] == fault.expected and row["seed"] == seed
+    assert row["command"] == f"leasecheck audit filelock --mode documented --fault {fault.nemesis} --seeds {seed}"
+    assert Path(row["run_dir"], "history.jsonl").is_file()
+    if fault.expected == "invalid":
+        assert row["proof"]["ops"] and row["first_anomaly_s"] > 0 and set(row["kinds"]) <= set(fault.kinds)
+    assert "| filelock |" in done.stderr  # the markdown table goes to stderr beside --json
