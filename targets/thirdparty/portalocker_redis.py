@@ -66,7 +66,7 @@ class PortalockerRedisLock(LockLease):
         faults=(
             FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit")),
         ),
-        seeds=(2, 3)  # seeds 1 and 4 came out valid: the woken holder wrote nothing after its takeover,
+        seeds=(2, 3),  # seeds 1 and 4 came out valid: no woken holder wrote after its takeover
         fix="A paused holder is reaped after unavailable_timeout (here the 1 s ttl) and learns it only later "
             "(lock.lost), and writes meanwhile: use fencing=True "
             "and have the resource refuse writes below lock.fence_token, and bound the work yourself.",

@@ -52,7 +52,7 @@ class PythonRedisLock(LockLease):
         faults=(
             FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit")),
         ),
-        seeds=(2, 3, 4, 5)  # seed 1: invalid in 1 of 2 runs,
+        seeds=(2, 3, 4, 5),  # seed 1: invalid in 1 of 2 runs
         fix="The renewal thread renews whatever the worker's code does: a stalled worker keeps the lock for ever, "
             "and a paused process loses it and wakes up writing (stale writes). Fence every write with "
             "a number drawn at acquire (e.g. INCR) that the store checks, and bound the work, not just the lock.",
