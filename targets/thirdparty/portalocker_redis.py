@@ -64,7 +64,8 @@ class PortalockerRedisLock(LockLease):
         library="portalocker",
         mode="documented",
         faults=(
-            FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit")),
+            # stale-renew: lock.lost is the holder's own belief, and it may not have heard yet
+            FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "stale-renew")),
         ),
         seeds=(2, 3),  # seeds 1 and 4 came out valid: no woken holder wrote after its takeover
         fix="A paused holder is reaped after unavailable_timeout (here the 1 s ttl) and learns it only later "
