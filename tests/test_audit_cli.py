@@ -79,3 +79,15 @@ def test_one_audit_run_end_to_end_reports_verdict_proof_and_whether_it_is_as_pub
     if fault.expected == "invalid":
         assert row["proof"]["ops"] and row["first_anomaly_s"] > 0 and set(row["kinds"]) <= set(fault.kinds)
     assert "| filelock |" in done.stderr  # the markdown table goes to stderr beside --json
+
+
+def test_audits_md_has_a_section_per_library_with_its_installed_version_and_a_command_per_finding() -> None:
+    text = (Path(__file__).resolve().parents[1] / "AUDITS.md").read_text()
+    found, _ = audits()
+    for a in found:
+        assert f"{a.version}" in text, f"AUDITS.md does not name {a.plan.library} {a.version} (the installed version)"
+        assert f"| {a.plan.mode} |" in text, f"AUDITS.md's table has no row for {a.target} ({a.plan.mode})"
+        for fault in a.plan.faults:
+            if fault.expected == "invalid":  # a finding: reproducible by one command
+                assert f"leasecheck audit {a.plan.library} --mode {a.plan.mode} --fault {fault.nemesis}" in text or \
+                    f"leasecheck audit {a.plan.library} --fault {fault.nemesis}" in text, (a.target, fault.nemesis)
