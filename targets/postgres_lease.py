@@ -121,7 +121,7 @@ def _shutdown(fd: int) -> None:
         pass
 
 
-def _still_open(conn: psycopg.Connection[Any]) -> bool:
+def still_open(conn: psycopg.Connection[Any]) -> bool:
     """Has the server not closed this idle connection (a restart, a crash)?
 
     Between statements an autocommit connection has nothing to read; a socket
@@ -161,7 +161,7 @@ class PostgresLease(Target):
 
     def _connection(self) -> psycopg.Connection[Any]:
         """The open connection, made anew if there is none, the last one broke, or the server closed it."""
-        if self._conn is not None and not self._conn.closed and not self._conn.broken and _still_open(self._conn):
+        if self._conn is not None and not self._conn.closed and not self._conn.broken and still_open(self._conn):
             return self._conn
         self._drop()
         timeout_ms = max(1, int(self.config.timeout_s * 1000))

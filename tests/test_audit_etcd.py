@@ -10,7 +10,6 @@ out on the server, and the revision fence grows with every grant.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from leasecheck.servers.etcd import EtcdServer, etcd_healthy
 from leasecheck.targets.base import Indeterminate, Lease, Refused, TargetConfig, Unavailable
 from leasecheck.targets.thirdparty.etcd3_lock import Connection, Etcd3Lock, EtcdRecords, RevisionEtcd3Lock
 from leasecheck.targets.thirdparty.lockbase import Record
-from leasecheck.waiting import wait_for
+from leasecheck.waiting import poll, wait_for
 
 AUDITED = ("etcd3-lock", "etcd3-lock-revision")
 
@@ -172,10 +171,19 @@ def test_the_lease_runs_out_on_the_server_and_refreshes_to_nothing(server: EtcdS
     try:
         lease = a.try_claim(node, "w1")
         assert isinstance(lease, Lease)
-        time.sleep(2.0)  # the 1 s lease, plus etcd's 500 ms check for expired leases
+        # wait on the evidence, not the clock: b is granted the lock once etcd has revoked a's lease
+        # (the 1 s ttl, plus etcd's 500 ms check for expired leases)
+        granted: list[Lease] = []
+
+        def taken_over() -> bool:
+            got = b.try_claim(node, "w2")
+            if isinstance(got, Lease):
+                granted.append(got)
+            return bool(granted)
+
+        assert poll(taken_over, 10.0, every=0.1), "b was never granted the lock after a's lease ran out"
+        assert granted[0].token != lease.token
         assert a.renew(lease) == Refused("expired", "the library says the lock is no longer held")
-        taken = b.try_claim(node, "w2")
-        assert isinstance(taken, Lease) and taken.token != lease.token
         assert a.commit(lease, "zombie") is None  # unfenced: the old holder's write is not stopped
     finally:
         a.close()

@@ -47,7 +47,7 @@ from sqlalchemy_dlock import create_sadlock
 
 from leasecheck.histories.vocabulary import READY, AnomalyKind
 from leasecheck.targets.base import Indeterminate, TargetConfig, Unavailable
-from leasecheck.targets.postgres_lease import Watchdog, _still_open
+from leasecheck.targets.postgres_lease import Watchdog, still_open
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Record, Records
 
@@ -108,7 +108,7 @@ class Connections:
         if conn is None or conn.closed or conn.invalidated:
             return False
         driver = conn.connection.driver_connection
-        return isinstance(driver, psycopg.Connection) and not driver.closed and not driver.broken and _still_open(driver)
+        return isinstance(driver, psycopg.Connection) and not driver.closed and not driver.broken and still_open(driver)
 
     def execute(self, conn: Connection, statement: str, params: dict[str, Any] | None = None) -> list[Any]:
         """One statement on ``conn``; its rows (none for a statement that returns none)."""
