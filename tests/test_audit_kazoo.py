@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import records_contract
 from audits import assert_published, plan_faults
 from kazoo.client import KazooClient
 from stores import serve
@@ -101,30 +102,15 @@ def test_node_names_are_one_znode_each() -> None:
 
 
 def test_a_fenced_put_is_refused_below_the_stored_fence_and_applied_at_or_above(records: ZkRecords, node: str) -> None:
-    assert records.get(node) == Record("READY")
-    assert records.put(node, {"status": "RUNNING", "owner": "w1", "token": "t5"}, fence=5)
-    assert not records.put(node, {"status": "SUCCEEDED", "result": "late"}, fence=4)
-    assert records.get(node) == Record("RUNNING", "w1", "t5", None, 5)
-    assert records.put(node, {"status": "SUCCEEDED", "result": "r"}, fence=5)  # the same fence: applied
-    assert records.put(node, {"status": "RUNNING", "owner": "w2", "token": "t7", "result": None}, fence=7)
-    assert records.get(node) == Record("RUNNING", "w2", "t7", None, 7)
+    records_contract.fenced_put_is_refused_below_the_stored_fence_and_applied_at_or_above(records, node)
 
 
 def test_a_fenced_effect_is_guarded_by_the_record_fence_that_a_claim_lifts(records: ZkRecords, node: str) -> None:
-    assert records.append_effect(node, "t2", "first", fence=2)
-    assert records.get(node) == Record("READY", fence=2)  # the effect raised the fence
-    assert records.put(node, {"status": "RUNNING", "token": "t3"}, fence=3)  # the next holder's claim
-    assert not records.append_effect(node, "t2", "zombie", fence=2)
-    assert records.append_effect(node, "t3", "second", fence=3)
-    assert [e["payload"] for e in records.effects(node)] == ["first", "second"]
+    records_contract.fenced_effect_is_guarded_by_the_record_fence_that_a_claim_lifts(records, node)
 
 
 def test_unfenced_writes_are_plain_and_trust_the_lock(records: ZkRecords, node: str) -> None:
-    assert records.put(node, {"status": "RUNNING", "owner": "w1", "token": "a"}, fence=9)
-    assert records.put(node, {"status": "SUCCEEDED", "result": "r", "owner": None})  # no fence: applied regardless
-    assert records.append_effect(node, "old", "zombie")
-    assert records.get(node) == Record("SUCCEEDED", None, "a", "r", 9)
-    assert records.effects(node) == [{"token": "old", "payload": "zombie", "fence": None}]
+    records_contract.unfenced_writes_are_plain_and_trust_the_lock(records, node)
 
 
 # --- the lock ---------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import records_contract
 from audits import assert_published, plan_faults
 
 from leasecheck.servers.base import LocalServer
@@ -133,32 +134,17 @@ def records(postgres_server: LocalServer, request: pytest.FixtureRequest) -> Ite
 
 def test_a_fenced_put_is_refused_below_the_stored_fence_and_applied_at_or_above(records: tuple[SqlRecords, str]) -> None:
     records, n = records
-    assert records.get(n) == Record("READY")
-    assert records.put(n, {"status": "RUNNING", "owner": "w1", "token": "t5"}, fence=5)
-    assert not records.put(n, {"status": "SUCCEEDED", "result": "late"}, fence=4)
-    assert records.get(n) == Record("RUNNING", "w1", "t5", None, 5)
-    assert records.put(n, {"status": "SUCCEEDED", "result": "r"}, fence=5)  # the same fence: applied
-    assert records.put(n, {"status": "RUNNING", "owner": "w2", "token": "t7", "result": None}, fence=7)
-    assert records.get(n) == Record("RUNNING", "w2", "t7", None, 7)
+    records_contract.fenced_put_is_refused_below_the_stored_fence_and_applied_at_or_above(records, n)
 
 
 def test_a_fenced_effect_is_guarded_by_the_record_fence_that_a_claim_lifts(records: tuple[SqlRecords, str]) -> None:
     records, n = records
-    assert records.append_effect(n, "t2", "first", fence=2)
-    assert records.put(n, {"status": "RUNNING", "token": "t3"}, fence=3)  # the next holder's claim
-    assert not records.append_effect(n, "t2", "zombie", fence=2)
-    assert records.append_effect(n, "t3", "second", fence=3)
-    assert records.effects(n) == [("t2", "first", 2), ("t3", "second", 3)]
-    assert records.get(n) == Record("RUNNING", None, "t3", None, 3)
+    records_contract.fenced_effect_is_guarded_by_the_record_fence_that_a_claim_lifts(records, n)
 
 
 def test_unfenced_sql_writes_are_plain_and_trust_the_lock(records: tuple[SqlRecords, str]) -> None:
     records, n = records
-    assert records.put(n, {"status": "RUNNING", "owner": "w1", "token": "a"}, fence=9)
-    assert records.put(n, {"status": "SUCCEEDED", "result": "r", "owner": None})  # no fence: applied regardless
-    assert records.append_effect(n, "old", "zombie")
-    assert records.get(n) == Record("SUCCEEDED", None, "a", "r", 9)
-    assert records.effects(n) == [("old", "zombie", None)]
+    records_contract.unfenced_writes_are_plain_and_trust_the_lock(records, n)
     with pytest.raises(ValueError):
         records.put(n, {"fence": 1})
 

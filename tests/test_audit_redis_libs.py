@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import records_contract
 from audits import assert_published, plan_faults
 from stores import serve
 
 from leasecheck.servers.base import free_port
 from leasecheck.servers.redis import RedisServer
 from leasecheck.targets.base import Indeterminate, Lease, Refused, TargetConfig, Unavailable
-from leasecheck.targets.thirdparty.lockbase import Record
 from leasecheck.targets.thirdparty.portalocker_redis import FencedPortalockerRedisLock, PortalockerRedisLock
 from leasecheck.targets.thirdparty.python_redis_lock import PythonRedisLock
 from leasecheck.targets.thirdparty.redis_py import RedisPyLock
@@ -52,30 +52,15 @@ def records(server: RedisServer, request: pytest.FixtureRequest) -> Iterator[Red
 
 
 def test_a_fenced_put_is_refused_below_the_stored_fence_and_applied_at_or_above(records: RedisRecords) -> None:
-    assert records.get("n") == Record("READY")
-    assert records.put("n", {"status": "RUNNING", "owner": "w1", "token": "t5"}, fence=5)
-    assert not records.put("n", {"status": "SUCCEEDED", "result": "late"}, fence=4)
-    assert records.get("n") == Record("RUNNING", "w1", "t5", None, 5)
-    assert records.put("n", {"status": "SUCCEEDED", "result": "r"}, fence=5)  # the same fence: applied
-    assert records.put("n", {"status": "RUNNING", "owner": "w2", "token": "t7", "result": None}, fence=7)
-    assert records.get("n") == Record("RUNNING", "w2", "t7", None, 7)  # None removed the result
+    records_contract.fenced_put_is_refused_below_the_stored_fence_and_applied_at_or_above(records, "n")
 
 
 def test_a_fenced_effect_is_guarded_by_the_record_fence_that_a_claim_lifts(records: RedisRecords) -> None:
-    assert records.append_effect("n", "t2", "first", fence=2)
-    assert records.put("n", {"status": "RUNNING", "token": "t3"}, fence=3)  # the next holder's claim
-    assert not records.append_effect("n", "t2", "zombie", fence=2)
-    assert records.append_effect("n", "t3", "second", fence=3)
-    assert [e["payload"] for e in records.effects("n")] == ["first", "second"]
-    assert records.get("n") == Record("RUNNING", None, "t3", None, 3)
+    records_contract.fenced_effect_is_guarded_by_the_record_fence_that_a_claim_lifts(records, "n")
 
 
 def test_unfenced_writes_are_plain_and_trust_the_lock(records: RedisRecords) -> None:
-    assert records.put("n", {"status": "RUNNING", "owner": "w1", "token": "a"}, fence=9)
-    assert records.put("n", {"status": "SUCCEEDED", "result": "r", "owner": None})  # no fence: applied regardless
-    assert records.append_effect("n", "old", "zombie")
-    assert records.get("n") == Record("SUCCEEDED", None, "a", "r", 9)
-    assert records.effects("n") == [{"token": "old", "payload": "zombie", "fence": None}]
+    records_contract.unfenced_writes_are_plain_and_trust_the_lock(records, "n")
 
 
 def test_no_server_is_unavailable_and_a_silent_one_indeterminate(server: RedisServer) -> None:

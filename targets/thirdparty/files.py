@@ -93,7 +93,7 @@ class FileRecords(Records):
             os.close(fd)
         return True
 
-    def effects(self, node: str) -> list[dict[str, str]]:
+    def effects(self, node: str) -> list[dict[str, Any]]:
         """The node's effects log, oldest first (for tests and post-mortems)."""
         try:
             return [json.loads(line) for line in self._effects(node).read_text().splitlines()]

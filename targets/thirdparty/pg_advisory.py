@@ -235,10 +235,10 @@ class SqlRecords(Records):
         )
         return bool(rows)
 
-    def effects(self, node: str) -> list[tuple[str, str, int | None]]:
-        """The node's effects (token, payload, fence), oldest first (for tests and post-mortems)."""
+    def effects(self, node: str) -> list[dict[str, Any]]:
+        """The node's effects, oldest first (for tests and post-mortems)."""
         rows = self._run("SELECT token, payload, fence FROM dlock_effects WHERE node = :node ORDER BY id", {"node": node})
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [{"token": r[0], "payload": r[1], "fence": r[2]} for r in rows]
 
     def close(self) -> None:
         self.db.close(self._conn)
