@@ -20,6 +20,11 @@ def plan_faults(target: str) -> list[str]:
     raise LookupError(f"{target} has no audit plan")
 
 
+def published_cases(*targets: str) -> list[tuple[str, str]]:
+    """(target, fault) for every fault of each target's published plan: one test each."""
+    return [(target, nemesis) for target in targets for nemesis in plan_faults(target)]
+
+
 def assert_published(target: str, nemesis: str, tmp_path: Path, seed: int | None = None) -> AuditResult:
     """Run ``target``'s audit under ``nemesis`` (the plan's first seed unless given) and assert it is as published."""
     audited = next(a for a in audits()[0] if a.target == target)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import records_contract
-from audits import assert_published, plan_faults
+from audits import assert_published, published_cases
 
 from leasecheck.servers.base import LocalServer
 from leasecheck.targets.base import Lease, Refused, TargetConfig
@@ -32,7 +32,7 @@ from leasecheck.waiting import wait_for
 AUDITED = ("filelock", "filelock-soft", "sqlalchemy-dlock")
 
 
-@pytest.mark.parametrize(("target", "nemesis"), [(t, f) for t in AUDITED for f in plan_faults(t)])
+@pytest.mark.parametrize(("target", "nemesis"), published_cases(*AUDITED))
 def test_audit_is_as_published(target: str, nemesis: str, tmp_path: Path) -> None:
     assert_published(target, nemesis, tmp_path)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import records_contract
-from audits import assert_published, plan_faults
+from audits import assert_published, published_cases
 from stores import serve
 
 from leasecheck.servers.base import free_port
@@ -28,7 +28,7 @@ from leasecheck.targets.thirdparty.redis_records import RedisRecords, redis_clie
 AUDITED = ("redis-py-lock", "python-redis-lock", "portalocker-redis", "portalocker-redis-fenced")
 
 
-@pytest.mark.parametrize(("target", "nemesis"), [(t, f) for t in AUDITED for f in plan_faults(t)])
+@pytest.mark.parametrize(("target", "nemesis"), published_cases(*AUDITED))
 def test_audit_is_as_published(target: str, nemesis: str, tmp_path: Path) -> None:
     assert_published(target, nemesis, tmp_path)
 

@@ -323,10 +323,7 @@ class KazooLock(LockLease):
         return ZkRecords(ZkConnection.of(self.config))
 
     def try_claim(self, node: str, owner: str) -> Lease | Refused:
-        # kazoo's lock has no ttl: the documented ``with lock:`` lets it go when the job ends, however it
-        # ended. A worker runs one job at a time, so a lock it still holds when it claims again belongs
-        # to a job it gave up on (its lease past its ttl, a zombie done): let it go, as leaving the block would.
-        self._abandon()  # lockbase does it too; here before _granted is reset
+        # (a lock this client still holds from a job it gave up on is let go first: LockLease.try_claim)
         self._granted = False
         try:
             return super().try_claim(node, owner)
