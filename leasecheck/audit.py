@@ -69,6 +69,17 @@ def audits() -> tuple[list[Audited], list[Unloadable]]:
     return found, broken
 
 
+def audited_target(target: str) -> Audited:
+    """``target``'s published audit, loading that backend alone (not every registered one)."""
+    try:
+        plan = getattr(load(target), "audit", None)
+    except TargetNotFound as e:
+        raise LookupError(str(e)) from None
+    if not isinstance(plan, AuditPlan):
+        raise LookupError(f"{target} is no registered backend with an audit plan (see leasecheck audit --list)")
+    return Audited(target, plan)
+
+
 def select(library: str, modes: tuple[str, ...] = ()) -> list[Audited]:
     """The audits of ``library`` (its PyPI name, one adapter's target name, or ``all``), in ``modes`` if given."""
     found, broken = audits()
@@ -173,9 +184,7 @@ def run_audit(target: str, nemesis: str, seed: int, store: Path, time_limit: flo
     """Run one fault of ``target``'s published audit with one seed, and judge it against the publication."""
     from leasecheck.runner import run
 
-    audited = next((a for a in audits()[0] if a.target == target), None)
-    if audited is None:
-        raise LookupError(f"{target} is no registered backend with an audit plan (see leasecheck audit --list)")
+    audited = audited_target(target)
     opts = options_for(audited, nemesis, seed, store, time_limit)
     result = run(opts, progress)
     valid = result.verdict.valid

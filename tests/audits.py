@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leasecheck.audit import AuditResult, audits, run_audit
+from leasecheck.audit import AuditResult, audited_target, run_audit
 
 
 def plan_faults(target: str) -> list[str]:
     """The faults ``target``'s published plan runs (for ``pytest.mark.parametrize``)."""
-    for audited in audits()[0]:
-        if audited.target == target:
-            return [fault.nemesis for fault in audited.plan.faults]
-    raise LookupError(f"{target} has no audit plan")
+    return [fault.nemesis for fault in audited_target(target).plan.faults]
 
 
 def published_cases(*targets: str) -> list[tuple[str, str]]:
@@ -27,7 +24,7 @@ def published_cases(*targets: str) -> list[tuple[str, str]]:
 
 def assert_published(target: str, nemesis: str, tmp_path: Path, seed: int | None = None) -> AuditResult:
     """Run ``target``'s audit under ``nemesis`` (the plan's first seed unless given) and assert it is as published."""
-    audited = next(a for a in audits()[0] if a.target == target)
+    audited = audited_target(target)
     result = run_audit(target, nemesis, seed if seed is not None else audited.plan.seeds[0], tmp_path / "store")
     published = result.published
     assert result.matches, (
