@@ -254,6 +254,11 @@ def _windows(events: Sequence[Event], kinds: Sequence[FaultKind]) -> list[Window
     return sorted(windows, key=lambda w: (w.start, w.until))
 
 
+def fault_windows_of(events: Sequence[Event], kind: FaultKind) -> list[Window]:
+    """Every window of one fault row (the run report draws them as bands)."""
+    return _windows(events, (kind,))
+
+
 def fault_windows(events: Sequence[Event]) -> tuple[list[Window], list[Window]]:
     """(store-side fault windows, worker-clock fault windows) of a history's nemesis events."""
     return _windows(events, STORE_FAULTS), _windows(events, WORKER_CLOCK_FAULTS)
