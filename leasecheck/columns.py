@@ -75,6 +75,8 @@ class Columns:
     epoch: array = field(default_factory=lambda: array("q"))
     nodes: list[str] = field(default_factory=list)
     faults: list[Band] = field(default_factory=list)
+    #: the first event's time (a client's or the nemesis'): time 0 of the report and its plots
+    start_time_ns: int = 0
     #: the last event's time: where an unhealed fault's band and an open op's bar end
     end_time_ns: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -151,6 +153,8 @@ def read_columns(path: str | os.PathLike[str]) -> Columns:
             expected += 1
             if type(ev.time) is not int or ev.time < last:
                 raise HistoryError(name, line_no, f"time {ev.time} goes backwards (previous event at {last})")
+            if expected == 1:
+                cols.start_time_ns = ev.time
             last = ev.time
             p = ev.process
             if p == NEMESIS:

@@ -1,0 +1,391 @@
+"""A run's latency and throughput over time, with its faults as bands: Jepsen's latency-raw.png and rate.png.
+
+The timeline in the run report shows what each worker did; these two plots show
+what the backend did to all of them at once: whether latency climbs or
+throughput drops to zero while a worker is paused or the store cut off, and
+whether it recovers after the heal. They are drawn from :class:`Columns` (typed
+arrays read with numpy, no per-op Python objects), so both plots of a 1,000,000-op
+history are written (PNG and SVG) in about 1.5 s.
+
+matplotlib is imported here only, and only the object API (a :class:`Figure`
+saved by its own canvas): no pyplot, no GUI backend, no global figure registry.
+Nothing imports this module at CLI start-up; the report and ``leasecheck run``
+import it when they write the plots.
+
+Conventions, so that a test (or a reader) can find each part of a figure:
+
+- x is seconds since the history's start (:func:`origin_ns`); latency is in
+  milliseconds on a log scale; rate is ops per second, linear.
+- Each fault is one ``axvspan`` band from its start to its heal, or to the
+  history's last event if it never healed (hatched); its gid is
+  ``fault-<i>-<kind>``, in :attr:`Columns.faults` order, and the same id names
+  its group in the SVG.
+- Quantile lines have gid ``quantile-<op>-<p50|p95|p99|max>``, rate lines
+  ``rate-<op>-<outcome>``. A quantile line is a step across each bucket: its
+  x data are the bucket edges and its y data each bucket's value, the last one
+  repeated (NaN where the bucket holds no completed op of its kind). A rate
+  line has one point per bucket, at its centre.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib import patheffects
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.typing import LineStyleType
+
+from leasecheck.columns import F_NAMES, FAIL, INFO, OK, OUTCOMES, Columns
+from leasecheck.nemesis.catalogue import CATALOGUE
+
+#: one colour per op kind, the same in both plots (tab10 without its red and grey, kept for faults)
+KIND_COLOURS: dict[str, str] = {
+    "claim": "#1f77b4",
+    "renew": "#2ca02c",
+    "effect": "#9467bd",
+    "commit": "#ff7f0e",
+    "release": "#8c564b",
+    "read": "#17becf",
+}
+#: one colour per fault kind, in catalogue order; bands are drawn translucent
+_FAULT_PALETTE = (
+    "#d62728", "#7f7f7f", "#e377c2", "#bcbd22", "#ff9896", "#c49c94", "#f7b6d2",
+    "#dbdb8d", "#aec7e8", "#98df8a", "#c5b0d5", "#ffbb78", "#9edae5",
+)
+FAULT_COLOURS: dict[str, str] = {k.name: _FAULT_PALETTE[i % len(_FAULT_PALETTE)] for i, k in enumerate(CATALOGUE)}
+_OTHER_FAULT = "#636363"
+
+#: the quantiles drawn per op kind and time bucket, with their line styles
+QUANTILES: tuple[tuple[str, float, LineStyleType], ...] = (("p50", 0.50, "-"), ("p95", 0.95, "--"), ("p99", 0.99, "-."), ("max", 1.0, ":"))
+#: how ok and failed ops are marked among the latency points
+_OUTCOME_MARKERS = {OK: ".", FAIL: "x"}
+_RATE_STYLES: dict[int, LineStyleType] = {OK: "-", FAIL: "--", INFO: ":"}
+
+#: above this many completed ops the latency plot draws every k-th point (and says so); quantiles always use all
+MAX_POINTS = 2_000_000
+#: time buckets across the run: 4 to 60 (Jepsen's fixed 10 s would be one bucket for a 6 s run, and the
+#: plot is about 800 pixels wide)
+MIN_BUCKETS, MAX_BUCKETS = 4, 60
+#: a quantile bucket should hold about this many completed ops (all kinds together), a rate bucket this many ops
+OPS_PER_QUANTILE_BUCKET = 50
+OPS_PER_RATE_BUCKET = 10
+#: latencies below this (ms) are drawn at it: a log scale has no zero
+_FLOOR_MS = 1e-3
+
+FIGSIZE = (12.0, 6.0)
+DPI = 100
+PLOT_FILES = ("latency.png", "latency.svg", "rate.png", "rate.svg")
+
+
+def origin_ns(cols: Columns) -> int:
+    """The history's start: its first event's time, the report's time 0 too (0 for an empty history)."""
+    return cols.start_time_ns
+
+
+def bucket_quantiles(t_s: np.ndarray, values: np.ndarray, width: float, buckets: int, qs: tuple[float, ...]) -> np.ndarray:
+    """``qs`` quantiles of ``values`` in each time bucket of ``t_s``, shape (len(qs), buckets), NaN for an empty bucket.
+
+    One sort for all buckets instead of one ``np.quantile`` call per bucket (a
+    million-op run has a thousand bucket-kind pairs); the interpolation is
+    numpy's default ("linear": position q·(n-1) between the two nearest values).
+    """
+    out = np.full((len(qs), buckets), np.nan)
+    if len(values) == 0:
+        return out
+    b = _bucket_of(t_s, width, buckets)
+    order = np.lexsort((values, b))
+    ordered = values[order]
+    counts = np.bincount(b, minlength=buckets)
+    starts = np.cumsum(counts) - counts
+    full = counts > 0
+    n, first = counts[full], starts[full]
+    for row, q in enumerate(qs):
+        pos = q * (n - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, n - 1)
+        frac = pos - lo
+        a, z = ordered[first + lo], ordered[first + hi]
+        out[row, full] = a + (z - a) * frac
+    return out
+
+
+def _bucket_of(t_s: np.ndarray, width: float, buckets: int) -> np.ndarray:
+    return np.clip((t_s / width).astype(np.int64), 0, buckets - 1)
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """Equal time buckets tiling the history from its start to its last event: ``count`` of ``width`` seconds.
+
+    The buckets end exactly at the last event, so none is partly empty time
+    (a round width would leave a last bucket whose rate reads low for no reason).
+    """
+
+    width: float
+    count: int
+
+    @classmethod
+    def over(cls, span_s: float, ops: int, ops_per_bucket: int) -> Buckets:
+        """About ``ops_per_bucket`` ops a bucket: a small run gets a few wide buckets (a quantile of three points says nothing)."""
+        count = min(MAX_BUCKETS, max(MIN_BUCKETS, ops // ops_per_bucket))
+        return cls((span_s if span_s > 0 else 1.0) / count, count)
+
+    @property
+    def edges(self) -> np.ndarray:
+        return np.arange(self.count + 1) * self.width
+
+    @property
+    def centres(self) -> np.ndarray:
+        return (np.arange(self.count) + 0.5) * self.width
+
+    def of(self, t_s: np.ndarray) -> np.ndarray:
+        """The bucket of each time (s); times past the last bucket go in it."""
+        return _bucket_of(t_s, self.width, self.count)
+
+
+class _Frame:
+    """What both plots start from: the origin and span, and each op's columns as numpy views."""
+
+    def __init__(self, cols: Columns) -> None:
+        self.cols = cols
+        self.origin = origin_ns(cols)
+        self.span_s = max(cols.end_time_ns - self.origin, 0) / 1e9
+        self.start = _np(cols.start_ns, np.int64)
+        self.end = _np(cols.end_ns, np.int64)
+        self.f = _np(cols.f, np.int8)
+        self.outcome = _np(cols.outcome, np.int8)
+        self.done = self.end >= 0
+
+    def seconds(self, ns: np.ndarray) -> np.ndarray:
+        return (ns - self.origin) / 1e9
+
+    @property
+    def xmax(self) -> float:
+        """The x axis's right end, the same in both plots: the history's last event (1 s for an empty history)."""
+        return self.span_s if self.span_s > 0 else 1.0
+
+
+def _np(column: object, dtype: type) -> np.ndarray:
+    """A zero-copy numpy view of an :mod:`array` column (an empty one has no buffer to view)."""
+    if len(column) == 0:  # type: ignore[arg-type]
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(column, dtype=dtype)  # type: ignore[call-overload]
+
+
+def latency_figure(cols: Columns, max_points: int = MAX_POINTS) -> Figure:
+    """Latency of every completed op against its invoke time, per op kind, with p50/p95/p99/max lines and fault bands.
+
+    Info ops (no completion, so no latency) are marked at the top edge at their
+    invoke time. Quantiles are computed from every completed op (ok and fail) of
+    a kind; if there are more than ``max_points`` completed ops, the points drawn
+    are every k-th one (a fixed stride, so the same run gives the same picture)
+    and the subtitle says so.
+    """
+    fr = _Frame(cols)
+    fig, ax = _figure()
+    ax.set_yscale("log")
+    ax.set_xlabel("time since the history's start (s)")
+    ax.set_ylabel("latency (ms, log scale)")
+    done = np.flatnonzero(fr.done)
+    grid = Buckets.over(fr.span_s, len(done), OPS_PER_QUANTILE_BUCKET)
+    x = fr.seconds(fr.start[done])
+    lat = np.maximum((fr.end[done] - fr.start[done]) / 1e6, _FLOOR_MS)
+    f = fr.f[done]
+    outcome = fr.outcome[done]
+    stride = max(1, math.ceil(len(done) / max_points)) if max_points > 0 else 1
+    small = len(done) <= 20_000
+    alpha, size = (0.7, 4.0) if small else (0.25, 2.0)
+    series = []
+    for code in range(len(F_NAMES)):
+        for oc in _OUTCOME_MARKERS:
+            pick = np.flatnonzero((f == code) & (outcome == oc))[::stride]
+            if len(pick):
+                series.append((pick, code, oc))
+    for pick, code, oc in sorted(series, key=lambda s: -len(s[0])):  # the biggest cloud first, so rare kinds stay visible
+        name = F_NAMES[code]
+        ax.plot(x[pick], lat[pick], linestyle="none", marker=_OUTCOME_MARKERS[oc], markersize=size, markeredgewidth=0.6 if oc == FAIL else 0,
+                color=KIND_COLOURS[name], alpha=alpha, rasterized=True, gid=f"points-{name}-{OUTCOMES[oc]}", zorder=2)
+    info = np.flatnonzero(fr.outcome == INFO)
+    for code, name in enumerate(F_NAMES):
+        pick = info[fr.f[info] == code]
+        if len(pick):
+            ax.plot(fr.seconds(fr.start[pick]), np.full(len(pick), 0.985), transform=ax.get_xaxis_transform(), linestyle="none",
+                    marker="v", markersize=4, color=KIND_COLOURS[name], alpha=0.8, rasterized=True, gid=f"points-{name}-info",
+                    clip_on=False, zorder=3)
+    kinds_drawn = sorted({int(c) for c in np.unique(f)})
+    if len(done):
+        qs = tuple(q for _, q, _ in QUANTILES)
+        shade = [patheffects.Stroke(linewidth=2.2, foreground="white", alpha=0.6), patheffects.Normal()]
+        for code in kinds_drawn:
+            name = F_NAMES[code]
+            mine = f == code
+            table = bucket_quantiles(x[mine], lat[mine], grid.width, grid.count, qs)
+            for (label, _, style), row in zip(QUANTILES, table):
+                ax.plot(grid.edges, np.append(row, row[-1]), linestyle=style, linewidth=1.2, color=KIND_COLOURS[name], drawstyle="steps-post",
+                        gid=f"quantile-{name}-{label}", path_effects=shade, zorder=4)
+    else:
+        ax.set_ylim(0.1, 1000)
+        _say(ax, "no ops" if cols.n == 0 else "no completed ops")
+    ax.set_xlim(0, fr.xmax)
+    _bands(ax, fr)
+    notes = [f"{cols.n:,} ops", f"quantiles per {_seconds(grid.width)} bucket, from all {len(done):,} completed ops"]
+    if stride > 1:
+        notes.append(f"points: every {stride}th of {len(done):,} drawn")
+    if len(info):
+        notes.append(f"{len(info):,} info op{'' if len(info) == 1 else 's'} (no completion) marked ▼ at the top")
+    _titles(fig, ax, cols, "latency", notes)
+    kinds = sorted(set(kinds_drawn) | {int(c) for c in np.unique(fr.f[info])})
+    handles: list[tuple[Artist, str]] = [(_header(), "op kind")]
+    handles += [(Patch(color=KIND_COLOURS[F_NAMES[c]]), F_NAMES[c]) for c in kinds]
+    handles += [(_header(), "outcome")]
+    handles += [(Line2D([], [], linestyle="none", marker=".", markersize=8, color="black"), "ok"),
+                (Line2D([], [], linestyle="none", marker="x", markersize=6, color="black"), "fail"),
+                (Line2D([], [], linestyle="none", marker="v", markersize=6, color="black"), "info (no completion; top edge)")]
+    handles += [(_header(), f"per {_seconds(grid.width)}")]
+    handles += [(Line2D([], [], linestyle=style, color="black"), label) for label, _, style in QUANTILES]
+    _legend(ax, handles + _band_handles(fr))
+    return fig
+
+
+def rate_figure(cols: Columns) -> Figure:
+    """Throughput per op kind and outcome in each time bucket, with fault bands.
+
+    An ok or failed op counts in the bucket of its completion (ops completed per
+    second, as Jepsen's rate.png); an info op, which never completed, in the
+    bucket of its invoke. Each line's points times the bucket width sum to the
+    number of ops of its kind and outcome.
+    """
+    fr = _Frame(cols)
+    grid = Buckets.over(fr.span_s, cols.n, OPS_PER_RATE_BUCKET)
+    fig, ax = _figure()
+    ax.set_xlabel("time since the history's start (s)")
+    ax.set_ylabel(f"throughput (ops/s, per {_seconds(grid.width)} bucket)")
+    when = np.where(fr.done, fr.end, fr.start)
+    b = grid.of(fr.seconds(when))
+    combo = fr.f.astype(np.int64) * len(OUTCOMES) + fr.outcome
+    counts = np.bincount(combo * grid.count + b, minlength=len(F_NAMES) * len(OUTCOMES) * grid.count)
+    counts = counts.reshape(len(F_NAMES), len(OUTCOMES), grid.count)
+    kinds, outcomes = set(), set()
+    for code, name in enumerate(F_NAMES):
+        for oc in (OK, FAIL, INFO):
+            row = counts[code, oc]
+            if row.sum():
+                kinds.add(code)
+                outcomes.add(oc)
+                ax.plot(grid.centres, row / grid.width, linestyle=_RATE_STYLES[oc], linewidth=1.4, color=KIND_COLOURS[name],
+                        gid=f"rate-{name}-{OUTCOMES[oc]}", zorder=3)
+    if cols.n == 0:
+        ax.set_ylim(0, 1)
+        _say(ax, "no ops")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_xlim(0, fr.xmax)
+    _bands(ax, fr)
+    notes = [f"{cols.n:,} ops", "ok/fail counted at completion, info at invoke"]
+    _titles(fig, ax, cols, "throughput", notes)
+    handles: list[tuple[Artist, str]] = [(_header(), "op kind")]
+    handles += [(Patch(color=KIND_COLOURS[F_NAMES[c]]), F_NAMES[c]) for c in sorted(kinds)]
+    handles += [(_header(), "outcome")]
+    handles += [(Line2D([], [], linestyle=_RATE_STYLES[oc], color="black"), OUTCOMES[oc]) for oc in sorted(outcomes)]
+    _legend(ax, handles + _band_handles(fr))
+    return fig
+
+
+def write_plots(cols: Columns, out_dir: Path) -> dict[str, Path]:
+    """Write latency.png, latency.svg, rate.png and rate.svg into ``out_dir``; returns their paths by file name.
+
+    The point clouds are rasterized inside the SVGs (a million vector markers
+    would make a file no browser opens); the lines, bands and text stay vector.
+    Files carry no date and a fixed SVG id salt, so the same history gives the
+    same bytes.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for stem, fig in (("latency", latency_figure(cols)), ("rate", rate_figure(cols))):
+        png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
+        fig.savefig(png, format="png", dpi=DPI, metadata={"Software": None})
+        with matplotlib.rc_context({"svg.hashsalt": "leasecheck"}):
+            fig.savefig(svg, format="svg", dpi=DPI, metadata={"Date": None, "Creator": None})
+        written[png.name], written[svg.name] = png, svg
+    return written
+
+
+def _figure() -> tuple[Figure, Axes]:
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    fig.subplots_adjust(left=0.07, right=0.78, top=0.86, bottom=0.10)
+    ax = fig.add_subplot()
+    ax.grid(True, which="major", color="#dddddd", linewidth=0.6, zorder=0)
+    ax.set_axisbelow(True)
+    return fig, ax
+
+
+def _titles(fig: Figure, ax: Axes, cols: Columns, what: str, notes: list[str]) -> None:
+    meta = cols.header.meta
+    target = meta.get("target", "unknown target")
+    seed = meta.get("seed")
+    nemesis = meta.get("nemesis")
+    head = f"{what}: {target}" + (f", seed {seed}" if seed is not None else "")
+    if isinstance(nemesis, list) and nemesis:
+        head += f", nemesis {','.join(map(str, nemesis))}"
+    fig.suptitle(head, fontsize=13, x=0.07, ha="left")
+    ax.set_title(" · ".join(notes), fontsize=9, loc="left", color="#444444")
+
+
+def _say(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=18, color="#888888", gid="no-ops")
+
+
+def _bands(ax: Axes, fr: _Frame) -> None:
+    """One translucent band per fault, from its start to its heal or (hatched) to the history's last event."""
+    for i, band in enumerate(fr.cols.faults):
+        end = band.end_ns if band.end_ns is not None else fr.cols.end_time_ns
+        colour = FAULT_COLOURS.get(band.kind, _OTHER_FAULT)
+        ax.axvspan((band.start_ns - fr.origin) / 1e9, (end - fr.origin) / 1e9, facecolor=colour, alpha=0.18, linewidth=0,
+                   edgecolor=colour, hatch="//" if band.end_ns is None else None, zorder=1, gid=f"fault-{i}-{band.kind}")
+
+
+def _band_handles(fr: _Frame) -> list[tuple[Artist, str]]:
+    seen: dict[tuple[str, bool], None] = {}
+    for band in fr.cols.faults:
+        seen[(band.kind, band.end_ns is None)] = None
+    if not seen:
+        return []
+    out: list[tuple[Artist, str]] = [(_header(), "fault")]
+    for kind, open_ in seen:
+        colour = FAULT_COLOURS.get(kind, _OTHER_FAULT)
+        patch = Patch(facecolor=colour, alpha=0.35, edgecolor=colour, hatch="//" if open_ else None, linewidth=0)
+        out.append((patch, f"{kind}, never healed" if open_ else kind))
+    return out
+
+
+def _header() -> Line2D:
+    return Line2D([], [], linestyle="none")
+
+
+def _legend(ax: Axes, entries: list[tuple[Artist, str]]) -> None:
+    """One legend outside the axes on the right, its section headers (handle-less entries) in bold."""
+    legend = ax.legend([h for h, _ in entries], [label for _, label in entries], loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                       frameon=False, fontsize=9, handlelength=2.4, borderaxespad=0.0)
+    for (handle, _), text in zip(entries, legend.get_texts()):
+        if isinstance(handle, Line2D) and handle.get_linestyle() in ("None", "none", "") and handle.get_marker() in ("None", "none", None, ""):
+            text.set_fontweight("bold")
+
+
+def _seconds(s: float) -> str:
+    """A bucket width as people write it, three digits: 478 ms, 2.15 s, 28.6 s."""
+    if s < 1:
+        return f"{s * 1000:.3g} ms"
+    return f"{s:.3g} s"
+
+
+__all__ = ["FAULT_COLOURS", "KIND_COLOURS", "PLOT_FILES", "QUANTILES", "Buckets", "bucket_quantiles", "latency_figure",
+           "origin_ns", "rate_figure", "write_plots"]
