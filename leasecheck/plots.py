@@ -14,7 +14,7 @@ import it when they write the plots.
 
 Conventions, so that a test (or a reader) can find each part of a figure:
 
-- x is seconds since the history's start (:func:`origin_ns`); latency is in
+- x is seconds since the test started (the history's clock, :func:`origin_ns`); latency is in
   milliseconds on a log scale; rate is ops per second, linear.
 - Each fault is one ``axvspan`` band from its start to its heal, or to the
   history's last event if it never healed (hatched); its gid is
@@ -86,8 +86,8 @@ PLOT_FILES = ("latency.png", "latency.svg", "rate.png", "rate.svg")
 
 
 def origin_ns(cols: Columns) -> int:
-    """The history's start: its first event's time, the report's time 0 too (0 for an empty history)."""
-    return cols.start_time_ns
+    """Time 0 of the plots: the test's start, as in the history's ``time`` field, the explanations and the report."""
+    return 0
 
 
 def bucket_quantiles(t_s: np.ndarray, values: np.ndarray, width: float, buckets: int, qs: tuple[float, ...]) -> np.ndarray:
@@ -192,7 +192,7 @@ def latency_figure(cols: Columns, max_points: int = MAX_POINTS) -> Figure:
     fr = _Frame(cols)
     fig, ax = _figure()
     ax.set_yscale("log")
-    ax.set_xlabel("time since the history's start (s)")
+    ax.set_xlabel("time since the test started (s)")
     ax.set_ylabel("latency (ms, log scale)")
     done = np.flatnonzero(fr.done)
     grid = Buckets.over(fr.span_s, len(done), OPS_PER_QUANTILE_BUCKET)
@@ -266,7 +266,7 @@ def rate_figure(cols: Columns) -> Figure:
     fr = _Frame(cols)
     grid = Buckets.over(fr.span_s, cols.n, OPS_PER_RATE_BUCKET)
     fig, ax = _figure()
-    ax.set_xlabel("time since the history's start (s)")
+    ax.set_xlabel("time since the test started (s)")
     ax.set_ylabel(f"throughput (ops/s, per {_seconds(grid.width)} bucket)")
     when = np.where(fr.done, fr.end, fr.start)
     b = grid.of(fr.seconds(when))

@@ -227,8 +227,8 @@ def _belongs(kind: FaultKind, value: dict[str, Any]) -> bool:
     """Was this event (of one of ``kind``'s event names) written for ``kind``? See the module's docstring."""
     if "fault" in value:
         return bool(value["fault"] == kind.name)
-    if "replaces" in value:
-        return False
+    if "replaces" in value:  # the runner's replacement of a worker: the heal of a worker kill, of nothing else
+        return Need.SERVER not in kind.needs
     return (Need.SERVER in kind.needs) != bool(_processes(value))
 
 
@@ -246,7 +246,11 @@ def _windows(events: Sequence[Event], kinds: Sequence[FaultKind]) -> list[Window
             if ev.f == start_f:
                 open_.append(Window(ev.time, None, victims))
                 continue
-            healed = next((w for w in open_ if w.victims == victims), open_[0] if open_ else None)
+            replaced = value.get("replaces")
+            if type(replaced) is int:  # heals the kill whose victim it replaces, or nothing (a worker that crashed itself)
+                healed = next((w for w in open_ if replaced in w.victims), None)
+            else:
+                healed = next((w for w in open_ if w.victims == victims), open_[0] if open_ else None)
             if healed is not None:
                 open_.remove(healed)
                 windows.append(Window(healed.start, ev.time, healed.victims))

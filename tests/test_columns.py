@@ -62,3 +62,20 @@ def test_bad_input_names_the_line_the_reader_names(path: Path) -> None:
         assert str(ours).startswith(str(path)), str(ours)
     else:
         pytest.fail(f"read_columns accepted {path.name}, which the reader rejects: {theirs.value}")
+
+
+def test_a_worker_kill_ends_when_its_replacement_starts(tmp_path: Path) -> None:
+    """The runner's ``start`` with ``replaces`` heals the kill of that process, and no other fault."""
+    import json
+
+    events = [
+        {"process": "nemesis", "type": "info", "f": "kill", "value": {"fault": "kill", "victims": [1]}, "time": 100},
+        {"process": "nemesis", "type": "info", "f": "start", "value": {"victims": [3], "replaces": 2}, "time": 150},  # a crash's
+        {"process": "nemesis", "type": "info", "f": "start", "value": {"victims": [4], "replaces": 1}, "time": 200},
+        {"process": "nemesis", "type": "info", "f": "kill", "value": {"fault": "kill", "victims": [4]}, "time": 300},
+    ]
+    header = {"format": "leasecheck-history", "version": 1, "ttl_ms": 1000, "clock_uncertainty_ms": 0}
+    path = tmp_path / "history.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in [header] + [{"index": i, **e} for i, e in enumerate(events)]))
+    cols = read_columns(path)
+    assert [(b.kind, b.start_ns, b.end_ns, b.victims) for b in cols.faults] == [("kill", 100, 200, (1,)), ("kill", 300, None, (4,))]
