@@ -315,7 +315,20 @@ class Run:
             "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
             "coverage": coverage_json(reached, self.kinds),
         })
+        if self.opts.record:
+            self._write_report()
         return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
+
+    def _write_report(self) -> None:
+        """report.html and the plots, next to results.json; a failure is logged and warned about, never a verdict."""
+        try:
+            from leasecheck.html_report import write_report
+
+            write_report(self.run_dir, warn=lambda message: log.warning("report: %s", message))
+        except Exception as e:
+            log.warning("the run report could not be written: %s: %s", type(e).__name__, e, exc_info=e)
+            line = " ".join(f"{type(e).__name__}: {e}".split())
+            print(f"warning: the run report could not be written ({line}); see {self.run_dir / 'leasecheck.log'}", file=sys.stderr)
 
     def _stats(self, seconds: float) -> dict[str, Any]:
         t = self.recorder.tally

@@ -2,8 +2,12 @@
 
 ``store/<target>/<UTC timestamp>/`` holds ``history.jsonl``, ``test.json``
 (every option and the seed: enough to replay), ``results.json`` (the verdict
-and the run's figures), ``leasecheck.log`` and the servers' logs;
-``store/latest`` points at the newest run *that has a history*.
+and the run's figures), ``report.html`` (the run report: verdict, anomalies,
+timeline, plots; self-contained, :mod:`leasecheck.html_report`), the plots
+``latency.png``/``latency.svg`` and ``rate.png``/``rate.svg``,
+``leasecheck.log`` and the servers' logs; ``store/latest`` points at the
+newest run *that has a history*. ``leasecheck report RUN_DIR`` rebuilds the
+report and the plots from the folder alone.
 
 Two rules keep the folder usable by the tools that read it:
 
