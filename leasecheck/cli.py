@@ -14,8 +14,10 @@ import math
 import os
 import random
 import sys
+import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import msgspec
@@ -26,6 +28,10 @@ from leasecheck.histories import HistoryError
 from leasecheck.report import console_for, print_coverage, print_run, print_targets, print_verdict
 from leasecheck.storedir import failed_start
 from leasecheck.targets.registry import TargetNotFound, available, load
+
+if TYPE_CHECKING:
+    from leasecheck.checker import Verdict
+    from leasecheck.outcomes import Row
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_BAD_INPUT = 0, 1, 2, 3
 #: the test environment failed (a server would not start, ...): not a verdict on the backend
@@ -66,6 +72,43 @@ def _worst(codes: list[int]) -> int:
         if code in codes:
             return code
     return EXIT_VALID
+
+
+def _output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An output file option (--junit, --html): refused before anything runs if it cannot be written (exit 3)."""
+    from leasecheck.junit import unwritable
+
+    if value is not None:
+        why = unwritable(value)
+        if why:
+            raise click.BadParameter(why, ctx=ctx, param=param)
+    return value
+
+
+def _write_junit(path: str, suite: str, rows: list[Row], properties: dict[str, str] | None = None) -> None:
+    """Write JUnit XML (leasecheck.junit); a file that cannot be written after all is one line and exit 3."""
+    from leasecheck import junit
+
+    try:
+        junit.write(path, [junit.Suite(suite, rows, properties or {})])
+    except OSError as e:
+        click.echo(f"leasecheck: --junit {path}: cannot write it: {e.strerror or e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _check_row(path: str, verdict: Verdict | None, seconds: float, error: str | None = None) -> Row:
+    """The JUnit row of one checked history: named by its path, classed by the target its header names."""
+    from leasecheck.outcomes import Row
+
+    meta = verdict.header.meta if verdict is not None and verdict.header is not None else {}
+    target = str(meta.get("target") or "check")
+    nemesis = tuple(str(n) for n in meta["nemesis"]) if isinstance(meta.get("nemesis"), list) else ()
+    seed = meta.get("seed") if isinstance(meta.get("seed"), int) else None
+    if verdict is None:
+        return Row(target, nemesis, seed, "error", reason=error, seconds=seconds, name=path, error_code=EXIT_BAD_INPUT)
+    row = Row.from_verdict(verdict.to_json(), target=target, nemesis=nemesis, seed=seed, name=path)
+    row.seconds = seconds
+    return row
 
 
 class _BrokenPipe(Exception):
@@ -161,7 +204,10 @@ def main() -> None:
     help="'auto' decides from the epoch order and searches only where it must; 'search' always runs the WGL search.",
 )
 @click.option("--coverage", "coverage_counts", is_flag=True, help="Also print how often the history reached each situation (README \"Coverage\").")
-def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, engine: str, coverage_counts: bool) -> None:
+@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
+              help="Also write JUnit XML to FILE: one test case per history (anomalies a failure, unknown or bad input an error).")
+def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, engine: str, coverage_counts: bool,
+          junit_file: str | None) -> None:
     """Check histories (files, or store directories holding history.jsonl).
 
     Prints the verdict, then the coverage: how many of the situations that
@@ -178,21 +224,26 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
     out = console_for()
     err = Console(stderr=True, highlight=False, soft_wrap=True)  # warnings name paths: never wrap them
     codes: list[int] = []
+    junit_rows: list[Row] = []  # one per path, for --junit
     for path in paths:
         failed = failed_start(Path(path)) if Path(path).is_dir() else None
         if failed is not None:  # a run that died before recording: said, and skipped when others were checked
             click.echo(f"{path}: this run failed before it recorded a history, nothing to check: {_one_line(failed)}", err=True)
+            junit_rows.append(_check_row(path, None, 0.0, f"the run failed before it recorded a history: {_one_line(failed)}"))
             continue
         if _inside_a_run(Path(path)):  # store/*/*/ also matches store/latest/<server data>/: not a history of its own
             click.echo(f"{path}: a folder inside the run folder {Path(path).parent}, not a run: skipped", err=True)
             continue
+        began = time.perf_counter()
         try:
             history = history_path(path)
             verdict = check_source(history, budget=budget, engine=engine, windows=fault_windows)  # type: ignore[arg-type]
         except HistoryError as e:
             click.echo(str(e), err=True)
             codes.append(EXIT_BAD_INPUT)
+            junit_rows.append(_check_row(path, None, time.perf_counter() - began, f"bad input: {_one_line(str(e))}"))
             continue
+        junit_rows.append(_check_row(path, verdict, time.perf_counter() - began))
         for w in verdict.warnings:
             err.print(f"warning: {w}")
         assert verdict.header is not None and verdict.coverage is not None  # read from a file, with windows
@@ -209,6 +260,8 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
             print_verdict(out, path, verdict, explain)
             print_coverage(out, reached, wanted, counts=coverage_counts)
         codes.append(verdict.exit_code)
+    if junit_file:
+        _write_junit(junit_file, "leasecheck check", junit_rows)
     sys.exit(_worst(codes) if codes else EXIT_BAD_INPUT)
 
 
@@ -272,9 +325,12 @@ def _faults(nemesis: str) -> tuple[str, ...]:
 @click.option("--env", "environment", type=click.Choice(["local", "docker"]), default="local", show_default=True, help="Run Postgres / Redis as local processes or as Docker containers.")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the summary.")
 @click.option("--coverage", "coverage_counts", is_flag=True, help="End the summary with how often the run reached each situation (README \"Coverage\").")
+@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
+              help="Also write the verdict as JUnit XML to FILE (anomalies a failure; unknown, interrupted or a failed environment an error).")
 def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_interval: float, time_limit: float, evidence_wait_s: float, concurrency: int,
         ttl_ms: int, nodes: int, dup_rate: float, rate: float, seed: int | None, store_dir: str,
-        clock_uncertainty_ms: float, store_skew_ms: float | None, environment: str, as_json: bool, coverage_counts: bool) -> None:
+        clock_uncertainty_ms: float, store_skew_ms: float | None, environment: str, as_json: bool, coverage_counts: bool,
+        junit_file: str | None) -> None:
     """Run a backend under concurrent workers and faults, record the history, check it.
 
     With no options: the SQLite reference backend (no server needed) under
@@ -308,7 +364,18 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
     except EnvironmentFailure as e:
         note = _last_note(e)
         click.echo(f"leasecheck run: the environment failed: {_one_line(str(e))}" + (f" ({note})" if note else ""), err=True)
+        if junit_file:
+            from leasecheck.outcomes import Row
+
+            failed = Row(target, faults, seed, "error", reason=f"the environment failed: {_one_line(str(e))}")
+            _write_junit(junit_file, "leasecheck run", [failed], {"target": target, "nemesis": ",".join(faults) or "none", "seed": str(seed)})
         sys.exit(EXIT_ENVIRONMENT)
+    if junit_file:  # also for an unknown verdict and an interrupted run: results.json says which
+        from leasecheck.junit import run_properties
+        from leasecheck.outcomes import read_run
+
+        row = read_run(result.run_dir)
+        _write_junit(junit_file, "leasecheck run", [row], run_properties(row))
     if as_json:
         sys.stdout.write((result.run_dir / "results.json").read_text())
     else:
@@ -418,6 +485,32 @@ def new_target(name: str, directory: str, force: bool) -> None:
 
 @main.command()
 @click.argument("path", default="store/latest", metavar="[RUN_DIR]")
+@click.option("-o", "--output", default=None, metavar="FILE", help="Write the report here (default: RUN_DIR/report.html); the plots go next to it.")
+def report(path: str, output: str | None) -> None:
+    """Write (or rebuild) a run's report.html: verdict, anomalies, timeline, plots, settings.
+
+    RUN_DIR is a run folder (default: store/latest) or a history file. The
+    report is one self-contained HTML file that opens offline; the latency and
+    rate plots (PNG and SVG) are written next to it. A run folder without
+    results.json has its history checked for the report. Exit 0 once written,
+    3 on a history that is not one (one line: file, line, what).
+    """
+    from leasecheck.html_report import write_report
+
+    failed = failed_start(Path(path)) if Path(path).is_dir() else None
+    if failed is not None:
+        click.echo(f"{path}: this run failed before it recorded a history, nothing to report: {_one_line(failed)}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    try:
+        written = write_report(Path(path), Path(output) if output else None, warn=lambda m: click.echo(f"warning: {_one_line(m)}", err=True))
+    except HistoryError as e:
+        click.echo(str(e), err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    click.echo(str(written))
+
+
+@main.command()
+@click.argument("path", default="store/latest", metavar="[RUN_DIR]")
 def heal(path: str) -> None:
     """Undo the faults a run left active (after the harness itself was killed).
 
@@ -488,3 +581,67 @@ def install_toxiproxy() -> None:
         click.echo(str(e), err=True)
         sys.exit(EXIT_ENVIRONMENT)
     click.echo(str(path))
+
+
+def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:
+    from leasecheck.matrix import parse_shard
+
+    try:
+        return parse_shard(value) if value is not None else None
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+
+
+@main.command()
+@click.argument("spec", metavar="SPEC.toml")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Cells run at once on this machine.")
+@click.option("--shard", "shard_of", default=None, metavar="I/N", callback=_shard,
+              help="Run shard I of N (1-based): N machines given 1/N ... N/N run every cell of the spec exactly once.")
+@click.option("--store", "store_dir", default="store", show_default=True, help="Folder of run directories.")
+@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
+              help="Also write JUnit XML to FILE: one test case per cell, failed when the cell's verdict is not the expected one.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per cell, one per line, as each ends.")
+@click.option("--markdown", is_flag=True, help="End with a Markdown table (for a CI job summary) instead of the terminal table.")
+@click.option("--dry-run", is_flag=True, help="Check the spec and list this shard's cells with their commands; run nothing.")
+def matrix(spec: str, jobs: int, shard_of: tuple[int, int] | None, store_dir: str, junit_file: str | None,
+           as_json: bool, markdown: bool, dry_run: bool) -> None:
+    """Run the product targets × nemesis sets × seeds of a TOML spec, each cell judged against its expected verdict.
+
+    The whole spec is checked before any cell starts (exit 3, one line naming
+    the file and the entry). Each cell is a `leasecheck run` of its own; its
+    expectation is left in its run folder (expected.json) for `leasecheck
+    summary`. Exit code: 0 iff every cell came out as expected; else 4 if a
+    cell's environment failed, 1 if a cell did not match, 2 if only unknowns
+    did not; interrupted: 1 if a finished cell did not match, else 128 + the signal.
+    """
+    from leasecheck.matrix import command
+
+    if as_json and markdown:
+        raise click.UsageError("--json and --markdown both take stdout: give one")
+    sys.exit(command(spec, jobs, shard_of, store_dir, junit_file, as_json, markdown, dry_run))
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, metavar="STORE_OR_RUN...")
+@click.option("--markdown", "markdown_out", is_flag=True, help="Print a Markdown table (e.g. into $GITHUB_STEP_SUMMARY).")
+@click.option("--html", "html_file", default=None, metavar="FILE", callback=_output_file,
+              help="Also write a self-contained HTML table to FILE, linking each run's report.html (relative links).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, one per line.")
+@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
+              help="Also write JUnit XML to FILE: one test case per run.")
+@click.option("--spec", "spec_path", default=None, metavar="SPEC.toml",
+              help="Take the expected verdicts from this matrix spec (matched by target, nemesis set and seed); its cells with no run are errors.")
+def summary(paths: tuple[str, ...], markdown_out: bool, html_file: str | None, as_json: bool, junit_file: str | None,
+            spec_path: str | None) -> None:
+    """Merge run folders (stores, downloaded shards, single runs) into one table, judged against the expected verdicts.
+
+    Finds every folder holding results.json under the paths; each run is
+    expected to be what its expected.json (left by `leasecheck matrix`) says,
+    or with --spec what the spec says, or else valid. Same exit code as
+    `leasecheck matrix`; 3 when no run folder is found.
+    """
+    from leasecheck.summary import command
+
+    if as_json and markdown_out:
+        raise click.UsageError("--json and --markdown both take stdout: give one")
+    sys.exit(command(paths, markdown_out, html_file, as_json, junit_file, spec_path))
