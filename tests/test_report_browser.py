@@ -1,0 +1,266 @@
+"""The run report (``report.html``) in a real browser: headless Chromium from Debian.
+
+A reviewer opens the report from a CI artifact and starts from the anomalies, so
+the tests do what the reviewer does, on real runs: load the report of a run that
+caught a bug, read the anomaly list against ``results.json``, click an anomaly
+and check that the timeline moved to its cited ops and highlights exactly them;
+load a valid run's report; load a report of a million ops and check that it
+draws them all. What the page shows is read through the DOM and through the
+page's own ``window.lcReport`` (the contract between the page and these tests:
+``view()``, ``highlighted()``, ``opAt()``...), never through timings: how fast
+the report paints is measured by ``bench/bench_report.py``.
+
+Each test keeps a screenshot in its tmp dir; with ``LEASECHECK_SCREENSHOT_DIR``
+set, a copy goes there too (that is how ``docs/report-caught-bug.png``, the
+README's picture, is made).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser import BrowserMissing, chromium, console_errors, full_page_png
+from selenium.webdriver.chrome.webdriver import WebDriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+REPO = Path(__file__).resolve().parent.parent
+#: how long a page may take to say it is ready: CI machines are busy, and this is no budget
+READY_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 180
+
+
+# ---------------------------------------------------------------- fixtures and helpers
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    """A fresh headless Chromium per test; a missing one fails the test, it is never skipped."""
+    try:
+        driver = chromium()
+    except BrowserMissing as e:
+        pytest.fail(f"the run report's browser tests need Chromium: {e}", pytrace=False)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def leasecheck(*args: str, cwd: Path, expect: int) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a fresh interpreter; its exit code must be ``expect``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "leasecheck", *args], cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    assert proc.returncode == expect, (
+        f"leasecheck {' '.join(args)}: exit {proc.returncode}, expected {expect}\n"
+        f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    )
+    return proc
+
+
+def run_folder(where: Path, *args: str, expect: int) -> Path:
+    """``leasecheck run ARGS --store store`` in ``where``; the run folder it left (which must hold its report).
+
+    The store is named relatively, as a user would, so the replay command the report shows
+    (and the README's screenshot) reads ``--store store``, not a temporary path."""
+    leasecheck("run", *args, "--store", "store", cwd=where, expect=expect)
+    run_dir = (where / "store" / "latest").resolve()
+    assert (run_dir / "results.json").is_file(), f"no results.json in {run_dir}"
+    assert (run_dir / "report.html").is_file(), f"`leasecheck run` left no report.html in {run_dir}"
+    return run_dir
+
+
+def open_report(driver: WebDriver, report: Path) -> None:
+    """Load ``report`` from disk (file://, as from a CI artifact) and wait until its first frame is drawn
+    or the page reports an error."""
+    driver.get(report.as_uri())
+    WebDriverWait(driver, READY_TIMEOUT_S, poll_frequency=0.2).until(
+        lambda d: d.execute_script(
+            "const r = window.lcReport; return !!r && (r.ready === true || (r.errors || []).length > 0);"
+        ),
+        message=f"{report}: window.lcReport.ready never became true",
+    )
+    assert js(driver, "lcReport.errors") == [], f"the page caught errors while loading {report}"
+    assert js(driver, "lcReport.ready") is True
+
+
+def js(driver: WebDriver, expression: str) -> Any:
+    """The value of a JavaScript expression in the page (``window.`` is implied)."""
+    return driver.execute_script(f"return {expression};")
+
+
+def assert_clean(driver: WebDriver) -> None:
+    """Nothing went wrong in the page: no error it caught, no SEVERE line on the console."""
+    assert js(driver, "lcReport.errors") == []
+    assert console_errors(driver) == []
+
+
+def keep_screenshot(driver: WebDriver, path: Path) -> Path:
+    """Save a screenshot of the whole page to ``path`` (the test's output) and copy it to
+    ``$LEASECHECK_SCREENSHOT_DIR`` if set."""
+    png = full_page_png(driver)
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000, f"not a screenshot of a page: {len(png)} bytes"
+    path.write_bytes(png)
+    shots = os.environ.get("LEASECHECK_SCREENSHOT_DIR")
+    if shots:
+        Path(shots).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(shots) / path.name)
+    return path
+
+
+def canvas_pixels(driver: WebDriver) -> str:
+    """What the timeline's canvas shows now, as a PNG data URL (equal strings: the same picture)."""
+    return str(js(driver, "document.getElementById('timeline').toDataURL('image/png')"))
+
+
+def mentions(text: str, number: int) -> bool:
+    """``number`` appears in ``text`` as a whole number (255 in "op 255," but not in "2550")."""
+    return re.search(rf"(?<!\d){number}(?!\d)", text) is not None
+
+
+# ---------------------------------------------------------------- a run that caught a bug
+
+
+def test_caught_bug_report_leads_from_the_anomaly_to_its_ops(browser: WebDriver, tmp_path: Path) -> None:
+    """sqlite-ttl-only under pauses: the anomalies come first and each one takes the timeline to its proof."""
+    run_dir = run_folder(
+        tmp_path,
+        "--target", "sqlite-ttl-only", "--time-limit", "6", "--seed", "3", "--nemesis", "pause",
+        expect=1,
+    )  # fmt: skip
+    results = json.loads((run_dir / "results.json").read_text())
+    expected = [(a["kind"], a["node"], a["ops"]) for a in results["anomalies"]]
+    assert expected, "an invalid run lists its anomalies"
+
+    open_report(browser, run_dir / "report.html")
+    assert "INVALID" in browser.find_element(By.ID, "verdict").text
+
+    # the anomaly list is results.json's (grouped by kind on the page), each with its explanation
+    items = browser.find_elements(By.CSS_SELECTOR, "#anomalies .anomaly")
+    shown = [
+        (el.get_attribute("data-kind") or "", el.get_attribute("data-node") or "", [int(x) for x in (el.get_attribute("data-ops") or "").split(",") if x])
+        for el in items
+    ]
+    assert sorted(shown) == sorted(expected)
+    explanations = {(a["kind"], a["node"], tuple(a["ops"])): a["explanation"] for a in results["anomalies"]}
+    for el, (kind, node, ops) in zip(items, shown):
+        assert explanations[kind, node, tuple(ops)] in el.text
+
+    # ...and it comes before the timeline on the page
+    timeline = browser.find_element(By.CSS_SELECTOR, "canvas#timeline")
+    assert items[0].rect["y"] < timeline.rect["y"], "the anomalies are shown above the timeline"
+
+    # a click takes the timeline to the anomaly's ops, highlighted, with the chain that proves it
+    _, node, ops = shown[0]
+    before = js(browser, "lcReport.view()")
+    items[0].click()
+    cited = sorted(set(ops))
+    WebDriverWait(browser, 10).until(lambda d: d.execute_script("return lcReport.highlighted();") == cited)
+    view = js(browser, "lcReport.view()")
+    assert view != before, "the click moved the timeline"
+    for index in cited:
+        op = js(browser, f"lcReport.opAt({index})")
+        assert op is not None and op["index"] == index, f"opAt({index}) is {op}"
+        end = op["end"] if op["end"] is not None else op["start"]
+        assert view["t0"] <= op["start"] <= end <= view["t1"], f"op {index} [{op['start']}, {op['end']}] outside {view}"
+    chain = browser.find_element(By.ID, "chain").text
+    for index in cited:
+        assert mentions(chain, index), f"#chain does not list op {index}: {chain!r}"
+    assert_clean(browser)
+    keep_screenshot(browser, tmp_path / "report-caught-bug.png")
+
+    # the node filter: only the anomaly's node's ops stay drawn
+    on_node = sum(1 for ev in client_events(run_dir / "history.jsonl") if ev["type"] == "invoke" and ev["node"] == node)
+    drawn = canvas_pixels(browser)
+    browser.find_element(By.ID, "filter-node").send_keys(node)
+    status = f"showing {on_node:,} of {js(browser, 'lcReport.opCount'):,} ops"
+    WebDriverWait(browser, 10).until(lambda d: status in d.find_element(By.ID, "filter-status").text)
+    assert canvas_pixels(browser) != drawn, "the node filter changed nothing on the timeline"
+    assert js(browser, "lcReport.highlighted()") == cited, "filtering keeps the selection"
+    assert_clean(browser)
+
+
+# ---------------------------------------------------------------- a valid run
+
+
+def test_valid_run_report_shows_verdict_settings_and_plots(browser: WebDriver, tmp_path: Path) -> None:
+    """The sqlite reference: valid, no anomaly, the settings and replay command, both plots loaded."""
+    run_dir = run_folder(tmp_path, "--time-limit", "6", "--seed", "3", expect=0)
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is True
+
+    open_report(browser, run_dir / "report.html")
+    verdict = browser.find_element(By.ID, "verdict").text
+    assert "valid" in verdict and "INVALID" not in verdict, verdict
+    assert browser.find_elements(By.CSS_SELECTOR, "#anomalies .anomaly") == []
+    assert js(browser, "lcReport.opCount") == results["stats"]["ops"]
+
+    settings = browser.find_element(By.ID, "settings").text
+    assert "sqlite" in settings and mentions(settings, 3), settings
+    replay = browser.find_element(By.ID, "replay").text
+    assert "leasecheck run" in replay and "--seed 3" in replay, replay
+
+    images = browser.find_elements(By.CSS_SELECTOR, "#plots img")
+    assert len(images) == 2
+    WebDriverWait(browser, 30).until(
+        lambda d: d.execute_script("return [...document.querySelectorAll('#plots img')].every(i => i.complete);")
+    )
+    for img in images:
+        assert (img.get_attribute("src") or "").startswith("data:image/png;base64,")
+        assert js(browser, f"document.querySelectorAll('#plots img')[{images.index(img)}].naturalWidth") > 0
+    # one self-contained file: the page fetched nothing (a data: URI is no fetch)
+    fetched = js(browser, "performance.getEntriesByType('resource').map(e => e.name)")
+    assert [u for u in fetched if not u.startswith("data:")] == []
+    assert_clean(browser)
+    keep_screenshot(browser, tmp_path / "report-valid.png")
+
+
+# ---------------------------------------------------------------- a million ops
+
+
+def test_million_op_report_renders(browser: WebDriver, tmp_path: Path) -> None:
+    """A 1,000,000-op history (bench.gen: valid by construction) is drawn whole, with no error."""
+    history = tmp_path / "history.jsonl"
+    subprocess.run(
+        [sys.executable, "-m", "bench.gen", "--ops", "1000000", "--workers", "16", "--nodes", "100",
+         "--crash-rate", "0.01", "--seed", "1", "-o", str(history)],
+        cwd=REPO, check=True, timeout=RUN_TIMEOUT_S,
+    )  # fmt: skip
+    report = tmp_path / "report.html"
+    leasecheck("report", str(history), "-o", str(report), cwd=tmp_path, expect=0)
+
+    open_report(browser, report)
+    assert js(browser, "lcReport.opCount") == 1_000_000
+    verdict = browser.find_element(By.ID, "verdict").text
+    assert "valid" in verdict and "INVALID" not in verdict, verdict
+    first = first_op(history)
+    op = js(browser, f"lcReport.opAt({first['index']})")
+    assert op is not None and (op["index"], op["process"], op["f"], op["node"]) == (
+        first["index"], first["process"], first["f"], first["node"],
+    ), op  # fmt: skip
+    assert_clean(browser)
+    keep_screenshot(browser, tmp_path / "report-million.png")
+
+
+def client_events(history: Path) -> Iterator[dict[str, Any]]:
+    """The history's client events (no header, no nemesis), in order."""
+    with history.open() as f:
+        f.readline()
+        for line in f:
+            ev = json.loads(line)
+            if ev["process"] != "nemesis":
+                yield ev
+
+
+def first_op(history: Path) -> dict[str, Any]:
+    """The history's first client invoke (read from the top: a million-op file is never read whole)."""
+    return next(ev for ev in client_events(history) if ev["type"] == "invoke")
