@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:  # only --explain draws graphs: the verdict's explanations need no networkx
+    import networkx as nx
 
 from leasecheck.checker.verdict import Anomaly
 from leasecheck.histories import Op
@@ -71,6 +73,8 @@ def interval(op: Op) -> str:
 
 def precedence_graph(ops: list[Op]) -> nx.DiGraph:
     """Real-time edges among the cited ops, plus the epoch order the model forces."""
+    import networkx as nx
+
     g: nx.DiGraph[int] = nx.DiGraph()
     for op in ops:
         g.add_node(op.index, op=op)
@@ -101,6 +105,8 @@ def render_chain(anomaly: Anomaly, ops: Mapping[int, Op]) -> str:
     lines = [f"{anomaly.kind} on {anomaly.node}:"]
     for op in sorted(cited, key=lambda o: o.invoke_time):
         lines.append(f"  {describe(op)} {interval(op)}: {outcome(op)}")
+    import networkx as nx
+
     g = precedence_graph(cited)
     try:
         cycle = nx.find_cycle(g)

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:  # imported where an info claim must be matched to an epoch: checking never pays for it otherwise
+    import networkx as nx
 
 from leasecheck.checker.explain import at, describe
 from leasecheck.checker.kinds import stale_effect_explanation, stale_effects
@@ -254,6 +256,8 @@ def _needed_claims(epochs: _Epochs, done: list[Op], maybe_claims: list[Op], seen
             raise _no(r, f"reads show two owners for epoch {e}.")
     shown = {op.epoch: op.result.get("owner") for op in done
              if op.f == "read" and op.result.get("status") in (RUNNING, SUCCEEDED)}
+    import networkx as nx
+
     g: nx.Graph[tuple[str, int]] = nx.Graph()
     g.add_nodes_from(("e", e) for e in needed)
     for m in maybe_claims:

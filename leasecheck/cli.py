@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 
 import click
 import msgspec
-from rich.console import Console
 
+# Only what every command needs is imported here: `leasecheck check --json` must start
+# fast and never load rich, networkx or a database client (tests/test_startup.py). The
+# rest is imported by the command that needs it.
 from leasecheck.checker import DEFAULT_BUDGET, check_source
 from leasecheck.histories import HistoryError
-from leasecheck.report import console_for, print_coverage, print_run, print_targets, print_verdict
 from leasecheck.storedir import failed_start
-from leasecheck.targets.registry import TargetNotFound, available, load
 
 if TYPE_CHECKING:
     from leasecheck.checker import Verdict
@@ -76,9 +76,9 @@ def _worst(codes: list[int]) -> int:
 
 def _output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """An output file option (--junit, --html): refused before anything runs if it cannot be written (exit 3)."""
-    from leasecheck.junit import unwritable
-
     if value is not None:
+        from leasecheck.junit import unwritable
+
         why = unwritable(value)
         if why:
             raise click.BadParameter(why, ctx=ctx, param=param)
@@ -221,15 +221,18 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
     """
     from leasecheck.run_verdict import applicable, fault_windows, header_faults  # the catalogue: only when checking
 
-    out = console_for()
-    err = Console(stderr=True, highlight=False, soft_wrap=True)  # warnings name paths: never wrap them
+    if not as_json:
+        from leasecheck.report import console_for, print_coverage, print_verdict
+
+        out = console_for()
     codes: list[int] = []
     junit_rows: list[Row] = []  # one per path, for --junit
     for path in paths:
         failed = failed_start(Path(path)) if Path(path).is_dir() else None
         if failed is not None:  # a run that died before recording: said, and skipped when others were checked
             click.echo(f"{path}: this run failed before it recorded a history, nothing to check: {_one_line(failed)}", err=True)
-            junit_rows.append(_check_row(path, None, 0.0, f"the run failed before it recorded a history: {_one_line(failed)}"))
+            if junit_file:
+                junit_rows.append(_check_row(path, None, 0.0, f"the run failed before it recorded a history: {_one_line(failed)}"))
             continue
         if _inside_a_run(Path(path)):  # store/*/*/ also matches store/latest/<server data>/: not a history of its own
             click.echo(f"{path}: a folder inside the run folder {Path(path).parent}, not a run: skipped", err=True)
@@ -241,11 +244,13 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
         except HistoryError as e:
             click.echo(str(e), err=True)
             codes.append(EXIT_BAD_INPUT)
-            junit_rows.append(_check_row(path, None, time.perf_counter() - began, f"bad input: {_one_line(str(e))}"))
+            if junit_file:
+                junit_rows.append(_check_row(path, None, time.perf_counter() - began, f"bad input: {_one_line(str(e))}"))
             continue
-        junit_rows.append(_check_row(path, verdict, time.perf_counter() - began))
-        for w in verdict.warnings:
-            err.print(f"warning: {w}")
+        if junit_file:
+            junit_rows.append(_check_row(path, verdict, time.perf_counter() - began))
+        for w in verdict.warnings:  # plain lines: a warning names a path, never wrap it
+            click.echo(f"warning: {w}", err=True)
         assert verdict.header is not None and verdict.coverage is not None  # read from a file, with windows
         header, reached = verdict.header, verdict.coverage
         wanted = applicable(header_faults(header))
@@ -269,6 +274,9 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per backend, one per line.")
 def targets(as_json: bool) -> None:
     """List the installed lease backends (reference, broken variants, third-party plug-ins)."""
+    from leasecheck.report import console_for, print_targets
+    from leasecheck.targets.registry import TargetNotFound, available, load
+
     rows: list[dict[str, object]] = []
     for name, spec in available().items():
         try:
@@ -337,9 +345,11 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
     process pauses for 30 s. Exit code: 0 valid, 1 anomalies, 2 unknown,
     3 bad options, 4 the environment failed.
     """
+    from leasecheck.report import console_for, print_run
     from leasecheck.runner import BadOptions, RunOptions
     from leasecheck.runner import run as run_test
     from leasecheck.servers.base import EnvironmentFailure
+    from leasecheck.targets.registry import TargetNotFound
     from leasecheck.workload import Workload
 
     faults = _faults(nemesis)
@@ -407,7 +417,7 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
     run found anomalies); with --as-published, 0 iff every run is as published.
     """
     from leasecheck.audit import MARKDOWN_HEADER, AuditResult, audits, run_audit, select
-    from leasecheck.report import print_audit_plans, print_audit_result
+    from leasecheck.report import console_for, print_audit_plans, print_audit_result
 
     console = console_for(stderr=as_json)
     if list_only or library is None:

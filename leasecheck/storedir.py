@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from leasecheck.servers.base import EnvironmentFailure
+from leasecheck.errors import EnvironmentFailure
 
 RESULTS = "results.json"
 HISTORY = "history.jsonl"

@@ -21,13 +21,14 @@ import importlib
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from leasecheck.nemesis import clock, faults, network, store_clock
-from leasecheck.nemesis.context import FaultContext
-from leasecheck.nemesis.faults import Fault
+if TYPE_CHECKING:  # the fault modules are imported when a fault is made: reading the catalogue stays cheap
+    from leasecheck.nemesis.context import FaultContext
+    from leasecheck.nemesis.faults import Fault
 
 #: make(context, rng) -> a fault ready to start, or None when it has no victim now
-Factory = Callable[[FaultContext, random.Random], Fault | None]
+Factory = Callable[["FaultContext", random.Random], "Fault | None"]
 
 
 class Need(enum.Enum):
@@ -89,7 +90,8 @@ def _row(name: str, description: str, duration: tuple[float, float], events: tup
     return FaultKind(name, description, duration, events, frozenset(needs), factory, situations)
 
 
-_CONTAINER = "leasecheck.nemesis.container"
+_FAULTS, _CLOCK, _NETWORK = "leasecheck.nemesis.faults", "leasecheck.nemesis.clock", "leasecheck.nemesis.network"
+_STORE_CLOCK, _CONTAINER = "leasecheck.nemesis.store_clock", "leasecheck.nemesis.container"
 S, T, D, F = Need.SERVER, Need.TOXIPROXY, Need.DOCKER, Need.FAKETIME
 #: what each family of faults exists to bring about (see the vocabulary's situations)
 EXPIRY = ("claim-after-expiry",)
@@ -99,25 +101,25 @@ SKEWED_WORKER = ("lease-held-by-skewed-worker",)
 #: every fault, in the order ``leasecheck nemeses`` lists them; a worker pause outlasts the ttl (the seed's GC pause)
 CATALOGUE: tuple[FaultKind, ...] = (
     _row("pause", "SIGSTOP one worker for 1.5-3 ttl (the seed's GC pause), then SIGCONT",
-         (1.5, 3.0), ("pause", "resume"), faults.make_pause, situations=EXPIRY),
+         (1.5, 3.0), ("pause", "resume"), Lazy(_FAULTS, "make_pause"), situations=EXPIRY),
     _row("kill", "SIGKILL one worker; a replacement starts under a new process number",
-         (0.0, 0.0), ("kill", "start"), faults.make_kill, situations=EXPIRY),  # nothing to heal: the replacement starts at once
+         (0.0, 0.0), ("kill", "start"), Lazy(_FAULTS, "make_kill"), situations=EXPIRY),  # nothing to heal: the replacement starts at once
     _row("pause-store", "SIGSTOP the store's server (Postgres, Redis) for 0.5-1.5 ttl",
-         (0.5, 1.5), ("pause", "resume"), faults.make_pause_store, S, situations=STORE_FAULT),
+         (0.5, 1.5), ("pause", "resume"), Lazy(_FAULTS, "make_pause_store"), S, situations=STORE_FAULT),
     _row("kill-store", "SIGKILL the store's server, start it again on the same data 0.5-1.5 ttl later",
-         (0.5, 1.5), ("kill", "start"), faults.make_kill_store, S, situations=STORE_FAULT),
+         (0.5, 1.5), ("kill", "start"), Lazy(_FAULTS, "make_kill_store"), S, situations=STORE_FAULT),
     _row("clock-bump", "step one worker's wall clock by ±2-10 ttl for 1-3 ttl (what its backend sees as now)",
-         (1.0, 3.0), ("clock-skew", "clock-reset"), clock.make_clock_bump, situations=SKEWED_WORKER),
+         (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_bump"), situations=SKEWED_WORKER),
     _row("clock-strobe", "flip one worker's wall clock between 0 and ±2-10 ttl every 10-100 ms for 1-3 ttl",
-         (1.0, 3.0), ("clock-skew", "clock-reset"), clock.make_clock_strobe, situations=SKEWED_WORKER),
+         (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_strobe"), situations=SKEWED_WORKER),
     _row("clock-store", "skew the store server's clock (libfaketime) by up to ±--store-skew for 1-2 ttl",
-         (1.0, 2.0), ("clock-skew", "clock-reset"), store_clock.make_clock_store, S, F),
+         (1.0, 2.0), ("clock-skew", "clock-reset"), Lazy(_STORE_CLOCK, "make_clock_store"), S, F),
     _row("partition", "Toxiproxy: cut off one worker, a minority or everyone from the store (hang or refuse) for 1.5-3 ttl",
-         (1.5, 3.0), ("partition", "heal"), network.make_partition, S, T, situations=STORE_FAULT),
+         (1.5, 3.0), ("partition", "heal"), Lazy(_NETWORK, "make_partition"), S, T, situations=STORE_FAULT),
     _row("latency", "Toxiproxy: delay one worker's, a minority's or everyone's traffic by 0.2-1 ttl with jitter",
-         (1.0, 2.0), ("latency", "heal"), network.make_latency, S, T),
+         (1.0, 2.0), ("latency", "heal"), Lazy(_NETWORK, "make_latency"), S, T),
     _row("bandwidth", "Toxiproxy: throttle one worker's, a minority's or everyone's traffic to 1-16 KB/s",
-         (1.0, 2.0), ("bandwidth", "heal"), network.make_bandwidth, S, T),
+         (1.0, 2.0), ("bandwidth", "heal"), Lazy(_NETWORK, "make_bandwidth"), S, T),
     _row("docker-pause", "--env docker: docker pause the store's container for 0.5-1.5 ttl",
          (0.5, 1.5), ("pause", "resume"), Lazy(_CONTAINER, "make_docker_pause"), S, D, situations=STORE_FAULT),
     _row("docker-kill", "--env docker: docker kill the store's container, start it again on the same data",

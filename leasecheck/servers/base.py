@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from leasecheck.errors import EnvironmentFailure
 from leasecheck.waiting import poll
 
 #: a path as callers give it (typeshed's name for it)
@@ -34,10 +35,6 @@ StrPath = str | os.PathLike[str]
 #: the guard program (see :mod:`leasecheck.servers.guard`), run with ``python -m``; named,
 #: not imported, since a module imported before ``-m`` runs it would be run as a second copy
 GUARD_MODULE = "leasecheck.servers.guard"
-
-
-class EnvironmentFailure(Exception):
-    """The test environment could not be set up (a server would not start, a binary is missing)."""
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> None:
