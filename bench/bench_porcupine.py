@@ -5,39 +5,56 @@ reference linearizability checker; ``bench/porcupine/`` checks a v1 history
 with it under DESIGN.md's lease model, partitioned per node, with the protected
 resource under the header's ``effect_fence`` rule as leasecheck judges it (the
 generator's store lifts the fence at every claim: ``"lease"``). Both tools get the
-same generated (valid) file and run as subprocesses with a deadline and an
+same generated file and run as subprocesses with a deadline and an
 address-space cap, so a search that explodes reads "timeout" or "OOM" here
-rather than taking the machine down.
+rather than taking the machine down. Whole process against whole process:
+``leasecheck check --json`` in a fresh interpreter (start-up, reading,
+checking, printing) against the Go binary (reading and parsing included).
+
+Valid rows: ``bench.gen``'s default shape (100 nodes per run) at 1k-1M ops; one
+hot node contended by 5-50 workers; and histories shaped like real ``leasecheck
+run`` output (``--shape real``) at 10k-1M ops. Invalid rows: one planted anomaly
+of each kind (``bench.plant``) in a hot-node and in real-shaped histories; there
+leasecheck must report the planted kind and Porcupine must say ``illegal``,
+except for the two time bounds (``overlapping-lease``, ``stuck-lease``), which
+are no linearizability violations: the lease model has no clock, so Porcupine
+rightly says ``ok``.
 
 Porcupine is run with two encodings of a crashed (info) op, both following its
 documented advice (return at time infinity, output unknown, result unchecked):
 ``porcupine`` uses a NondeterministicModel whose crashed op has two next states
 (took effect / did not); ``porcupine-det`` uses a plain Model that applies a
-crashed op when legal (not taking effect = being linearized at the end).
+crashed op when legal (not taking effect = being linearized at the end); the
+invalid rows run ``porcupine`` alone.
 
-Usage: python -m bench.bench_porcupine [--timeout 120] [--mem-gb 16] [--repeat 3] [--no-det] [--max-ops N]
+Usage: python -m bench.bench_porcupine [--rows size,contention,real,invalid] [--timeout 120] [--mem-gb 16]
+       [--repeat 3] [--no-det] [--max-ops N] [--hot-invalid-ops 10000] [--real-invalid-ops 10000,100000,1000000]
+       [--kinds K1,K2] [--lc-args "--jobs 2"]
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.gen import Config
+from bench.gen import Config, GenStats
 from bench.harness import (
     BENCH_DIR,
     Measured,
     cached_history,
-    leasecheck_cmd,
+    cached_planted,
+    leasecheck_check_cmd,
     machine_note,
     run_measured,
     seconds,
     table,
 )
+from bench.plant import KINDS, TIMING_KINDS, Planted
 
 GO_DIR = BENCH_DIR / "porcupine"
 GO_BIN = GO_DIR / "bin" / "porcupine-lease"
@@ -48,6 +65,20 @@ SIZE_ROWS = [Config(n, 16, 100, 0.01, 1) for n in (1_000, 10_000, 100_000, 1_000
 CONTENTION_ROWS = [
     Config(n, w, 1, 0.05, 1, commit_rate=0.0) for w in (5, 10, 20, 50) for n in (1_000, 10_000)
 ] + [Config(100_000, 20, 1, 0.05, 1, commit_rate=0.0)]
+
+
+def real_config(ops: int) -> Config:
+    """A history shaped like ``leasecheck run`` output: 16 workers, 20 nodes per run, ~1 % info."""
+    return Config(ops, 16, 20, 0.01, 1, clock_uncertainty_ms=10, shape="real")
+
+
+def hot_config(ops: int) -> Config:
+    """One hot node, 20 workers, 5 % crashed ops (the contention rows' shape)."""
+    return Config(ops, 20, 1, 0.05, 1, commit_rate=0.0)
+
+
+REAL_ROWS = [real_config(n) for n in (10_000, 100_000, 1_000_000)]
+GROUPS = ("size", "contention", "real", "invalid")
 
 
 def go_binary() -> str:
@@ -66,11 +97,17 @@ def build() -> None:
 @dataclass(slots=True)
 class Row:
     cfg: Config
-    nodes_total: int
-    crashed: int
+    gen: GenStats
     lc: Measured
     porc: Measured
     det: Measured | None
+    planted: Planted | None = None  # invalid rows: what was planted where
+
+    @property
+    def shape(self) -> str:
+        if self.cfg.shape == "real":
+            return "real"
+        return "hot node" if self.cfg.nodes == 1 else f"{self.cfg.nodes}/run"
 
 
 def lc_verdict(m: Measured) -> str:
@@ -79,12 +116,32 @@ def lc_verdict(m: Measured) -> str:
     return {True: "valid", False: "invalid", "unknown": "unknown"}.get(m.output.get("valid"), "error")
 
 
+def lc_found(m: Measured, planted: Planted) -> bool:
+    """leasecheck reported the planted kind on the planted node, citing the planted op
+    (a ``non-linearizable`` anomaly cites the node's ops it could not order)."""
+    return any(
+        a.get("kind") == planted.kind
+        and a.get("node") == planted.node
+        and (planted.kind == "non-linearizable" or planted.op in a.get("ops", []))
+        for a in m.output.get("anomalies", [])
+    )
+
+
+def lc_kinds(m: Measured) -> list[str]:
+    return sorted({a.get("kind", "?") for a in m.output.get("anomalies", [])})
+
+
 def porc_verdict(m: Measured | None) -> str:
     if m is None:
         return "-"
     if m.status != "done":
         return m.status
     return str(m.output.get("result", "error"))
+
+
+def porc_expected(planted: Planted | None) -> str:
+    """What a linearizability checker must answer: "ok" on valid rows and on the time bounds."""
+    return "ok" if planted is None or planted.kind in TIMING_KINDS else "illegal"
 
 
 def porc_time(m: Measured | None, timeout: float) -> str:
@@ -99,14 +156,17 @@ def porc_time(m: Measured | None, timeout: float) -> str:
 
 
 def agree(row: Row) -> bool:
-    """Both definite verdicts name the same answer (valid = ok, invalid = illegal)."""
-    same = {"valid": "ok", "invalid": "illegal"}
+    """Every definite verdict is the known answer: a valid history valid (Porcupine
+    "ok"); a planted one invalid with the planted kind (Porcupine "illegal", or "ok"
+    for a time bound)."""
     lc = lc_verdict(row.lc)
-    for m in (row.porc, row.det):
-        pv = porc_verdict(m)
-        if lc in same and pv in ("ok", "illegal") and same[lc] != pv:
-            return False
-    return True
+    if row.planted is None:
+        lc_ok = lc in ("valid", "unknown", "timeout", "OOM")
+    else:
+        lc_ok = lc in ("unknown", "timeout", "OOM") or (lc == "invalid" and lc_found(row.lc, row.planted))
+    want = porc_expected(row.planted)
+    porc_ok = all(porc_verdict(m) not in ("ok", "illegal") or porc_verdict(m) == want for m in (row.porc, row.det))
+    return lc_ok and porc_ok
 
 
 def finished(m: Measured) -> bool:
@@ -123,27 +183,49 @@ def median_run(cmd: list[str], repeat: int, deadline: float, mem: int) -> Measur
     return sorted(runs, key=lambda m: m.wall)[len(runs) // 2]
 
 
-def run_row(cfg: Config, timeout: float, mem: int, det: bool, repeat: int) -> Row:
-    path, gen = cached_history(cfg)
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What every tool gets per row."""
+
+    timeout: float
+    mem: int
+    repeat: int
+    lc_args: tuple[str, ...] = ()
+
+
+def run_row(cfg: Config, lim: Limits, det: bool, kind: str | None = None) -> Row:
+    """Both tools on the history of ``cfg`` (with one ``kind`` planted, if given)."""
+    planted = None
+    if kind is None:
+        path, gen = cached_history(cfg)
+    else:
+        path, gen, planted = cached_planted(cfg, kind)
     # a margin over the tools' own deadlines, for start-up and parsing
-    deadline = timeout + 60
-    lc = median_run(leasecheck_cmd(path, timeout), repeat, deadline, mem)
-    porc_cmd = [str(GO_BIN), "-timeout", f"{timeout:g}s"]
-    porc = median_run([*porc_cmd, "-nondet", str(path)], repeat, deadline, mem)
-    d = median_run([*porc_cmd, str(path)], repeat, deadline, mem) if det else None
-    return Row(cfg, gen.nodes, gen.crashed, lc, porc, d)
+    deadline = lim.timeout + 60
+    lc = median_run(leasecheck_check_cmd(path, lim.timeout, lim.lc_args), lim.repeat, deadline, lim.mem)
+    porc_cmd = [str(GO_BIN), "-timeout", f"{lim.timeout:g}s"]
+    porc = median_run([*porc_cmd, "-nondet", str(path)], lim.repeat, deadline, lim.mem)
+    d = median_run([*porc_cmd, str(path)], lim.repeat, deadline, lim.mem) if det else None
+    return Row(cfg, gen, lc, porc, d, planted)
 
 
 def ratio(row: Row) -> str:
-    if not (finished(row.lc) and finished(row.porc)):
+    """How many times faster leasecheck was (Porcupine's wall over leasecheck's); a
+    Porcupine that ran out of time gives a lower bound."""
+    if not finished(row.lc) or row.porc.status != "done":
         return "-"
     r = row.porc.wall / row.lc.wall
-    return f"{r:.2f}x" if r < 0.1 else f"{r:.1f}x"
+    text = f"{r:.2f}x" if r < 0.1 else f"{r:.1f}x"
+    return text if finished(row.porc) else f">{text}"
+
+
+def _mb(*ms: Measured | None) -> str:
+    return f"{max(m.maxrss_mb for m in ms if m is not None):.0f}"
 
 
 def render(rows: list[Row], timeout: float) -> str:
     headers = [
-        "ops", "workers", "nodes", "crashed", "leasecheck s", "porcupine s (check)", "ratio",
+        "shape", "ops", "workers", "nodes", "crashed", "leasecheck s", "porcupine s (check)", "ratio",
         "porcupine-det s (check)", "leasecheck", "porcupine", "porcupine-det", "lc MB", "porc MB",
     ]  # fmt: skip
     body = []
@@ -151,10 +233,11 @@ def render(rows: list[Row], timeout: float) -> str:
         mark = "" if agree(r) else " DISAGREE"
         body.append(
             [
-                f"{r.cfg.ops:,}",
+                r.shape,
+                f"{r.gen.ops:,}",
                 r.cfg.workers,
-                f"{r.cfg.nodes}" + (f" ({r.nodes_total:,})" if r.nodes_total != r.cfg.nodes else ""),
-                f"{r.crashed / max(r.cfg.ops, 1):.1%}",
+                f"{r.cfg.nodes}" + (f" ({r.gen.nodes:,})" if r.gen.nodes != r.cfg.nodes else ""),
+                f"{r.gen.crashed / max(r.gen.ops, 1):.1%}",
                 seconds(r.lc.wall) if r.lc.status == "done" else r.lc.status,
                 porc_time(r.porc, timeout),
                 ratio(r),
@@ -162,48 +245,117 @@ def render(rows: list[Row], timeout: float) -> str:
                 lc_verdict(r.lc) + mark,
                 porc_verdict(r.porc),
                 porc_verdict(r.det),
-                f"{r.lc.maxrss_mb:.0f}",
-                f"{max(r.porc.maxrss_mb, r.det.maxrss_mb if r.det else 0):.0f}",
+                _mb(r.lc),
+                _mb(r.porc, r.det),
             ]
         )
     return table(headers, body)
 
 
+def render_invalid(rows: list[Row], timeout: float) -> str:
+    headers = [
+        "shape", "ops", "planted", "leasecheck s", "porcupine s (check)", "ratio",
+        "leasecheck", "porcupine", "expected", "lc MB", "porc MB",
+    ]  # fmt: skip
+    body = []
+    for r in rows:
+        assert r.planted is not None
+        lc = lc_verdict(r.lc)
+        if lc == "invalid":
+            others = [k for k in lc_kinds(r.lc) if k != r.planted.kind]
+            lc = ("invalid: found" if lc_found(r.lc, r.planted) else "invalid: MISSED") + (
+                f" (+{', '.join(others)})" if others else ""
+            )
+        body.append(
+            [
+                r.shape,
+                f"{r.gen.ops + r.planted.appended_ops:,}",
+                r.planted.kind + ("" if r.planted.node.startswith("run-") else " (own node)"),
+                seconds(r.lc.wall) if r.lc.status == "done" else r.lc.status,
+                porc_time(r.porc, timeout),
+                ratio(r),
+                lc + ("" if agree(r) else " DISAGREE"),
+                porc_verdict(r.porc),
+                porc_expected(r.planted),
+                _mb(r.lc),
+                _mb(r.porc),
+            ]
+        )
+    return table(headers, body)
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def plan(a: argparse.Namespace) -> list[tuple[Config, str | None]]:
+    """The rows to run, (config, planted kind or None), in table order."""
+    groups = set(a.rows.split(","))
+    if unknown := groups - set(GROUPS):
+        raise SystemExit(f"--rows: unknown group(s) {sorted(unknown)}; choose from {', '.join(GROUPS)}")
+    kinds = a.kinds.split(",") if a.kinds else list(KINDS)
+    if unknown := set(kinds) - set(KINDS):
+        raise SystemExit(f"--kinds: unknown kind(s) {sorted(unknown)}; choose from {', '.join(KINDS)}")
+    rows: list[tuple[Config, str | None]] = []
+    rows += [(c, None) for c in SIZE_ROWS if "size" in groups]
+    rows += [(c, None) for c in CONTENTION_ROWS if "contention" in groups]
+    rows += [(c, None) for c in REAL_ROWS if "real" in groups]
+    if "invalid" in groups:
+        bases = [hot_config(n) for n in _sizes(a.hot_invalid_ops)] + [real_config(n) for n in _sizes(a.real_invalid_ops)]
+        rows += [(c, k) for c in bases for k in kinds]
+    return [(c, k) for c, k in rows if a.max_ops is None or c.ops <= a.max_ops]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_porcupine", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", default=",".join(GROUPS), help=f"groups of rows, comma-separated: {', '.join(GROUPS)}")
     p.add_argument("--timeout", type=float, default=120, help="seconds per tool per row")
     p.add_argument("--mem-gb", type=float, default=16, help="address-space cap per tool")
     p.add_argument("--no-det", action="store_true", help="skip the deterministic Porcupine encoding")
     p.add_argument("--max-ops", type=int, default=None, help="skip rows with more ops")
     p.add_argument("--repeat", type=int, default=3, help="runs per tool per row; the median is shown")
+    p.add_argument("--hot-invalid-ops", default="10000", help="sizes of the hot-node histories anomalies are planted in")
+    p.add_argument("--real-invalid-ops", default="10000,100000,1000000",
+                   help="sizes of the real-shaped histories anomalies are planted in")
+    p.add_argument("--kinds", default=None, help="planted kinds, comma-separated (default: all ten)")
+    p.add_argument("--lc-args", default="", help='more options for `leasecheck check`, e.g. "--jobs 2"')
     a = p.parse_args(argv)
 
     build()
-    mem = int(a.mem_gb * 2**30)
-    configs = [c for c in SIZE_ROWS + CONTENTION_ROWS if a.max_ops is None or c.ops <= a.max_ops]
+    lim = Limits(a.timeout, int(a.mem_gb * 2**30), a.repeat, tuple(shlex.split(a.lc_args)))
     print(f"machine: {machine_note()}")
     print(f"limits: {a.timeout:g} s and {a.mem_gb:g} GiB address space per tool per row", flush=True)
-    rows = []
-    for cfg in configs:
-        row = run_row(cfg, a.timeout, mem, not a.no_det, a.repeat)
-        rows.append(row)
+    print(f"leasecheck: {shlex.join(leasecheck_check_cmd(Path('HISTORY'), a.timeout, lim.lc_args))}", flush=True)
+    valid: list[Row] = []
+    invalid: list[Row] = []
+    for cfg, kind in plan(a):
+        row = run_row(cfg, lim, det=not a.no_det and kind is None, kind=kind)
+        (valid if kind is None else invalid).append(row)
         print(
-            f"  {cfg.ops:>9,} ops {cfg.workers:>2} workers {cfg.nodes:>3} nodes: "
+            f"  {row.shape:>8} {row.gen.ops:>9,} ops {cfg.workers:>2} workers {kind or 'valid':>18}: "
             f"leasecheck {lc_verdict(row.lc)} {row.lc.wall:.2f} s, porcupine {porc_verdict(row.porc)} "
             f"{row.porc.wall:.2f} s, porcupine-det {porc_verdict(row.det)}",
             file=sys.stderr,
             flush=True,
         )
-    print()
-    print(render(rows, a.timeout))
+    if valid:
+        print("\nValid histories:\n")
+        print(render(valid, a.timeout))
+    if invalid:
+        print("\nOne planted anomaly each (bench.plant):\n")
+        print(render_invalid(invalid, a.timeout))
     print(
         f"\nseconds: median of {a.repeat} runs (one if it did not finish) of a fresh subprocess, wall time "
         "with start-up and parsing; (check) is Porcupine's CheckOperationsTimeout alone; "
-        "ratio = porcupine / leasecheck wall; MB = peak RSS."
+        "ratio = porcupine / leasecheck wall (>: Porcupine ran out of time); MB = peak RSS; "
+        "ops = ops in the file (real: the workload's and the final reads)."
     )
-    bad = [r for r in rows if not agree(r)]
+    bad = [r for r in valid + invalid if not agree(r)]
     for r in bad:
-        print(f"DISAGREEMENT on {r.cfg}: {r.lc.output} vs {r.porc.output} / {r.det and r.det.output}", file=sys.stderr)
+        print(
+            f"DISAGREEMENT on {r.cfg} {r.planted}: {r.lc.output} vs {r.porc.output} / {r.det and r.det.output}",
+            file=sys.stderr,
+        )
     return 1 if bad else 0
 
 

@@ -27,9 +27,15 @@ SUCCEEDED, a new run of K nodes (``run-N/node-i``) starts, so long histories
 keep going. Everything is drawn from one ``random.Random(seed)``: the same
 arguments always give the same bytes.
 
+That is the default shape, ``runs``: hundreds of ops per node. ``--shape real``
+gives histories shaped like real ``leasecheck run`` output instead, from the same
+store (``bench.realshape``): leasecheck's workload over an at-least-once queue,
+7-9 ops per node, nodes retired as their run finishes, a final read of every node.
+
 Usage::
 
     python -m bench.gen --ops 1000000 --workers 16 --nodes 100 --crash-rate 0.01 --seed 1 -o h.jsonl
+    python -m bench.gen --shape real --ops 1000000 -o real.jsonl    # 16 workers, 20 nodes per run
 """
 
 from __future__ import annotations
@@ -42,10 +48,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import msgspec
 
+from bench.realshape import RealShapeSimulation
 from leasecheck.histories.format import EffectFence
 from leasecheck.simstore import MS, SimStore
 
@@ -54,7 +61,20 @@ from leasecheck.simstore import MS, SimStore
 #: ``expired`` and a stale op on a SUCCEEDED node ``stale``; reads omit null fields.
 #: 3: the store's claim lifts the protected resource's fence (``effect_fence:
 #: "lease"``, like the reference backends), and the header says so
-GEN_VERSION = 3
+#: 4: ``--shape real`` (bench.realshape); the header's generator names the shape
+GEN_VERSION = 4
+
+#: "runs": K nodes per run, hundreds of ops each (the default); "real": shaped like
+#: ``leasecheck run`` output (bench.realshape)
+Shape = Literal["runs", "real"]
+SHAPES: tuple[Shape, ...] = ("runs", "real")
+
+#: the CLI's defaults that depend on the shape: nodes per run, and the clock
+#: uncertainty the header states (a real run records 10 ms; the store's clock is exact)
+SHAPE_DEFAULTS: dict[str, dict[str, int]] = {
+    "runs": {"nodes": 100, "clock_uncertainty_ms": 0},
+    "real": {"nodes": 20, "clock_uncertainty_ms": 10},
+}
 
 #: what moves the generated store's resource fence, and so the header's rule: a claim
 #: too, as in the reference backends (the format's default, written out anyway)
@@ -85,13 +105,16 @@ class Config:
     commit_rate: float = 0.8
     ttl_ms: int = 1000
     clock_uncertainty_ms: int = 0
+    #: "real" ignores ``commit_rate``: its leases end as leasecheck's workload's do
+    shape: Shape = "runs"
 
 
 @dataclass(slots=True)
 class GenStats:
     """What was generated: for reports and for benchmark tables."""
 
-    ops: int = 0
+    ops: int = 0  # every op in the file (for "real": the workload's plus the final reads)
+    final_reads: int = 0
     events: int = 0
     nodes: int = 0
     runs: int = 0
@@ -366,13 +389,18 @@ def header(cfg: Config) -> dict[str, Any]:
 
 def generate_config(path: str | Path, cfg: Config) -> GenStats:
     """Write the history described by ``cfg`` to ``path``; return what was made."""
-    if cfg.ops < 0 or cfg.workers < 1 or cfg.nodes < 1 or not 0 <= cfg.crash_rate <= 1:
+    if cfg.ops < 0 or cfg.workers < 1 or cfg.nodes < 1 or not 0 <= cfg.crash_rate <= 1 or cfg.shape not in SHAPES:
         raise ValueError(f"bad generator configuration: {cfg}")
     start = time.perf_counter()
     with open(path, "wb") as out:
         out.write(msgspec.json.encode(header(cfg)) + b"\n")
         sink = EventSink(out)
-        stats = Simulation(cfg, sink).run()
+        if cfg.shape == "real":
+            stats = GenStats(processes=cfg.workers)
+            RealShapeSimulation(cfg, sink, stats).run()
+            stats.events = sink.index
+        else:
+            stats = Simulation(cfg, sink).run()
         sink.flush()
     stats.seconds = round(time.perf_counter() - start, 3)
     return stats
@@ -380,23 +408,29 @@ def generate_config(path: str | Path, cfg: Config) -> GenStats:
 
 def generate(path: str | Path, ops: int, workers: int, nodes: int, crash_rate: float, seed: int, **options: Any) -> GenStats:
     """Write a valid history of ``ops`` operations to ``path`` (see :class:`Config`
-    for ``options``: ``commit_rate``, ``ttl_ms``, ``clock_uncertainty_ms``)."""
+    for ``options``: ``commit_rate``, ``ttl_ms``, ``clock_uncertainty_ms``, ``shape``)."""
     return generate_config(path, Config(ops, workers, nodes, crash_rate, seed, **options))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gen", description=__doc__.split("\n\n")[0])
-    p.add_argument("--ops", type=int, required=True, help="number of operations (2 events each)")
+    p.add_argument("--shape", choices=SHAPES, default="runs",
+                   help="runs: K nodes per run, hundreds of ops each; real: like `leasecheck run` output")
+    p.add_argument("--ops", type=int, required=True,
+                   help="number of operations (2 events each); real: the workload's, before the final reads")
     p.add_argument("--workers", type=int, default=16, help="concurrent worker processes")
-    p.add_argument("--nodes", type=int, default=100, help="nodes per run (a new run starts when all SUCCEEDED)")
+    p.add_argument("--nodes", type=int, default=None, help="nodes per run (runs: 100; real: 20, as `leasecheck run`)")
     p.add_argument("--crash-rate", type=float, default=0.01, help="probability that an op crashes (info)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--commit-rate", type=float, default=0.8, help="a lease ends in commit (else release)")
     p.add_argument("--ttl-ms", type=int, default=1000)
-    p.add_argument("--clock-uncertainty-ms", type=int, default=0)
+    p.add_argument("--clock-uncertainty-ms", type=int, default=None, help="stated in the header (runs: 0; real: 10)")
     p.add_argument("-o", "--output", required=True, help="history file to write")
     a = p.parse_args(argv)
-    cfg = Config(a.ops, a.workers, a.nodes, a.crash_rate, a.seed, a.commit_rate, a.ttl_ms, a.clock_uncertainty_ms)
+    dflt = SHAPE_DEFAULTS[a.shape]
+    nodes = dflt["nodes"] if a.nodes is None else a.nodes
+    uncertainty = dflt["clock_uncertainty_ms"] if a.clock_uncertainty_ms is None else a.clock_uncertainty_ms
+    cfg = Config(a.ops, a.workers, nodes, a.crash_rate, a.seed, a.commit_rate, a.ttl_ms, uncertainty, a.shape)
     stats = generate_config(a.output, cfg)
     print(json.dumps(asdict(stats)), file=sys.stderr)
     return 0

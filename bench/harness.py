@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.gen import GEN_VERSION, Config, GenStats, generate_config
+from bench.plant import PLANT_VERSION, Planted, plant
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -33,8 +34,9 @@ OUT = BENCH_DIR / "out"  # gitignored
 
 def history_name(cfg: Config) -> str:
     """A file name that changes whenever the bytes would (GEN_VERSION included)."""
+    shape = "" if cfg.shape == "runs" else f"-{cfg.shape}"
     return (
-        f"g{GEN_VERSION}-ops{cfg.ops}-w{cfg.workers}-k{cfg.nodes}-c{cfg.crash_rate:g}"
+        f"g{GEN_VERSION}{shape}-ops{cfg.ops}-w{cfg.workers}-k{cfg.nodes}-c{cfg.crash_rate:g}"
         f"-cr{cfg.commit_rate:g}-ttl{cfg.ttl_ms}-u{cfg.clock_uncertainty_ms}-s{cfg.seed}.jsonl"
     )
 
@@ -51,6 +53,20 @@ def cached_history(cfg: Config, out_dir: Path = OUT) -> tuple[Path, GenStats]:
     tmp.replace(path)
     meta.write_text(json.dumps(asdict(stats)))
     return path, stats
+
+
+def cached_planted(cfg: Config, kind: str, out_dir: Path = OUT) -> tuple[Path, GenStats, Planted]:
+    """The history for ``cfg`` with one anomaly of ``kind`` planted (``bench.plant``), made once."""
+    source, stats = cached_history(cfg, out_dir)
+    path = source.with_name(f"{source.stem}-p{PLANT_VERSION}-{kind}.jsonl")
+    meta = path.with_suffix(".planted.json")
+    if path.exists() and meta.exists():
+        return path, stats, Planted(**json.loads(meta.read_text()))
+    tmp = path.with_suffix(".tmp")
+    planted = plant(source, tmp, kind, cfg.seed)
+    tmp.replace(path)
+    meta.write_text(json.dumps(asdict(planted)))
+    return path, stats, planted
 
 
 # -- measured subprocesses ---------------------------------------------------
@@ -171,6 +187,24 @@ def leasecheck_cmd(path: Path, budget: float | None) -> list[str]:
     if budget is not None:
         cmd += ["--budget", str(budget)]
     return cmd
+
+
+def leasecheck_cli() -> list[str]:
+    """The ``leasecheck`` a user runs: the console script of this interpreter's install
+    (not a version manager's shim in front of it, which would add its own start-up)."""
+    script = Path(sys.executable).parent / "leasecheck"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("leasecheck")
+    return [found] if found else [sys.executable, "-m", "leasecheck"]
+
+
+def leasecheck_check_cmd(path: Path, budget: float | None, extra: Sequence[str] = ()) -> list[str]:
+    """``leasecheck check --json PATH``: the whole process, start-up to verdict (``extra``: more options)."""
+    cmd = [*leasecheck_cli(), "check", "--json"]
+    if budget is not None:
+        cmd += ["--budget", f"{budget:g}"]
+    return [*cmd, *extra, str(path)]
 
 
 # -- reporting ---------------------------------------------------------------
