@@ -6,8 +6,8 @@ script starts itself with :mod:`leasecheck.servers`:
 1. recorded ops/s per backend (sqlite, postgres, redis) at 4, 16 and 64
    worker processes;
 2. the recorder's overhead: the same runs at 16 workers with recording on and
-   off (``RunOptions(record=False)``: workers skip the invoke handshake and the
-   completion message), ops/s side by side. Target: < 10 %.
+   off (``RunOptions(record=False)``: workers neither stamp, log nor send their
+   invokes and completions), ops/s side by side. Target: < 10 %.
 
 How ops are counted. The runner's tally counts recorded ops as they complete
 and, with recording off, only when each worker reports at exit; both include

@@ -1,16 +1,21 @@
 """The harness's side of the workers: the recorder and the at-least-once queue.
 
-One thread serves every worker's pipe. It stamps each invoke and completion
-with the harness's monotonic clock and appends it to the history (flushed at
-once) — acknowledging an invoke before the worker may send the op to the store
-— hands out nodes from the delivery queue, and notices workers that died. One
-writer and one clock: the file's order is the order of time, and a killed
-worker can never corrupt the history.
+One thread serves every worker's pipe. Workers stamp their own invokes and
+completions (CLOCK_MONOTONIC, one clock for every process on the host) and send
+them without waiting; the recorder feeds them to the merge
+(:mod:`leasecheck.merge`), which appends them to the history in time order as
+soon as no live worker can still send an earlier one. What the workload
+synchronises on — the takeovers a zombie waits for, the live tally, a node's
+holder going silent — is answered from what was received, so a merge held back
+by a paused worker delays the file, never the run. The recorder also hands out
+nodes from the delivery queue and notices workers that died (their open op is
+recorded ``info`` and their process number retired).
 """
 
 from __future__ import annotations
 
 import random
+import selectors
 import threading
 import time
 from collections import Counter, deque
@@ -20,6 +25,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from leasecheck.histories import HistoryWriter
+from leasecheck.merge import MAX_BUFFERED, Merge, Stream
 from leasecheck.takeovers import Phase, Takeovers
 from leasecheck.targets.base import Indeterminate, Unavailable
 
@@ -33,6 +39,9 @@ EXTENDED_SHARE = 0.5
 #: first back until a second worker asks), so that two claims race for one READY node; the
 #: rest reach the next worker that asks, usually while the first holds the lease
 RACING_SHARE = 0.5
+
+#: the messages whose worker waits for the hub's answer (see Stream.blocked)
+ASKS = frozenset({"next", "await", "renumber"})
 
 
 class Deliveries:
@@ -174,6 +183,10 @@ class Slot:
     alive: bool = True
     #: said hello: past its PR_SET_PDEATHSIG, so a fault may pick it as a victim
     ready: bool = False
+    #: its events on their way to the history
+    stream: Stream = field(default_factory=lambda: Stream(0))
+    #: the op it has in flight (invoke received, completion not yet): (f, node)
+    open: tuple[str, str] | None = None
 
 
 @dataclass
@@ -194,8 +207,10 @@ class Tally:
 class Recorder:
     """Serves the workers' pipes from one thread; see the module docstring."""
 
-    def __init__(self, writer: HistoryWriter, deliveries: Deliveries, on_death: Callable[[Slot], None]) -> None:
+    def __init__(self, writer: HistoryWriter, deliveries: Deliveries, on_death: Callable[[Slot], None],
+                 merge: Merge | None = None) -> None:
         self.writer = writer
+        self.merge = merge if merge is not None else Merge(writer)
         self.deliveries = deliveries
         self.on_death = on_death
         self.slots: dict[Connection, Slot] = {}
@@ -219,6 +234,8 @@ class Recorder:
         self._waits: list[tuple[Connection, str, Any, Phase, float]] = []
         self._next_process = 0
         self._lock = threading.Lock()
+        #: the live workers' pipes, registered once (not per wait: a wait per message would cost more than the message)
+        self._selector = selectors.DefaultSelector()
         self._thread = threading.Thread(target=self._serve, name="recorder", daemon=True)
         self.error: BaseException | None = None
 
@@ -228,10 +245,13 @@ class Recorder:
             self._next_process += 1
             return p
 
-    def add(self, conn: Connection, slot: int, pid: int | None) -> Slot:
-        s = Slot(self.new_process(), slot, conn, pid)
+    def add(self, conn: Connection, slot: int, pid: int | None, process: int | None = None, stream: Stream | None = None) -> Slot:
+        """Register a started worker: its process number and stream (made before it started, see WorkerPool.spawn)."""
+        s = Slot(self.new_process() if process is None else process, slot, conn, pid,
+                 stream=stream if stream is not None else self.merge.stream())
         with self._lock:
             self.slots[conn] = s
+            self._selector.register(conn, selectors.EVENT_READ)
         return s
 
     def start(self) -> None:
@@ -252,15 +272,21 @@ class Recorder:
     def _serve(self) -> None:
         try:
             while True:
-                with self._lock:
-                    conns = [c for c, s in self.slots.items() if s.alive]
+                conns = self._listened()
                 if not conns:
+                    self.merge.flush()  # the nemesis' events, when no worker is left
                     if self.stopping.is_set():
                         return
                     time.sleep(0.01)
                     continue
-                for conn in wait(conns, timeout=0.05):
+                ready: list[Any]
+                if len(conns) < len(self._selector.get_map()):  # the buffer is full: the laggards alone
+                    ready = wait(conns, timeout=0.05)
+                else:
+                    ready = [key.fileobj for key, _ in self._selector.select(0.05)]
+                for conn in ready:
                     self._handle(conn)  # type: ignore[arg-type]
+                self.merge.flush()
                 if self._waits:
                     self._wake()
                 if self._twin is not None and (self._twin[2] < time.monotonic() or self.stopping.is_set()):
@@ -273,6 +299,17 @@ class Recorder:
         except BaseException as e:  # reported by the runner
             self.error = e
 
+    def _listened(self) -> list[Connection]:
+        """The live workers' pipes; while the merge's buffer is full, only those holding it back (bounded memory)."""
+        with self._lock:
+            live = [(c, s) for c, s in self.slots.items() if s.alive]
+        if self.merge.buffered > MAX_BUFFERED and not self.stopping.is_set():
+            laggards = {id(stream) for stream in self.merge.laggards()}
+            held = [c for c, s in live if id(s.stream) in laggards]
+            if held:
+                return held
+        return [c for c, _ in live]
+
     def _release_held_back(self) -> None:
         """The barrier is passed (or the run is stopping): answer the workers that asked for a node before it."""
         held, self._held_back = self._held_back, []
@@ -280,10 +317,7 @@ class Recorder:
             s = self.slots.get(conn)
             if s is None or not s.alive:
                 continue
-            try:
-                conn.send(None if self.stopping.is_set() else self.deliveries.next())
-            except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-                self._died(s)
+            self._send(conn, None if self.stopping.is_set() else self.deliveries.next())
 
     def _wake(self) -> None:
         """Answer the stalled workers whose phase came (or was missed, or never came in time)."""
@@ -330,10 +364,16 @@ class Recorder:
         return True
 
     def _send(self, conn: Connection, answer: object) -> None:
-        """Answer a held-back message (a worker that may have died meanwhile)."""
+        """Answer a worker that waits for us (one that may have died meanwhile).
+
+        Whatever it sends next is stamped after this moment: that is its
+        stream's bound from now on (it had none while it waited).
+        """
         s = self.slots.get(conn)
         if s is None or not s.alive:
             return
+        s.stream.bound = max(s.stream.bound, self.merge.now())
+        s.stream.blocked = False
         try:
             conn.send(answer)
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
@@ -353,21 +393,33 @@ class Recorder:
 
     def _answer(self, s: Slot, conn: Connection, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
-        if kind == "hello":
+        if kind in ASKS:  # it waits for our answer: nothing it sends next can be stamped before we answer
+            s.stream.blocked = True
+        if kind == "invoke":
+            _, f, node, value, t, wait = msg
+            self.merge.push(s.stream, t, s.process, "invoke", f, node, value)
+            s.open = (f, node)
+            self.takeovers.invoke(s.process, f, node, value)
+            if wait:  # a racing claim: goes to the store only once its rival's claim is in
+                s.stream.blocked = True
+                if f != "claim" or self._claim_invoked(conn, node):
+                    self._send(conn, True)
+        elif kind == "complete":
+            _, typ, value, t = msg
+            assert s.open is not None, f"process {s.process}: a completion with no op in flight"
+            f, node = s.open
+            self.merge.push(s.stream, t, s.process, typ, f, node, value)
+            s.open = None
+            self._count(typ, value)
+            alive = self.takeovers.complete(s.process, typ, value)
+            if alive is not None:
+                self.deliveries.touch(alive[1])
+        elif kind == "idle":  # asleep until this time at least: nothing it sends next is stamped before it
+            s.stream.bound = max(s.stream.bound, msg[1])
+        elif kind == "hello":
             s.ready = True
         elif kind == "broken":
             self.broken = msg[1]
-        elif kind == "invoke":
-            self.writer.invoke(s.process, msg[1], msg[2], msg[3])
-            self.takeovers.invoke(s.process, msg[1], msg[2], msg[3])
-            if msg[1] != "claim" or self._claim_invoked(conn, msg[2]):
-                conn.send(True)
-        elif kind == "complete":
-            self.writer.complete(s.process, msg[1], msg[2])
-            self._count(msg[1], msg[2])
-            alive = self.takeovers.complete(s.process, msg[1], msg[2])
-            if alive is not None:
-                self.deliveries.touch(alive[1])
         elif kind == "await":  # a stalled worker: answered by _wake when its node reaches the phase
             _, node, key, phase, timeout_s = msg
             self._waits.append((conn, node, key, phase, time.monotonic() + timeout_s))
@@ -376,18 +428,20 @@ class Recorder:
                 self._held_back.append(conn)  # answered when every worker is up
                 return
             if self.stopping.is_set():
-                conn.send(None)
+                self._send(conn, None)
                 return
             node = self.deliveries.next()
             twin = self._twin
-            if twin is not None and node == twin[1]:  # the copy: both workers get the node at once
+            if twin is not None and node == twin[1]:  # the copy: both workers get the node at once, and race
                 self._twin = None
-                self._send(twin[0], node)
                 self._racers[node] = ({twin[0], conn}, time.monotonic() + self.deliveries.visibility_s / 4)
-            elif twin is None and node and self.deliveries.copy_waits(node):
+                self._send(twin[0], ("race", node))
+                self._send(conn, ("race", node))
+                return
+            if twin is None and node and self.deliveries.copy_waits(node):
                 self._twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
                 return
-            conn.send(node)
+            self._send(conn, node)
         elif kind == "done":
             self.deliveries.ack(msg[1])
         elif kind == "requeue":
@@ -397,7 +451,7 @@ class Recorder:
                 setattr(self.tally, typ, getattr(self.tally, typ) + n)
         elif kind == "renumber":
             s.process = self.new_process()
-            conn.send(s.process)
+            self._send(conn, s.process)
 
     def _count(self, typ: str, value: dict[str, Any]) -> None:
         t = self.tally
@@ -410,10 +464,30 @@ class Recorder:
             t.info += 1
 
     def _died(self, s: Slot) -> None:
+        """A worker is gone: its open op is recorded ``info`` (stamped now, after all it sent) and its process retired."""
+        if not s.alive:
+            return
         s.alive = False
+        self._drain(s)
+        with self._lock:
+            try:
+                self._selector.unregister(s.conn)
+            except (KeyError, ValueError):
+                pass
         s.conn.close()
-        if self.writer.outstanding(s.process):
-            self.writer.complete(s.process, "info", {"error": "worker process died"})
+        if s.open is not None:
             self.takeovers.complete(s.process, "info", {})
             self._count("info", {})
+        self.merge.end(s.stream, s.process, s.open)
+        s.open = None
         self.on_death(s)
+
+    def _drain(self, s: Slot) -> None:
+        """Take in the events a dead worker sent before it died (found while answering it, they may be unread)."""
+        try:
+            while s.conn.poll(0):
+                msg = s.conn.recv()
+                if msg[0] in ("invoke", "complete"):
+                    self._answer(s, s.conn, (*msg[:5], False) if msg[0] == "invoke" else msg)
+        except (EOFError, OSError):
+            pass

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, replace
 from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from leasecheck import zygote
@@ -31,7 +32,7 @@ from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.store_network import StoreNetwork
 from leasecheck.targets.base import Target
 from leasecheck.targets.registry import TargetSpec, load
-from leasecheck.workload import Workload, worker_main
+from leasecheck.workload import Recording, Workload, worker_main
 
 log = logging.getLogger("leasecheck.run")
 
@@ -79,7 +80,7 @@ class WorkerPool:
 
     def __init__(
         self, spec: TargetSpec, workload: Workload, seed: int, record: bool, recorder: Recorder,
-        clocks: ClockControl, network: StoreNetwork | None = None,
+        clocks: ClockControl, network: StoreNetwork | None = None, log_dir: Path | None = None, start_ns: int = 0,
     ) -> None:
         self.spec = spec
         #: what the workers are given: ``spec``, its class resolved once here
@@ -90,6 +91,9 @@ class WorkerPool:
         self.recorder = recorder
         self.clocks = clocks
         self.network = network
+        #: where each recording worker keeps its log (:mod:`leasecheck.worker_logs`), and the history's time origin
+        self.log_dir = log_dir
+        self.start_ns = start_ns
         self.procs: dict[int, BaseProcess] = {}
         #: worker processes spawned so far, replacements included (the next one's slot)
         self.spawned = 0
@@ -106,15 +110,21 @@ class WorkerPool:
         if self.network is not None:  # each worker reaches the store through its own proxy
             config = replace(config, url=self.network.route(slot, self.spec.config.url))
         spec = replace(self._worker_spec, config=config)
+        process = self.recorder.new_process()
+        stream = self.recorder.merge.stream()  # before the start: nothing the worker stamps can precede it
+        recording = None
+        if self.record:
+            assert self.log_dir is not None, "a recording worker needs a folder for its log"
+            recording = Recording(str(self.log_dir), self.start_ns, process)
         try:
-            p = self._start(f"leasecheck-worker-{slot}", (child, spec, self.workload, self.seed, slot, self.record))
+            p = self._start(f"leasecheck-worker-{slot}", (child, spec, self.workload, self.seed, slot, recording))
         except BaseException:
             parent.close()
             raise
         finally:
             child.close()
         self.procs[slot] = p
-        return self.recorder.add(parent, slot, p.pid)
+        return self.recorder.add(parent, slot, p.pid, process, stream)
 
     def _start(self, name: str, args: tuple[object, ...]) -> BaseProcess:
         """The worker, started: forked by the zygote, or spawned (for good, once the zygote failed)."""
@@ -144,8 +154,9 @@ class WorkerPool:
         deadline = time.monotonic() + grace_s
         for p in list(self.procs.values()):
             p.join(max(0.0, deadline - time.monotonic()))
-        for p in self.procs.values():
+        for slot, p in self.procs.items():
             if p.is_alive():
+                log.warning("worker %d (pid %s) did not exit within %g s: killed", slot, p.pid, grace_s)
                 p.kill()
                 p.join(5)
         if self._preload is not None:

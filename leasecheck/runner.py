@@ -37,6 +37,7 @@ from leasecheck.final_reads import node_names, read_every_node
 from leasecheck.histories import Header, HistoryWriter
 from leasecheck.hub import Deliveries, Recorder, Slot
 from leasecheck.interrupts import Interrupts
+from leasecheck.merge import Merge
 from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.faults import Fault
@@ -52,6 +53,7 @@ from leasecheck.storedir import mark_failed, mark_latest, new_run_dir, save_faul
 from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.targets.registry import TargetSpec, load
+from leasecheck.worker_logs import WORKERS_DIR, Journal
 
 log = logging.getLogger("leasecheck.run")
 
@@ -63,6 +65,7 @@ class Run:
     clocks: ClockControl
     spec: TargetSpec
     writer: HistoryWriter
+    merge: Merge
     deliveries: Deliveries
     recorder: Recorder
     nemesis: Nemesis
@@ -164,22 +167,26 @@ class Run:
             effect_fence = producer.hello.effect_fence
         header = Header(opts.ttl_ms, self.timing.uncertainty_ms, meta, effect_fence=effect_fence,
                         lease_expiry=self.target_cls.lease_expiry)
-        self.writer = HistoryWriter(self.run_dir / "history.jsonl", header)
+        start_ns = time.monotonic_ns()  # the history's time origin: the workers stamp their events against it
+        self.writer = HistoryWriter(self.run_dir / "history.jsonl", header, start_ns=start_ns)
+        journal = Journal(self.run_dir / WORKERS_DIR) if opts.record else None
+        self.merge = Merge(self.writer, journal)
         mark_latest(self.run_dir)  # only now: a run that failed to start never becomes store/latest
         self.deliveries = Deliveries(
             random.Random(f"{self.seed}/queue"), opts.nodes, opts.dup_rate,
             visibility_s=self.timing.visibility_s,
             add_nodes=producer.add_nodes,
         )
-        self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put)
-        self.pool = WorkerPool(self.spec, opts.workload, self.seed, opts.record, self.recorder, self.clocks, self.network)
+        self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put, self.merge)
+        self.pool = WorkerPool(self.spec, opts.workload, self.seed, opts.record, self.recorder, self.clocks, self.network,
+                               log_dir=self.run_dir / WORKERS_DIR, start_ns=start_ns)
         context = FaultContext(
             ttl_ms=opts.ttl_ms, workers=self.recorder.ready, holders=self.recorder.takeovers.holders, clocks=self.clocks,
             network=self.network.network if self.network is not None else None,
             server=self.env.server, store_skew_ms=self.timing.store_skew_ms,
         )
         self.nemesis = Nemesis(
-            self.kinds, opts.nemesis_interval, context, self.writer.nemesis, random.Random(f"{self.seed}/nemesis"),
+            self.kinds, opts.nemesis_interval, context, self.merge.nemesis, random.Random(f"{self.seed}/nemesis"),
             on_change=self._save_faults,
         )
         return producer
@@ -196,7 +203,7 @@ class Run:
         except queue.Empty:
             return None
         new = self._spawn()
-        self.writer.nemesis("start", {"victims": [new.process], "replaces": dead.process})
+        self.merge.nemesis("start", {"victims": [new.process], "replaces": dead.process})
         log.info("worker %d (process %d) died; started process %d", dead.slot, dead.process, new.process)
         return dead
 
@@ -280,11 +287,18 @@ class Run:
             self.pool.stop(self.timing.wind_down_s)
         self.recorder.join(10)
         self.deliveries.stop()
+        self.merge.drain()  # every worker is gone: what is still buffered goes into the history, in time order
 
     def _clean_up(self) -> None:
         """Close the history, reset every clock, stop Toxiproxy and the store (on every exit path)."""
         if getattr(self, "writer", None) is not None:
             self.writer.close()
+        merge = getattr(self, "merge", None)
+        if merge is not None and merge.journal is not None:
+            if merge.drained:  # the history holds every event: the worker logs are redundant
+                merge.journal.remove()
+            else:  # left for `leasecheck check RUN_DIR` to recover from
+                merge.journal.close()
         self.clocks.reset_all()
         self.clocks.cleanup()
         if self.network is not None:

@@ -17,10 +17,15 @@ an event, not a sleep. A worker woken from a real pause (SIGSTOP) past its
 lease, or refused a heartbeat, becomes such a zombie too (or, as a careful worker
 would, stops). Every choice comes from the worker's seeded RNG.
 
-Every operation is recorded by the hub: the worker sends the invoke and waits
-for the hub's acknowledgement *before* talking to the store, and sends the
-completion *after* the reply. The hub stamps both with the one monotonic clock,
-so the recorded interval always contains the real one, whatever the timing.
+Every operation is recorded without a round trip: the worker stamps its invoke
+with CLOCK_MONOTONIC (one clock for every process on the host) before it talks
+to the store and its completion after the reply, appends each to its own log in
+the run folder (what recovery reads if the harness dies) and sends it to the
+hub without waiting; the hub merges the workers' streams in time order
+(:mod:`leasecheck.merge`). So the recorded interval always contains the real
+one, whatever the timing. One case keeps the round trip: a claim racing a
+duplicate delivery waits until its rival's claim is in (see
+:meth:`leasecheck.hub.Recorder._claim_invoked`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from leasecheck.servers.base import die_with_parent
 from leasecheck.takeovers import PHASES, lease_key
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
 from leasecheck.targets.registry import TargetSpec
+from leasecheck.worker_logs import WorkerLog
 
 #: what a zombie may try in a phase, in the order a seeded shuffle starts from
 ZOMBIE_ACTS = ("renew", "effect", "read", "commit", "release")
@@ -80,12 +86,29 @@ class Workload:
     exec_scale: float = 1.0
 
 
-class Hub:
-    """The worker's end of its pipe to the harness."""
+#: a worker about to sleep at least this long says so first (``idle``), so that the merge need not wait for it
+IDLE_NOTE_S = 0.02
 
-    def __init__(self, conn: Connection, record: bool = True) -> None:
+
+@dataclass(frozen=True)
+class Recording:
+    """How a worker records: where its log goes, the history's time origin, its first process number."""
+
+    log_dir: str
+    start_ns: int
+    process: int
+
+
+class Hub:
+    """The worker's end of its pipe to the harness, and its own log of the events it stamps."""
+
+    def __init__(self, conn: Connection, recording: Recording | None = None, slot: int = 0) -> None:
         self.conn = conn
-        self.record = record
+        self.record = recording is not None
+        self.start_ns = recording.start_ns if recording is not None else 0
+        #: this worker's process number in the history (a new one after each ``info`` op)
+        self.process = recording.process if recording is not None else -1
+        self.log = WorkerLog(recording.log_dir, slot) if recording is not None else None
 
     def ask(self, *msg: Any) -> Any:
         self.conn.send(msg)
@@ -93,6 +116,42 @@ class Hub:
 
     def tell(self, *msg: Any) -> None:
         self.conn.send(msg)
+
+    def stamp(self) -> int:
+        """Now on the history's clock (CLOCK_MONOTONIC, shared by every process on the host)."""
+        return time.monotonic_ns() - self.start_ns
+
+    def invoke(self, f: str, node: str, value: dict[str, Any], wait: bool = False) -> None:
+        """Stamp and record an invoke, before the op goes to the store; ``wait``: until the hub says go (a racing claim)."""
+        t = self.stamp()
+        assert self.log is not None
+        self.log.write(t, self.process, "invoke", f, node, value)
+        if wait:
+            self.ask("invoke", f, node, value, t, True)
+        else:
+            self.tell("invoke", f, node, value, t, False)
+
+    def complete(self, f: str, node: str, typ: str, value: dict[str, Any]) -> None:
+        """Stamp and record the completion, after the store's reply."""
+        t = self.stamp()
+        assert self.log is not None
+        self.log.write(t, self.process, typ, f, node, value)
+        self.tell("complete", typ, value, t)
+
+    def renumber(self) -> None:
+        """After an ``info`` op: this process number is retired, the hub hands out the next."""
+        self.process = self.ask("renumber")
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep; a long sleep is announced first, so the merge can write past this worker meanwhile.
+
+        ``time.sleep`` waits on CLOCK_MONOTONIC until at least ``seconds`` after
+        it is called (a SIGSTOP only makes it later): nothing this worker stamps
+        next can be earlier than now + ``seconds``, and that is what it tells the hub.
+        """
+        if self.record and seconds >= IDLE_NOTE_S:
+            self.tell("idle", self.stamp() + int(seconds * 1e9) - 1_000)
+        time.sleep(seconds)
 
 
 def _value_of(out: Any) -> tuple[str, dict[str, Any]]:
@@ -117,10 +176,10 @@ class Client:
         #: outcomes of ops run without recording (the overhead benchmark's baseline)
         self.unrecorded: Counter[str] = Counter()
 
-    def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any]) -> tuple[str, Any]:
-        """(type, adapter outcome); type ``info`` means this process number is retired."""
+    def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any], wait: bool = False) -> tuple[str, Any]:
+        """(type, adapter outcome); type ``info`` means this process number is retired. ``wait``: a racing claim."""
         if self.hub.record:
-            self.hub.ask("invoke", f, node, value)
+            self.hub.invoke(f, node, value, wait)
         try:
             out = call()
         except Unavailable as e:
@@ -132,7 +191,7 @@ class Client:
         else:
             typ, val = _value_of(out)
         if self.hub.record:
-            self.hub.tell("complete", typ, val)
+            self.hub.complete(f, node, typ, val)
         else:
             self.unrecorded[typ] += 1
         return typ, out
@@ -158,34 +217,36 @@ class Worker:
         self.ttl = spec.config.ttl_ms / 1000.0  # the lease the store grants: one source of truth
         self.seen: list[str] = []
 
-    def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any]) -> tuple[str, Any]:
-        typ, out = self.client.op(f, node, value, call)
+    def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any], wait: bool = False) -> tuple[str, Any]:
+        typ, out = self.client.op(f, node, value, call, wait)
         if typ == "fail" and out is None:  # unavailable: back off a little, as a real client would
-            time.sleep(self.ttl / 10)
+            self.hub.sleep(self.ttl / 10)
         if typ == "info":
             # this process number is retired: take a new one, with a fresh connection
-            self.hub.ask("renumber")
+            self.hub.renumber()
             self.client.reconnect()
         if self.w.rate > 0:
-            time.sleep(1.0 / self.w.rate)
+            self.hub.sleep(1.0 / self.w.rate)
         return typ, out
 
     def run(self) -> None:
         while True:
-            node = self.hub.ask("next")
-            if node is None:
+            delivery = self.hub.ask("next")
+            if delivery is None:
                 return
-            if node == "":
-                time.sleep(0.01)
+            if delivery == "":
+                self.hub.sleep(0.01)
                 continue
+            # ("race", node): a duplicate delivered to us and a rival at once; the claim waits for the rival's
+            racing, node = (True, delivery[1]) if isinstance(delivery, tuple) else (False, delivery)
             if self.seen and self.rng.random() < self.w.read_rate:
                 other = self.rng.choice(self.seen)
                 self.op("read", other, {}, partial(self.client.target.read, other))
-            self.execute(node)
+            self.execute(node, racing)
 
-    def execute(self, node: str) -> None:
+    def execute(self, node: str, racing: bool = False) -> None:
         t = self.client.target
-        typ, lease = self.op("claim", node, {"owner": self.owner}, lambda: t.try_claim(node, self.owner))
+        typ, lease = self.op("claim", node, {"owner": self.owner}, lambda: t.try_claim(node, self.owner), wait=racing)
         if typ != "ok":
             if isinstance(lease, Refused) and lease.reason == "terminal":
                 self.hub.tell("done", node)
@@ -213,7 +274,7 @@ class Worker:
                 if rng.random() >= w.short_stall_rate:
                     self.zombie(node, lease, carried)
                     return
-                time.sleep(rng.uniform(0.5, 0.9) * ttl)  # the simulated pause itself
+                self.hub.sleep(rng.uniform(0.5, 0.9) * ttl)  # the simulated pause itself
                 continue
             if effects and now - start >= effects[0]:
                 effects.pop(0)
@@ -238,7 +299,7 @@ class Worker:
             wake = min(next_beat, start + duration, start + effects[0] if effects else float("inf"))
             if stall_at is not None:
                 wake = min(wake, start + stall_at)
-            time.sleep(max(0.0, min(wake - now, ttl / 3)))
+            self.hub.sleep(max(0.0, min(wake - now, ttl / 3)))
         roll = rng.random()
         if roll < w.crash_rate:
             os._exit(17)  # the worker crashes: the harness starts a replacement
@@ -288,11 +349,12 @@ class Worker:
                     return
 
 
-def worker_main(conn: Connection, spec: TargetSpec, workload: Workload, seed: int, slot: int, record: bool = True) -> None:
-    """Entry point of a worker process (spawned by the runner)."""
+def worker_main(conn: Connection, spec: TargetSpec, workload: Workload, seed: int, slot: int, recording: Recording | None) -> None:
+    """Entry point of a worker process (spawned by the runner); ``recording`` None: the overhead benchmark's baseline."""
     ignore_in_child()  # Ctrl-C and SIGTERM are the harness's to handle: it tells us when to stop
     die_with_parent()
-    hub = Hub(conn, record)
+    hub = Hub(conn, recording, slot)
+    record = recording is not None
     try:
         try:
             worker = Worker(hub, spec, workload, seed, slot)
@@ -306,4 +368,6 @@ def worker_main(conn: Connection, spec: TargetSpec, workload: Workload, seed: in
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the harness went away
     finally:
+        if hub.log is not None:
+            hub.log.close()
         conn.close()

@@ -1,0 +1,232 @@
+"""The recorder's merge of the workers' stamped streams, and the recovery of a harness killed mid-run.
+
+Workers stamp their own events (CLOCK_MONOTONIC) and send them without waiting;
+the harness writes them in time order once no live worker can still send an
+earlier one (:mod:`leasecheck.merge`). Each worker also logs what it stamps, so
+that a harness SIGKILLed mid-run leaves a history that ``leasecheck check RUN_DIR``
+completes from the logs (:mod:`leasecheck.worker_logs`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from multiprocessing import Pipe
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_run import _harness, _wait_for_paused_worker, _wait_gone, check_cli
+
+from leasecheck import hub as hub_module
+from leasecheck.histories import Header, HistoryWriter, read_history
+from leasecheck.hub import Deliveries, Recorder
+from leasecheck.merge import Merge
+from leasecheck.worker_logs import JOURNAL, WORKERS_DIR, Journal, WorkerLog, recover
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+
+
+def assert_well_formed(path: Path) -> list[dict[str, Any]]:
+    """Indices contiguous from 0, times non-decreasing, and the reader accepts it."""
+    events = _events(path)
+    assert [e["index"] for e in events] == list(range(len(events)))
+    times = [e["time"] for e in events]
+    assert times == sorted(times), times
+    read_history(path)
+    return events
+
+
+def _recorder(tmp_path: Path) -> tuple[Recorder, HistoryWriter, list[Any]]:
+    died: list[Any] = []
+    writer = HistoryWriter(tmp_path / "history.jsonl", Header(1000, 10, {}))
+    recorder = Recorder(writer, Deliveries(random.Random(1), 5, 0.0, 1.0, lambda nodes: None), died.append)
+    recorder.go.set()
+    return recorder, writer, died
+
+
+def _worker(recorder: Recorder) -> tuple[Any, Any]:
+    """A fake worker's pipe, registered and past its first ``next`` (as a real one is when it stamps)."""
+    ours, theirs = Pipe()
+    recorder.add(ours, len(recorder.slots), None)
+    theirs.send(("next",))
+    recorder._handle(ours)
+    theirs.recv()
+    return ours, theirs
+
+
+def test_events_are_written_in_time_order_once_no_live_stream_can_precede_them(tmp_path: Path) -> None:
+    writer = HistoryWriter(tmp_path / "history.jsonl", Header(1000, 10, {}), start_ns=time.monotonic_ns())
+    merge = Merge(writer)
+    a, b = merge.stream(), merge.stream()
+    a.blocked = b.blocked = False  # both past their first answer, at time 0
+    a.bound = b.bound = 0
+    merge.push(a, 10, 0, "invoke", "claim", "n", {"owner": "a"})
+    merge.push(a, 20, 0, "ok", "claim", "n", {"epoch": 1, "token": 1})
+    merge.push(b, 15, 1, "invoke", "read", "n", {})
+    assert merge.flush() == 2  # a@10 and b@15; a@20 waits: b may still send something before it
+    merge.push(b, 30, 1, "ok", "read", "n", {"status": "RUNNING", "epoch": 1})
+    assert merge.flush() == 1  # a@20; b@30 waits for a
+    b.blocked = True  # b asks the hub something: whatever it sends next comes after the answer
+    merge.end(a)  # a's worker is gone with no op in flight
+    assert merge.flush() == 1 and merge.buffered == 0
+    writer.close()
+    events = assert_well_formed(tmp_path / "history.jsonl")
+    assert [(e["process"], e["type"], e["time"]) for e in events] == [
+        (0, "invoke", 10), (1, "invoke", 15), (0, "ok", 20), (1, "ok", 30),
+    ]
+
+
+def test_a_paused_worker_holds_the_file_back_but_not_what_the_hub_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker silent mid-op (SIGSTOPped) holds the watermark; the others' ops are counted and their
+    leases known at once, and written when it speaks again. A worker waiting for an answer holds nothing."""
+    recorder, writer, _ = _recorder(tmp_path)
+    (pa, a), (pb, b), (pc, c) = _worker(recorder), _worker(recorder), _worker(recorder)
+    now = writer.now
+    a.send(("invoke", "effect", "n1", {"epoch": 1, "token": 1, "payload": "x"}, now(), False))
+    recorder._handle(pa)  # ... and a is paused before its completion
+    for i in range(3):
+        b.send(("invoke", "claim", f"m{i}", {"owner": "w1"}, now(), False))
+        recorder._handle(pb)
+        b.send(("complete", "ok", {"epoch": 1, "token": 1}, now()))
+        recorder._handle(pb)
+    c.send(("await", "n1", 1, "while-new-runs", 60.0))  # c waits for the hub: it holds nothing back
+    recorder._handle(pc)
+    recorder.merge.flush()
+    assert writer.events == 1  # only a's invoke: a may still send a completion stamped before b's events
+    assert recorder.tally.ok == 3 and recorder.takeovers.holders() == {1}  # answered from what was received
+    assert recorder.merge.laggards() == [recorder.slots[pa].stream]
+    assert len(recorder._listened()) == 3
+    monkeypatch.setattr(hub_module, "MAX_BUFFERED", 3)  # past the bound, the recorder listens to the laggard alone
+    assert recorder._listened() == [pa]
+    a.send(("complete", "ok", {}, now()))  # a resumes
+    recorder._handle(pa)
+    b.send(("idle", now() + 10**9))
+    recorder._handle(pb)
+    recorder.merge.flush()
+    assert writer.events == 8 and recorder.merge.buffered == 0
+    writer.close()
+    events = assert_well_formed(tmp_path / "history.jsonl")
+    assert [e["process"] for e in events] == [0, 1, 1, 1, 1, 1, 1, 0]
+
+
+def test_a_killed_workers_open_op_is_recorded_info_and_its_process_retired(tmp_path: Path) -> None:
+    recorder, writer, died = _recorder(tmp_path)
+    (pa, a), (pb, b) = _worker(recorder), _worker(recorder)
+    a.send(("invoke", "commit", "n1", {"epoch": 1, "token": 1, "result": "r"}, writer.now(), False))
+    recorder._handle(pa)
+    a.close()  # SIGKILLed with its commit in flight
+    recorder._handle(pa)
+    assert [s.process for s in died] == [0] and not recorder.slots[pa].alive
+    b.send(("invoke", "read", "n1", {}, writer.now(), False))  # b goes on: the dead stream no longer holds it
+    recorder._handle(pb)
+    recorder.merge.flush()
+    recorder.merge.drain()
+    writer.close()
+    events = assert_well_formed(tmp_path / "history.jsonl")
+    assert [(e["process"], e["type"], e["f"]) for e in events] == [
+        (0, "invoke", "commit"), (0, "info", "commit"), (1, "invoke", "read"),
+    ]
+    assert events[1]["value"] == {"error": "worker process died"}
+    assert recorder.tally.info == 1
+
+
+def _run_folder(tmp_path: Path) -> tuple[Path, HistoryWriter, Merge]:
+    run = tmp_path / "run"
+    run.mkdir()
+    writer = HistoryWriter(run / "history.jsonl", Header(1000, 10, {}), start_ns=0)
+    return run, writer, Merge(writer, Journal(run / WORKERS_DIR))
+
+
+def test_recovery_appends_what_only_the_logs_hold_in_time_order(tmp_path: Path) -> None:
+    run, writer, merge = _run_folder(tmp_path)
+    logs = [WorkerLog(run / WORKERS_DIR, slot) for slot in (0, 1)]
+    written = [  # (slot, time, process, type, f, node, value): logged, sent and merged
+        (0, 10, 0, "invoke", "claim", "n", {"owner": "w0"}),
+        (0, 20, 0, "ok", "claim", "n", {"epoch": 1, "token": 1}),
+        (1, 25, 1, "invoke", "commit", "m", {"epoch": 3, "token": 3, "result": "r"}),
+    ]
+    for slot, t, p, typ, f, node, value in written:
+        logs[slot].write(t, p, typ, f, node, value)
+        if typ == "invoke":
+            writer.invoke(p, f, node, value, at=t)
+        else:
+            writer.complete(p, typ, value, at=t)
+    merge.journal.nemesis(30, "pause", {"victims": [1]})  # type: ignore[union-attr]
+    # what the harness had not written when it was killed: in a pipe, in its buffer, or never sent
+    logs[1].write(40, 1, "ok", "commit", "m", {})
+    logs[0].write(35, 0, "invoke", "effect", "n", {"epoch": 1, "token": 1, "payload": "p"})
+    logs[1].write(50, 1, "invoke", "read", "m", {})
+    with open(run / WORKERS_DIR / "worker-1.jsonl", "ab") as f:
+        f.write(b'{"time": 60, "process": 1, "ty')  # killed mid-write
+    with open(run / "history.jsonl", "ab") as f:
+        f.write(b'{"index": 3, "time": 3')  # the harness, too
+    assert recover(run) is None  # the harness is alive (its journal holds the lock): hands off
+    merge.journal.close()  # type: ignore[union-attr]
+    writer.close()
+    assert recover(run) == 4
+    events = assert_well_formed(run / "history.jsonl")
+    assert [(e["time"], e["process"], e["type"], e["f"]) for e in events[3:]] == [
+        (30, "nemesis", "info", "pause"), (35, 0, "invoke", "effect"), (40, 1, "ok", "commit"), (50, 1, "invoke", "read"),
+    ]
+    assert not (run / WORKERS_DIR).exists()
+    assert recover(run) is None  # done once
+
+
+def test_recovery_keeps_the_info_of_a_worker_the_harness_saw_die(tmp_path: Path) -> None:
+    """A worker killed after it logged its completion, before it sent it: the history's info stands."""
+    run, writer, merge = _run_folder(tmp_path)
+    log = WorkerLog(run / WORKERS_DIR, 0)
+    log.write(10, 0, "invoke", "claim", "n", {"owner": "w0"})
+    writer.invoke(0, "claim", "n", {"owner": "w0"}, at=10)
+    log.write(20, 0, "ok", "claim", "n", {"epoch": 1, "token": 1})  # logged, never sent: SIGKILL
+    writer.complete(0, "info", {"error": "worker process died"}, at=30)
+    merge.journal.close()  # type: ignore[union-attr]
+    writer.close()
+    assert recover(run) == 0
+    assert [e["type"] for e in assert_well_formed(run / "history.jsonl")] == ["invoke", "info"]
+
+
+def test_the_lock_is_the_harness_alive(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / WORKERS_DIR)
+    fd = os.open(tmp_path / WORKERS_DIR / JOURNAL, os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        journal.close()
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+
+
+def test_a_harness_sigkilled_mid_run_leaves_a_history_the_worker_logs_complete(tmp_path: Path) -> None:
+    """Kill -9 the harness while a worker is paused (the merge is held back): check RUN_DIR recovers and judges it."""
+    store = tmp_path / "store"
+    with _harness(
+        "run", "--target", "sqlite", "--nemesis", "pause", "--nemesis-interval", "0.5", "--time-limit", "120",
+        "--ttl", "300", "--seed", "7", "--store", str(store), "--json",
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    ) as h:
+        history, h.kids = _wait_for_paused_worker(h.proc, store, events=200)
+        h.proc.send_signal(signal.SIGKILL)
+        h.proc.wait(10)
+        assert not _wait_gone(h.kids, 8.0)
+    run = history.parent
+    assert (run / WORKERS_DIR).is_dir()
+    logged = sum(len(p.read_bytes().splitlines()) for p in (run / WORKERS_DIR).glob("*.jsonl"))
+    before = len(history.read_bytes().splitlines()) - 1
+    code, verdict, err = check_cli(run)
+    assert code in (0, 1), (code, err)  # never 3: the recovered history is well formed
+    assert code == 0 and verdict["valid"] is True, (verdict, err)
+    assert "recovered" in err
+    after = assert_well_formed(history)
+    assert before <= len(after) <= before + logged
+    assert not (run / WORKERS_DIR).exists()
+    assert check_cli(run)[0] == 0  # and again, with nothing left to recover
