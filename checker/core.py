@@ -4,6 +4,8 @@ Per node (nodes are independent), every row of the table of checks
 (:mod:`leasecheck.checker.table`) runs in turn: the named kinds straight from
 their definitions, then, unless one of them already proves the node has no
 linearization, linearizability (:mod:`leasecheck.checker.linearizability`).
+A node that one pass proves clean (:mod:`leasecheck.checker.clean`: most nodes
+of a real history) skips the table, which would find nothing there.
 This module only groups ops by node, runs the table, and orders and counts
 what it found.
 """
@@ -12,10 +14,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from leasecheck.checker.clean import Rules, clean_counts
 from leasecheck.checker.coverage import WindowsOf, coverage
 from leasecheck.checker.findings import Engine, Findings, NodeHistory
 from leasecheck.checker.linearizability import decide_node, is_fenced
@@ -49,19 +52,50 @@ def check(
     budget: float | None = DEFAULT_BUDGET,
     engine: Engine = "auto",
 ) -> Verdict:
-    """Check a history's ops (any order) and return the verdict of DESIGN.md."""
+    """Check a history's ops (any order) and return the verdict of DESIGN.md.
+
+    ``engine`` (see :data:`~leasecheck.checker.findings.Engine`): with ``"auto"``
+    a node that one pass proves clean (:func:`~leasecheck.checker.clean.clean_counts`)
+    skips the table, which would find nothing there; every other node runs it, so
+    the verdict is the reference's (``"reference"``) to the letter. Works on any
+    subset of a history's nodes: partitions of one history give verdicts that merge.
+    """
     with no_gc():
-        by_node: dict[str, list[Op]] = defaultdict(list)
-        types: Counter[str] = Counter()
-        for op in ops:
-            by_node[op.node].append(op)
-            types[op.type] += 1
+        by_node = _by_node(ops)
         deadline = None if budget is None else time.monotonic() + budget
+        ok = fail = info = 0
+        rest: list[str] = []
+        if engine == "auto":
+            rules = Rules.of(header)
+            for node, nops in by_node.items():
+                counts = clean_counts(nops, rules)
+                if counts is None:
+                    rest.append(node)
+                else:
+                    ok += counts[0]
+                    fail += counts[1]
+                    info += counts[2]
+        else:
+            rest = list(by_node)
+        types: Counter[str] = Counter({"ok": ok, "fail": fail, "info": info})
+        types.update(op.type for node in rest for op in by_node[node])
+        node_engine: Engine = "search" if engine == "search" else "auto"
         found = Findings()
-        for node in sorted(by_node):
+        for node in sorted(rest):
             nops = by_node[node]
-            check_node(NodeHistory(node, nops, header, is_fenced(nops), engine, deadline), found)
+            check_node(NodeHistory(node, nops, header, is_fenced(nops), node_engine, deadline), found)
         return _verdict(found, by_node, types)
+
+
+def _by_node(ops: Iterable[Op]) -> dict[str, list[Op]]:
+    """Each node's ops, in the order given (nodes in order of first appearance)."""
+    by_node: dict[str, list[Op]] = {}
+    for op in ops:
+        try:
+            by_node[op.node].append(op)
+        except KeyError:  # a node's first op: cheaper than a lookup for each of the others
+            by_node[op.node] = [op]
+    return by_node
 
 
 def check_node(node: NodeHistory, found: Findings) -> None:
@@ -101,16 +135,37 @@ def check_source(
     engine: Engine = "auto",
     name: str | None = None,
     windows: WindowsOf | None = None,
+    jobs: int | None = None,
+    partitions: int | None = None,
+    chunks: int | None = None,
 ) -> Verdict:
     """Read and check one history (a path, or lines). Raises ``HistoryError`` on bad input.
 
     With ``windows`` (what makes the fault windows of its nemesis events: the
     catalogue's business, so the caller's), the verdict also carries the
     history's coverage, counted on the same ops: one read of the file, not two.
+
+    A big file is split by node and checked a part at a time on up to ``jobs``
+    processes (None: every core), in flat memory
+    (:mod:`leasecheck.checker.partitioned`); a small one is checked in memory.
+    The verdict is the same either way. ``partitions`` (and ``chunks``, the
+    byte ranges read side by side) force a split: tests hold the two to each other.
     """
+    from leasecheck.checker import split as splitting
+    from leasecheck.histories.reader import Stitch
+
+    if jobs is None:
+        jobs = splitting.available_cores()
     with no_gc():
         reader = HistoryReader(source, name)
-        if windows is None:
+        split = splitting.plan(source, jobs, partitions, chunks)
+        read: HistoryReader | Stitch = reader
+        if split is not None:
+            from leasecheck.checker.partitioned import check_split  # it imports this module
+
+            assert isinstance(source, (str, os.PathLike))  # only a file is split
+            verdict, read = check_split(reader, source, split, budget=budget, engine=engine, windows=windows)
+        elif windows is None:
             verdict = check(reader.header, reader.ops(), budget=budget, engine=engine)
         else:
             ops = list(reader.ops())
@@ -118,7 +173,7 @@ def check_source(
             store, skewed = windows(reader.nemesis)
             verdict.coverage = coverage(reader.header, ops, store, skewed)
     verdict.header = reader.header
-    verdict.warnings.extend(reader.warnings)
-    verdict.stats["events"] = reader.events
-    verdict.stats["nemesis_events"] = len(reader.nemesis)
+    verdict.warnings.extend(read.warnings)
+    verdict.stats["events"] = read.events
+    verdict.stats["nemesis_events"] = len(read.nemesis)
     return verdict

@@ -17,7 +17,11 @@ from leasecheck.histories import Header, Op
 from leasecheck.histories.format import EffectFence
 from leasecheck.histories.vocabulary import AnomalyKind
 
-Engine = Literal["auto", "search"]
+#: how linearizability (and the rest) is decided. ``"auto"``: ordinary fenced nodes proven
+#: clean in one pass (:mod:`leasecheck.checker.clean`), the table with the epoch-order
+#: decision on the others; ``"reference"``: the table on every node (what ``"auto"`` is held
+#: to); ``"search"``: the table on every node with the WGL search for linearizability
+Engine = Literal["auto", "reference", "search"]
 
 #: detailed findings kept per (node, kind); the rest are only counted
 MAX_PER_KIND = 100

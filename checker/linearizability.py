@@ -141,7 +141,7 @@ def decide_node(
     protected resource's fence (``"lease"``) or only accepted effects do (``"token"``).
     """
     fenced = is_fenced(ops)
-    if engine == "auto" and fenced:
+    if engine != "search" and fenced:
         try:
             lease = order.decide(ops)
         except Undecided:

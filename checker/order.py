@@ -256,19 +256,24 @@ def _needed_claims(epochs: _Epochs, done: list[Op], maybe_claims: list[Op], seen
             raise _no(r, f"reads show two owners for epoch {e}.")
     shown = {op.epoch: op.result.get("owner") for op in done
              if op.f == "read" and op.result.get("status") in (RUNNING, SUCCEEDED)}
-    import networkx as nx
-
-    g: nx.Graph[tuple[str, int]] = nx.Graph()
-    g.add_nodes_from(("e", e) for e in needed)
+    edges: list[tuple[Op, int]] = []
     for m in maybe_claims:
-        g.add_node(("c", m.index))
         limit = seen.query(m.invoke_time)[0]
         for e in needed:
             if limit is not None and limit > 4 * e:
                 continue
             if e in shown and not agrees(owner_of(m), shown[e]):
                 continue
-            g.add_edge(("e", e), ("c", m.index))
+            edges.append((m, e))
+    perfect = _perfect_matching(needed, edges)
+    if perfect is not None:
+        return [(perfect[e], 4 * e) for e in needed]
+    import networkx as nx
+
+    g: nx.Graph[tuple[str, int]] = nx.Graph()
+    g.add_nodes_from(("e", e) for e in needed)
+    g.add_nodes_from(("c", m.index) for m in maybe_claims)
+    g.add_edges_from((("e", e), ("c", m.index)) for m, e in edges)
     match = nx.bipartite.hopcroft_karp_matching(g, top_nodes=[("e", e) for e in needed]) if g.number_of_edges() else {}
     by_index = {m.index: m for m in maybe_claims}
     chosen: list[tuple[Op, int]] = []
@@ -278,6 +283,45 @@ def _needed_claims(epochs: _Epochs, done: list[Op], maybe_claims: list[Op], seen
             raise _no([op], f"{describe(op)} names epoch {e}, but no claim granted it, and no indeterminate claim "
                             f"could have (none was invoked early enough, or for the owner that reads show).")
         chosen.append((by_index[match["e", e][1]], 4 * e))
+    return chosen
+
+
+#: above this many epochs to match, the augmenting paths below could recurse too deep: networkx matches
+_SMALL_MATCHING = 200
+
+
+def _perfect_matching(needed: list[int], edges: list[tuple[Op, int]]) -> dict[int, Op] | None:
+    """An info claim for every needed epoch, each claim used once (Kuhn's augmenting paths), or None.
+
+    Which perfect matching it finds does not matter: an edge exists only where the
+    claim may take effect in that epoch's claim block, so every chosen claim passes
+    :func:`_real_time_respects_blocks`. When there is none, ``hopcroft_karp_matching``
+    (networkx, imported only then) decides which epoch the refutation names, as it
+    always has; a valid history never needs networkx.
+    """
+    if len(needed) > _SMALL_MATCHING:
+        return None
+    candidates: dict[int, list[Op]] = {e: [] for e in needed}
+    for m, e in edges:
+        candidates[e].append(m)
+    epoch_of: dict[int, int] = {}  # an info claim's index -> the epoch it grants
+    chosen: dict[int, Op] = {}
+
+    def augment(e: int, tried: set[int]) -> bool:
+        for m in candidates[e]:
+            if m.index in tried:
+                continue
+            tried.add(m.index)
+            other = epoch_of.get(m.index)
+            if other is None or augment(other, tried):
+                epoch_of[m.index] = e
+                chosen[e] = m
+                return True
+        return False
+
+    for e in needed:
+        if not augment(e, set()):
+            return None
     return chosen
 
 

@@ -4,7 +4,8 @@ Like Elle's anomaly relations, what the checker looks for is data: each row name
 the kinds a check reports, the nodes it applies to (fenced ones are judged by
 epoch order, unfenced ones by grant order), the check function, and the kinds
 that make it redundant once found on the node. :func:`leasecheck.checker.check`
-runs the rows in order on every node and knows no kind by name.
+runs the rows in order on every node (but those :mod:`leasecheck.checker.clean`
+proves the rows find nothing on) and knows no kind by name.
 
 A kind's class (does it prove ``non-linearizable``?) is declared once, with its
 name, in :mod:`leasecheck.histories.vocabulary`; the ``non-linearizable`` row

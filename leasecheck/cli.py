@@ -206,9 +206,14 @@ def main() -> None:
 @click.option("--coverage", "coverage_counts", is_flag=True, help="Also print how often the history reached each situation (README \"Coverage\").")
 @click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
               help="Also write JUnit XML to FILE: one test case per history (anomalies a failure, unknown or bad input an error).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Processes that check a big history's parts side by side (default: every core; 1: this process alone). The verdict never depends on it.")
 def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, engine: str, coverage_counts: bool,
-          junit_file: str | None) -> None:
+          junit_file: str | None, jobs: int | None) -> None:
     """Check histories (files, or store directories holding history.jsonl).
+
+    A run folder whose harness was killed is first completed from its worker
+    logs (the events the harness had not merged into history.jsonl yet).
 
     Prints the verdict, then the coverage: how many of the situations that
     apply (the workload's, and those of the faults the header's "nemesis"
@@ -237,10 +242,12 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
         if _inside_a_run(Path(path)):  # store/*/*/ also matches store/latest/<server data>/: not a history of its own
             click.echo(f"{path}: a folder inside the run folder {Path(path).parent}, not a run: skipped", err=True)
             continue
+        if Path(path).is_dir():
+            _recover(Path(path))
         began = time.perf_counter()
         try:
             history = history_path(path)
-            verdict = check_source(history, budget=budget, engine=engine, windows=fault_windows)  # type: ignore[arg-type]
+            verdict = check_source(history, budget=budget, engine=engine, windows=fault_windows, jobs=jobs)  # type: ignore[arg-type]
         except HistoryError as e:
             click.echo(str(e), err=True)
             codes.append(EXIT_BAD_INPUT)
@@ -526,7 +533,9 @@ def heal(path: str) -> None:
 
     Reads RUN_DIR/faults.json (default: store/latest), undoes each fault it
     lists — resume paused processes, and, with their nemeses, delete toxics,
-    reset clocks, unpause containers — and clears the file.
+    reset clocks, unpause containers — and clears the file. Then appends to the
+    history what only the worker logs hold (RUN_DIR/workers/, what the killed
+    harness had not merged yet), as `leasecheck check RUN_DIR` does.
     """
     from leasecheck.nemesis.catalogue import import_fault_modules
     from leasecheck.nemesis.heal import heal_record
@@ -552,6 +561,17 @@ def heal(path: str) -> None:
 
     for name in remove_leftovers(run_dir):  # what a killed harness left: worker clocks, server data
         click.echo(f"removed {run_dir / name}")
+    _recover(run_dir)
+
+
+def _recover(run_dir: Path) -> None:
+    """A run whose harness was killed: append to its history what only the worker logs hold (leasecheck.worker_logs)."""
+    from leasecheck.worker_logs import WORKERS_DIR, recover
+
+    added = recover(run_dir)
+    if added is not None:
+        click.echo(f"{run_dir}: the harness died before merging everything: recovered {added} event(s) "
+                   f"from {run_dir / WORKERS_DIR} into history.jsonl", err=True)
 
 
 @main.command()
