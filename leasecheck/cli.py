@@ -557,10 +557,15 @@ def heal(path: str) -> None:
         click.echo(f"{rec.get('kind')}: {heal_record(rec)}")
     if records:
         save_faults(run_dir, [])
-    from leasecheck.run_files import remove_leftovers
+    from leasecheck.run_files import remove_leftovers, remove_mp_tempdir
 
     for name in remove_leftovers(run_dir):  # what a killed harness left: worker clocks, server data
         click.echo(f"removed {run_dir / name}")
+    from leasecheck.worker_logs import harness_alive
+
+    mp_temp = None if harness_alive(run_dir) else remove_mp_tempdir(run_dir)  # a killed harness's forkserver socket folder
+    if mp_temp is not None:
+        click.echo(f"removed {mp_temp}")
     _recover(run_dir)
 
 

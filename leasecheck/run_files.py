@@ -24,6 +24,35 @@ CLOCKS_DIR = "clocks"
 
 #: server state under the run directory: removed once the server is gone
 SERVER_STATE = ("postgres/data", "redis/appendonlydir", "redis/dump.rdb")
+#: names the harness's multiprocessing temp folder (``pymp-*``, the workers' forkserver socket): it lives in
+#: the system's temp folder (a Unix socket path must be short) and a killed harness cannot remove it
+MP_TEMP_NOTE = "mp-tempdir"
+
+
+def note_mp_tempdir(run_dir: Path) -> None:
+    """Write down where this process's multiprocessing temp folder is, for :func:`remove_mp_tempdir`."""
+    from multiprocessing import util
+
+    (run_dir / MP_TEMP_NOTE).write_text(util.get_temp_dir() + "\n")
+
+
+def remove_mp_tempdir(run_dir: Path) -> str | None:
+    """After a killed harness (``leasecheck heal``): remove the ``pymp-*`` folder it noted; the path removed, or None.
+
+    Only a folder named like multiprocessing's own, and only by ``heal``: at a
+    normal end the harness's own exit removes it, and a harness that goes on
+    (another run in the same process) still needs it.
+    """
+    note = run_dir / MP_TEMP_NOTE
+    try:
+        path = Path(note.read_text().strip())
+    except OSError:
+        return None
+    note.unlink(missing_ok=True)
+    if not path.name.startswith("pymp-") or not path.is_dir():
+        return None
+    shutil.rmtree(path, ignore_errors=True)
+    return str(path)
 
 
 def _postmaster_alive(data: Path) -> bool:

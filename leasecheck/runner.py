@@ -45,7 +45,7 @@ from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.options import BadOptions, RunOptions, RunResult, Timing, check_store, validate
 from leasecheck.pool import WorkerPool
-from leasecheck.run_files import CLOCKS_DIR, remove_leftovers
+from leasecheck.run_files import CLOCKS_DIR, note_mp_tempdir, remove_leftovers
 from leasecheck.run_verdict import CoverageTail, HistoryTail, coverage_json, fault_windows, gaps, run_verdict
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.store_network import StoreNetwork
@@ -217,6 +217,7 @@ class Run:
             if self.interrupts.event.is_set():
                 return False
             self._spawn()
+        note_mp_tempdir(self.run_dir)  # the workers' forkserver socket is there: `heal` removes it after a kill -9
         limit = self.timing.startup_s(n)
         deadline = time.monotonic() + limit
         died = 0

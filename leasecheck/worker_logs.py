@@ -132,6 +132,11 @@ def _harness_alive(folder: Path) -> bool:
     return False
 
 
+def harness_alive(run_dir: str | os.PathLike[str]) -> bool:
+    """Is the run's harness still running (it holds the lock of its journal)?"""
+    return _harness_alive(Path(run_dir) / WORKERS_DIR)
+
+
 def recover(run_dir: str | os.PathLike[str]) -> int | None:
     """Append to ``run_dir/history.jsonl`` what the worker logs hold beyond it; the number of events added.
 

@@ -178,13 +178,16 @@ def test_caught_bug_report_leads_from_the_anomaly_to_its_ops(browser: WebDriver,
     assert_clean(browser)
     keep_screenshot(browser, tmp_path / "report-caught-bug.png")
 
-    # the node filter: only the anomaly's node's ops stay drawn
+    # the node filter: only the anomaly's node's ops stay drawn. Seen from the whole run (the
+    # zoomed view may hold that node's ops alone), other nodes' ops disappear from the canvas.
     on_node = sum(1 for ev in client_events(run_dir / "history.jsonl") if ev["type"] == "invoke" and ev["node"] == node)
+    assert on_node < js(browser, "lcReport.opCount"), "the run has other nodes' ops to filter out"
+    js(browser, "lcReport.fit()")  # draws at once
     drawn = canvas_pixels(browser)
     browser.find_element(By.ID, "filter-node").send_keys(node)
     status = f"showing {on_node:,} of {js(browser, 'lcReport.opCount'):,} ops"
     WebDriverWait(browser, 10).until(lambda d: status in d.find_element(By.ID, "filter-status").text)
-    assert canvas_pixels(browser) != drawn, "the node filter changed nothing on the timeline"
+    WebDriverWait(browser, 10).until(lambda d: canvas_pixels(d) != drawn, "the node filter changed nothing on the timeline")
     assert js(browser, "lcReport.highlighted()") == cited, "filtering keeps the selection"
     assert_clean(browser)
 
