@@ -38,26 +38,16 @@ from typing import Any
 
 import msgspec
 
+from leasecheck.histories import vocabulary
 from leasecheck.simstore import MS
 
 #: every fenced anomaly kind of DESIGN.md that a planter makes (premature-expiry
 #: needs an ``expired`` refusal, which the generated store never gives early)
-KINDS = (
-    "duplicate-epoch",
-    "epoch-regression",
-    "stale-renew",
-    "stale-commit",
-    "stale-effect",
-    "duplicate-commit",
-    "lost-commit",
-    "overlapping-lease",
-    "stuck-lease",
-    "non-linearizable",
-)
+KINDS: tuple[str, ...] = tuple(k for k in vocabulary.KINDS if k != "premature-expiry")
 
 #: the kinds that are time bounds, not linearizability violations: the lease
 #: model has no clock, so a linearizability checker (Porcupine) rightly says "ok"
-TIMING_KINDS = frozenset({"overlapping-lease", "stuck-lease"})
+TIMING_KINDS: frozenset[str] = vocabulary.TIMING_KINDS
 
 #: the node a planter uses when no node of the history fits
 FRESH_NODE = "planted/node-0"
