@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from leasecheck.checker.clean import Rules, clean_counts
-from leasecheck.checker.coverage import WindowsOf, coverage
+from leasecheck.checker.coverage import WindowsOf, node_coverage
 from leasecheck.checker.findings import Engine, Findings, NodeHistory
 from leasecheck.checker.linearizability import decide_node, is_fenced
 from leasecheck.checker.memory import no_gc
@@ -61,7 +61,13 @@ def check(
     subset of a history's nodes: partitions of one history give verdicts that merge.
     """
     with no_gc():
-        by_node = _by_node(ops)
+        return check_nodes(header, by_node_of(ops), budget=budget, engine=engine)
+
+
+def check_nodes(header: Header, by_node: dict[str, list[Op]], *, budget: float | None = DEFAULT_BUDGET,
+                engine: Engine = "auto") -> Verdict:
+    """:func:`check` of ops already grouped by node (:func:`by_node_of`), so that coverage can count the same groups."""
+    with no_gc():
         deadline = None if budget is None else time.monotonic() + budget
         ok = fail = info = 0
         rest: list[str] = []
@@ -87,7 +93,7 @@ def check(
         return _verdict(found, by_node, types)
 
 
-def _by_node(ops: Iterable[Op]) -> dict[str, list[Op]]:
+def by_node_of(ops: Iterable[Op]) -> dict[str, list[Op]]:
     """Each node's ops, in the order given (nodes in order of first appearance)."""
     by_node: dict[str, list[Op]] = {}
     for op in ops:
@@ -168,10 +174,10 @@ def check_source(
         elif windows is None:
             verdict = check(reader.header, reader.ops(), budget=budget, engine=engine)
         else:
-            ops = list(reader.ops())
-            verdict = check(reader.header, ops, budget=budget, engine=engine)
+            by_node = by_node_of(reader.ops())
+            verdict = check_nodes(reader.header, by_node, budget=budget, engine=engine)
             store, skewed = windows(reader.nemesis)
-            verdict.coverage = coverage(reader.header, ops, store, skewed)
+            verdict.coverage = node_coverage(reader.header, by_node.values(), store, skewed)
     verdict.header = reader.header
     verdict.warnings.extend(read.warnings)
     verdict.stats["events"] = read.events

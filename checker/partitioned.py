@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from leasecheck.checker.coverage import Coverage, Window, WindowsOf, coverage
+from leasecheck.checker.coverage import Coverage, Window, WindowsOf, node_coverage
 from leasecheck.checker.findings import Engine
 from leasecheck.checker.memory import no_gc
 from leasecheck.checker.split import Split
@@ -193,13 +193,13 @@ class PartResult:
 
 def check_part(task: PartTask) -> PartResult:
     """Check one partition (in a worker, or in the caller) with the unchanged :func:`check`."""
-    from leasecheck.checker.core import check  # core imports this module: import it when first used
+    from leasecheck.checker.core import by_node_of, check_nodes  # core imports this module: import it when first used
 
     with no_gc():
-        ops = load(task)
+        by_node = by_node_of(load(task))
         budget = None if task.deadline is None else max(0.0, task.deadline - time.monotonic())
-        verdict = check(task.header, ops, budget=budget, engine=task.engine)
-        counts = None if task.faults is None else dict(coverage(task.header, ops, *task.faults).counts)
+        verdict = check_nodes(task.header, by_node, budget=budget, engine=task.engine)
+        counts = None if task.faults is None else dict(node_coverage(task.header, by_node.values(), *task.faults).counts)
         return PartResult(verdict, counts)
 
 

@@ -15,6 +15,10 @@ nodes, the cited ops), on:
   nodes over every edge the one pass claims to know;
 * the hand-written example corpus.
 
+Coverage's two ways of counting are held to each other on the same histories:
+small nodes' direct loops against the indexed sweeps big nodes take, with and
+without fault windows.
+
 And the fast path must actually be taken: on a real-shaped history it proves
 almost every node clean.
 """
@@ -37,6 +41,7 @@ from sim import PLANTERS, UNFENCED_PLANTERS, plant_zombie_effect_before_newer_ef
 from bench.gen import generate
 from leasecheck.checker import Verdict, check
 from leasecheck.checker.clean import Rules, clean_counts
+from leasecheck.checker.coverage import Window, node_coverage
 from leasecheck.histories import Header, Op, read_history
 from leasecheck.histories.format import make_op
 
@@ -48,8 +53,30 @@ def _both(header: Header, ops: list[Op]) -> tuple[Verdict, Verdict]:
     return check(header, ops, budget=BUDGET, engine="auto"), check(header, ops, budget=BUDGET, engine="reference")
 
 
+def _windows(ops: list[Op]) -> tuple[list[Window], list[Window]]:
+    """Store-side and worker-clock fault windows over a history's span (one never healed), so every situation can count."""
+    if not ops:
+        return [], []
+    end = max(op.complete_time or op.invoke_time for op in ops)
+    victims = frozenset(op.process for op in ops if op.process % 2 == 0)
+    return [Window(end // 3, end // 2), Window(3 * end // 4)], [Window(end // 4, 2 * end // 3, victims)]
+
+
+def assert_same_coverage(header: Header, ops: list[Op]) -> None:
+    """Coverage counted by the small nodes' direct loops is the indexed sweeps', with and without fault windows."""
+    by_node: dict[str, list[Op]] = {}
+    for op in ops:
+        by_node.setdefault(op.node, []).append(op)
+    for store, skewed in [([], []), _windows(ops)]:
+        sweep = node_coverage(header, by_node.values(), store, skewed, small_ops=0).to_json()
+        loops = node_coverage(header, by_node.values(), store, skewed, small_ops=1 << 30).to_json()
+        assert loops == sweep, f"direct loops: {loops}\nsweeps: {sweep}"
+        assert node_coverage(header, by_node.values(), store, skewed).to_json() == sweep
+
+
 def assert_same_verdict(header: Header, ops: list[Op]) -> Verdict:
-    """The fast path's verdict is the reference's, to the letter (unless a search ran out of budget)."""
+    """The fast path's verdict is the reference's, to the letter (unless a search ran out of budget); coverage too."""
+    assert_same_coverage(header, ops)
     fast, ref = _both(header, ops)
     if fast.unknown_nodes or ref.unknown_nodes:
         return ref  # a search out of time: which one gave up depends on the clock, not the engine

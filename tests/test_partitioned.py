@@ -303,14 +303,14 @@ def test_the_budget_is_one_bound_for_the_whole_history(folder: Path, monkeypatch
     from leasecheck.checker import core
 
     seen: list[float | None] = []
-    real = core.check
+    real = core.check_nodes
 
-    def spy(header: Any, ops: Any, *, budget: float | None = None, engine: Any = "auto") -> Verdict:
+    def spy(header: Any, by_node: Any, *, budget: float | None = None, engine: Any = "auto") -> Verdict:
         seen.append(budget)
         time.sleep(0.05)
-        return real(header, ops, budget=budget, engine=engine)
+        return real(header, by_node, budget=budget, engine=engine)
 
-    monkeypatch.setattr(core, "check", spy)
+    monkeypatch.setattr(core, "check_nodes", spy)
     path = folder / "budget.jsonl"
     path.write_bytes(combine([simulate(random.Random(s), SimConfig(nodes=3, ops=30)) for s in range(4)], random.Random(1)))
     check_source(path, jobs=1, partitions=5, budget=7.5)
@@ -432,9 +432,9 @@ def test_a_signal_ends_a_parallel_check_cleanly(tmp_path: Path, sig: signal.Sign
     tmp.mkdir()
     slow_check = (  # the caller's partitions take long enough to be interrupted; the workers' do not
         "import sys; from leasecheck.checker import split; split.PARALLEL_MIN_BYTES = 0; "
-        "from leasecheck.checker import core; real = core.check\n"
+        "from leasecheck.checker import core; real = core.check_nodes\n"
         "def slow(*a, **k):\n    __import__('time').sleep(0.5); return real(*a, **k)\n"
-        "core.check = slow\n"
+        "core.check_nodes = slow\n"
         "from leasecheck.cli import main; sys.argv[0] = 'leasecheck'; main()"
     )
     proc = subprocess.Popen(
