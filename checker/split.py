@@ -63,5 +63,5 @@ def plan(source: object, jobs: int, partitions: int | None = None, chunks: int |
     if size < (PARALLEL_MIN_BYTES if jobs > 1 else SERIAL_MAX_BYTES):
         return None
     per_part = min(PARTITION_BYTES, max(1 << 20, IN_FLIGHT_BYTES // jobs))
-    k = max(jobs, math.ceil(size / per_part))
+    k = jobs * math.ceil(size / per_part / jobs)  # a multiple of the jobs: every process gets as many parts
     return Split(k, jobs, max(jobs, math.ceil(size / CHUNK_BYTES)) if jobs > 1 else 1)

@@ -95,8 +95,12 @@ class Event(msgspec.Struct, gc=False):
     value: Any = None
 
 
-class Op(msgspec.Struct, gc=False):
+class Op(msgspec.Struct, gc=False, array_like=True):
     """One client operation: its invoke paired with its completion.
+
+    Encoded (when a big history is split by node and spilled) as an array of
+    its fields, not an object: half the bytes, and a fifth less time to write
+    and read back, than with every field's name.
 
     ``index`` is the invoke event's index: the name by which every anomaly cites
     the operation. ``type`` is the completion's type; an invoke that never
