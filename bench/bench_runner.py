@@ -11,8 +11,8 @@ script starts itself with :mod:`leasecheck.servers`:
 
 How ops are counted. The runner's tally counts recorded ops as they complete
 and, with recording off, only when each worker reports at exit; both include
-the start-up ramp (64 freshly spawned interpreters importing psycopg and
-redis on 2 cores take tens of seconds) and the wind-down. So the headline
+the start-up ramp (64 workers forked from the run's forkserver take one to
+two seconds on 2 cores) and the wind-down. So the headline
 figure is the *steady* rate: each worker process stamps every backend op it
 completes (a thin subclass of the backend, identical with recording on and
 off); once every worker has made its first op, the bench lets the run go on

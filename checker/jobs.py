@@ -7,10 +7,12 @@ processes at once (their start-up overlaps whatever the caller does next), and
 :meth:`Workers.map` hands tasks to them and to the caller itself, one at a
 time, so that a slow partition never leaves a core idle for long.
 
-The workers are plain ``spawn`` children (never ``fork``: the parent may hold a
-large heap and threads) that import the checker and nothing else: the
-``leasecheck`` console script, which multiprocessing would otherwise re-run in
-every child, is hidden while they start. They ignore SIGINT: a terminal's
+The workers are forked when this process has no other thread (the CLI's
+``check``, which starts them before it reads anything: they copy a small heap
+and are up in milliseconds); else they are plain ``spawn`` children (a fork of
+a process with threads may copy a lock another thread held) that import the
+checker and nothing else: the ``leasecheck`` console script, which
+multiprocessing would otherwise re-run in every child, is hidden while they start. They ignore SIGINT: a terminal's
 Ctrl-C reaches the whole process group, and it is the caller's to handle (the
 CLI prints one line and exits 130); the caller then stops them. A worker whose
 parent died without stopping it (SIGKILL) exits within a second.
@@ -33,6 +35,8 @@ from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar
+
+from leasecheck.checker.split import forks
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -178,14 +182,18 @@ class _Worker:
 class Workers(Generic[T, R]):
     """``jobs - 1`` worker processes, started on entering, stopped on leaving; the caller is the ``jobs``-th."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, fork: bool | None = None) -> None:
         self.jobs = max(1, jobs)
+        #: fork the workers (None: when :func:`~leasecheck.checker.split.forks` says it is safe)
+        self.fork = fork
         self._workers: list[_Worker] = []
 
     def __enter__(self) -> Workers[T, R]:
         if self.jobs > 1:
-            ctx = mp.get_context("spawn")
-            resource_tracker.ensure_running()  # its first start unblocks signals in this thread: outside the block
+            fork = forks() if self.fork is None else self.fork
+            ctx = mp.get_context("fork" if fork else "spawn")  # forked: up in milliseconds, the checker imported
+            if not fork:
+                resource_tracker.ensure_running()  # its first start unblocks signals in this thread: outside the block
             with _without_main_script(), _signals_blocked():
                 for i in range(self.jobs - 1):
                     self._workers.append(_Worker(ctx, i))

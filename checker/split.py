@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import threading
 from dataclasses import dataclass
 
 #: below this size a history is checked in memory by one process, however many jobs are allowed: sharing
-#: the work costs a third more CPU (each op is written out and read back), which two cores only win back
-#: above ~64 MB (~250 k ops); memory is no concern there
+#: the work costs a fifth more CPU (each op is written out and read back), and spawned workers ~0.1 s each
+#: of imports, which two cores only win back above ~64 MB (~250 k ops); memory is no concern there
 PARALLEL_MIN_BYTES = 64 << 20
+#: the same when the workers are forked (:func:`forks`): up in milliseconds, they win from ~8 MB (~30 k ops)
+FORKED_PARALLEL_MIN_BYTES = 8 << 20
 #: one process checks a history in memory up to this size (~3 bytes of memory per byte of history)
 SERIAL_MAX_BYTES = 384 << 20
 #: a partition's share of the history at most, and what all the partitions checked at once may add up to:
@@ -33,6 +37,13 @@ class Split:
     jobs: int
     #: 1: the caller reads the whole file
     chunks: int = 1
+
+
+def forks() -> bool:
+    """Can worker processes be forked here? Only on Linux and with no other thread in this process (the
+    CLI's ``check``): a fork of a process with threads (the runner's) may copy a lock another thread
+    held, and hang on it; such a caller's workers are spawned."""
+    return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
 def available_cores() -> int:
@@ -60,7 +71,7 @@ def plan(source: object, jobs: int, partitions: int | None = None, chunks: int |
         size = os.path.getsize(source)
     except OSError:
         return None  # the reader says what is wrong with it
-    if size < (PARALLEL_MIN_BYTES if jobs > 1 else SERIAL_MAX_BYTES):
+    if size < ((FORKED_PARALLEL_MIN_BYTES if forks() else PARALLEL_MIN_BYTES) if jobs > 1 else SERIAL_MAX_BYTES):
         return None
     per_part = min(PARTITION_BYTES, max(1 << 20, IN_FLIGHT_BYTES // jobs))
     k = jobs * math.ceil(size / per_part / jobs)  # a multiple of the jobs: every process gets as many parts

@@ -187,7 +187,7 @@ class Timing:
         return 3 * self.ttl_ms / 1000 + self.op_timeout_s + 5
 
     def startup_s(self, workers: int) -> float:
-        """How long every worker gets to come up and say hello: ~12 s for 64 on two busy cores, with room."""
+        """How long every worker gets to come up and say hello: ~1.5 s for 64 on two cores, ~40 s if spawned; room for a busy machine."""
         return 60.0 + 2.0 * workers
 
     @property

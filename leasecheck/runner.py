@@ -1,17 +1,19 @@
 """``leasecheck run``: a backend under concurrent workers and faults, recorded, then checked.
 
-The flow is DESIGN.md's "Data flow of one test": start the store, spawn the
-workers (OS processes, one client each: :mod:`leasecheck.pool`), let the
-nemesis inflict faults from the catalogue on its seeded schedule, record every
-op through the hub, then the final phase — heal everything, stop the workers,
+The flow is DESIGN.md's "Data flow of one test": start the store, start the
+workers (OS processes, one client each, forked from a forkserver that has the
+workload and the backend imported: :mod:`leasecheck.pool`), let the nemesis
+inflict faults from the catalogue on its seeded schedule, record every op
+(each worker stamps and logs its own; :mod:`leasecheck.merge` puts the streams
+in time order), then the final phase — heal everything, stop the workers,
 wait until every lease can have expired, read every node
 (:mod:`leasecheck.final_reads`) — and check the history. Every fault is healed
 and every process we started is stopped on every exit path: normal end,
 SIGINT / SIGTERM (:mod:`leasecheck.interrupts`), or an exception.
 
 The run's clock and the nemesis start only when every worker is up and has
-said hello (a barrier: 64 workers take ~12 s to spawn on two cores, and a
-time limit running meanwhile tested nothing). The verdict is the run verdict
+said hello (a barrier: 64 workers take ~1.5 s to come up on two cores, more
+on a busy machine, and a time limit running meanwhile would test nothing). The verdict is the run verdict
 (:mod:`leasecheck.run_verdict`): a run that tested too little is ``unknown``.
 Everything the run makes — server directories and logs, worker clocks — lives
 in its run directory, never in the system's temp folder.

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -349,21 +350,48 @@ def test_a_big_file_is_split_to_bound_memory(tmp_path: Path) -> None:
         f.truncate(split.PARALLEL_MIN_BYTES)
     assert split.plan(medium, jobs=1) is None  # in memory, on one core
     assert split.plan(medium, jobs=2) is not None  # worth a second core
+    small = tmp_path / "small.jsonl"
+    with small.open("wb") as f:
+        f.truncate(split.FORKED_PARALLEL_MIN_BYTES)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(split, "forks", lambda: True)
+        assert split.plan(small, jobs=2) is not None  # worth a second core that starts in milliseconds ...
+        mp.setattr(split, "forks", lambda: False)
+        assert split.plan(small, jobs=2) is None  # ... but not one that spawns (another thread runs here)
 
 
 # --------------------------------------------------------------------------------------
 # real worker processes
 
 
-def test_workers_import_the_checker_and_nothing_else() -> None:
+def test_spawned_workers_import_the_checker_and_nothing_else() -> None:
     probe = "__import__('time').sleep(0.3) or (__import__('os').getpid(), sorted(__import__('sys').modules))"
-    with Workers[str, Any](2) as workers:
+    with Workers[str, Any](2, fork=False) as workers:
         answers = workers.map(eval, [probe] * 4)
     theirs = [mods for pid, mods in answers if pid != os.getpid()]
     assert theirs, "no task ran in the worker"
     for mods in theirs:
         assert "leasecheck.cli" not in mods and "click" not in mods and "rich" not in mods
         assert "pytest" not in mods and "networkx" not in mods
+
+
+def test_workers_are_forked_only_where_no_other_thread_runs() -> None:
+    """A fork copies locks other threads may hold: with a second thread alive the workers are spawned."""
+    probe = "__import__('time').sleep(0.3) or (__import__('os').getpid(), 'pytest' in __import__('sys').modules)"
+    for fork in (True, False):
+        with Workers[str, Any](2, fork=fork) as workers:
+            answers = workers.map(eval, [probe] * 4)
+        theirs = [inherited for pid, inherited in answers if pid != os.getpid()]
+        assert theirs, "no task ran in the worker"
+        assert all(inherited is fork for inherited in theirs)  # a fork has this process's modules
+    assert split.forks() is (threading.active_count() == 1)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        assert split.forks() is False
+    finally:
+        stop.set()
 
 
 def test_a_task_that_raises_or_a_worker_that_dies_ends_the_map() -> None:
@@ -401,6 +429,7 @@ def test_parallel_check_is_the_single_check(folder: Path, monkeypatch: pytest.Mo
 
 def test_cli_jobs(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(split, "FORKED_PARALLEL_MIN_BYTES", 0)
     rng = random.Random(3)
     path = folder / "cli.jsonl"
     path.write_bytes(combine([simulate(rng, SimConfig(nodes=3, ops=40)) for _ in range(5)], rng, nemesis=2))
@@ -431,7 +460,7 @@ def test_a_signal_ends_a_parallel_check_cleanly(tmp_path: Path, sig: signal.Sign
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     slow_check = (  # the caller's partitions take long enough to be interrupted; the workers' do not
-        "import sys; from leasecheck.checker import split; split.PARALLEL_MIN_BYTES = 0; "
+        "import sys; from leasecheck.checker import split; split.PARALLEL_MIN_BYTES = split.FORKED_PARALLEL_MIN_BYTES = 0; "
         "from leasecheck.checker import core; real = core.check_nodes\n"
         "def slow(*a, **k):\n    __import__('time').sleep(0.5); return real(*a, **k)\n"
         "core.check_nodes = slow\n"
