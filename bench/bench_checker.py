@@ -30,6 +30,7 @@ from bench.gen import Config, GenStats
 from bench.harness import (
     Measured,
     cached_history,
+    compile_bytecode,
     leasecheck_check_cmd,
     leasecheck_cmd,
     machine_note,
@@ -187,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lc-args", default="", help='--scale: more options for `leasecheck check`, e.g. "--jobs 2"')
     a = p.parse_args(argv)
     a.repeat_given = a.repeat is not None
+    compile_bytecode()
     if a.scale:
         a.timeout = 1800 if a.timeout is None else a.timeout
         return scale_main(a)

@@ -48,6 +48,7 @@ from bench.harness import (
     Measured,
     cached_history,
     cached_planted,
+    compile_bytecode,
     leasecheck_check_cmd,
     machine_note,
     run_measured,
@@ -317,11 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hot-invalid-ops", default="10000", help="sizes of the hot-node histories anomalies are planted in")
     p.add_argument("--real-invalid-ops", default="10000,100000,1000000",
                    help="sizes of the real-shaped histories anomalies are planted in")
-    p.add_argument("--kinds", default=None, help="planted kinds, comma-separated (default: all ten)")
+    p.add_argument("--kinds", default=None, help="planted kinds, comma-separated (default: every kind)")
     p.add_argument("--lc-args", default="", help='more options for `leasecheck check`, e.g. "--jobs 2"')
     a = p.parse_args(argv)
 
     build()
+    compile_bytecode()
     lim = Limits(a.timeout, int(a.mem_gb * 2**30), a.repeat, tuple(shlex.split(a.lc_args)))
     print(f"machine: {machine_note()}")
     print(f"limits: {a.timeout:g} s and {a.mem_gb:g} GiB address space per tool per row", flush=True)

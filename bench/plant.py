@@ -41,9 +41,8 @@ import msgspec
 from leasecheck.histories import vocabulary
 from leasecheck.simstore import MS
 
-#: every fenced anomaly kind of DESIGN.md that a planter makes (premature-expiry
-#: needs an ``expired`` refusal, which the generated store never gives early)
-KINDS: tuple[str, ...] = tuple(k for k in vocabulary.KINDS if k != "premature-expiry")
+#: every anomaly kind of DESIGN.md (a planter makes each on a fenced node)
+KINDS: tuple[str, ...] = vocabulary.KINDS
 
 #: the kinds that are time bounds, not linearizability violations: the lease
 #: model has no clock, so a linearizability checker (Porcupine) rightly says "ok"
@@ -322,6 +321,26 @@ def plant_stuck_lease(pl: Planter) -> tuple[str, int]:
     return node, pl.op("claim", node, {"owner": f"w{p}"}, "fail", {"reason": "held"}, process=p)
 
 
+def plant_premature_expiry(pl: Planter) -> tuple[str, int]:
+    """A renew, commit or release is refused "expired" while its (maybe renewed) lease provably runs."""
+    window = pl.ttl - pl.cu
+    assert window > 10 * MS, "needs ttl - clock_uncertainty > 10 ms"
+    node = pl.pick_node(_succeeded)
+    e = pl.node(node).max_epoch + 1
+    p = pl.process()
+    shape = pl.rng.choice(["claim only", "renew", "only the renew proves it"])
+    t0 = pl.t
+    pl.claim(node, e, process=p)
+    if shape != "claim only":
+        pl.wait(pl.rng.randint(0, window // 2 - 4 * MS))
+        pl.op("renew", node, {"epoch": e}, "ok", process=p)
+    if shape == "only the renew proves it":
+        pl.t = max(pl.t, t0 + window)  # completes after t0 + window, before renew + window
+    f = pl.rng.choice(["renew", "commit", "release"])
+    value: dict[str, Any] = {"epoch": e, "result": f"r{e}"} if f == "commit" else {"epoch": e}
+    return node, pl.op(f, node, value, "fail", {"reason": "expired"}, process=p)
+
+
 def plant_non_linearizable(pl: Planter) -> tuple[str, int]:
     """After a fresh claim of epoch X, a read shows a state no op could produce."""
     node = pl.pick_node(_succeeded)
@@ -342,6 +361,7 @@ PLANTERS: dict[str, Callable[[Planter], tuple[str, int]]] = {
     "lost-commit": plant_lost_commit,
     "overlapping-lease": plant_overlapping_lease,
     "stuck-lease": plant_stuck_lease,
+    "premature-expiry": plant_premature_expiry,
     "non-linearizable": plant_non_linearizable,
 }
 assert tuple(PLANTERS) == KINDS

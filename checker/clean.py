@@ -47,7 +47,7 @@ class Rules:
 
     #: ``effect_fence: "token"``: an effect is judged only against accepted effects
     token_fence: bool
-    #: ttl − clock uncertainty in ns, when ``overlapping-lease`` applies (None: it does not)
+    #: ttl − clock uncertainty in ns, when ``overlapping-lease`` and ``premature-expiry`` apply (None: they do not)
     surely_held_ns: float | None
     #: ttl + clock uncertainty in ns, when ``stuck-lease`` applies (None: it does not)
     surely_expired_ns: float | None
@@ -231,6 +231,17 @@ def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int] | None:
                     continue
                 if granted_done is None or op.invoke_time > granted_done + slack:
                     return None
+            elif window is not None and (f == "renew" or f == "commit" or f == "release") and op.result["reason"] == "expired":
+                # premature-expiry: the grants of its epoch completed before its invoke are all listed
+                # before it, so the latest invoke among this lease's claim and ok renews listed so far
+                # bounds the reference's T from above; an older (or unknown) epoch is the reference's
+                e = op.epoch
+                if type(e) is int:
+                    if e != lease or not lease:
+                        return None
+                    t = claimed_at if renewed_at is None or renewed_at < claimed_at else renewed_at
+                    if done < t + window:
+                        return None
         elif typ == "info":
             infos += 1
             if f == "claim" or f == "renew":

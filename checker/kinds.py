@@ -417,3 +417,49 @@ def stuck(n: NodeHistory, out: Findings) -> None:
                 f"{at(int(last_done + slack))} (ttl {header.ttl_ms:g} ms plus clock uncertainty "
                 f"{header.clock_uncertainty_ms:g} ms).",
             )
+
+
+#: the ops a store refuses ``expired`` when it thinks their lease ran out
+_CUT_SHORT = frozenset({"renew", "commit", "release"})
+
+
+def premature_expiry(n: NodeHistory, out: Findings) -> None:
+    """premature-expiry: a renew, commit or release refused ``expired`` while its lease provably held.
+
+    DESIGN.md's definition, for the refused op R of epoch e: T is the latest
+    invoke among e's ok claim and ok renews that completed before R was
+    invoked; R completed before T + ttl − clock uncertainty; no ok or info
+    release of e was invoked before R completed. The store cut the lease
+    short. Cites the grant that sets T, then R.
+    """
+    node, ops, header = n.node, n.ops, n.header
+    window = n.surely_held_ns
+    if window <= 0:
+        return
+    refused = [op for op in ops if op.type == "fail" and op.f in _CUT_SHORT and _int_epoch(op)
+               and op.result.get("reason") == "expired"]
+    if not refused:
+        return
+    grants: dict[int, list[Op]] = defaultdict(list)  # epoch -> its ok claim(s) and ok renews
+    for op in ops:
+        if op.type == "ok" and (op.f == "claim" or op.f == "renew") and _int_epoch(op):
+            grants[op.epoch].append(op)
+    released = _first_releases(ops, lambda op: op.value.get("epoch"))
+    for r in refused:
+        done = r.complete_time
+        assert done is not None  # a failed op completed
+        if released.get(r.epoch, done) < done:
+            continue  # given back (or maybe given back) before the refusal: "expired" may be the store's word for it
+        held = [g for g in grants.get(r.epoch, ()) if g.complete_time is not None and g.complete_time < r.invoke_time]
+        if not held:
+            continue
+        last = max(held, key=lambda g: (g.invoke_time, g.index))
+        until = last.invoke_time + window
+        if done < until:
+            out.add(
+                "premature-expiry", node, [last, r],
+                f"{describe(r)} was refused as expired at {at(done)}, but {describe(last)}, invoked at "
+                f"{at(last.invoke_time)} and completed at {at(last.complete_time)} before the refused op was invoked, "
+                f"held the lease until at least {at(int(until))} (ttl {header.ttl_ms:g} ms minus clock uncertainty "
+                f"{header.clock_uncertainty_ms:g} ms), and it was never released.",
+            )

@@ -63,5 +63,6 @@ CHECKS: tuple[Check, ...] = (
     Check(("overlapping-lease",), kinds.overlapping_unfenced, fenced=False, timed=True),
     Check(("duplicate-commit", "lost-commit"), kinds.commits),
     Check(("stuck-lease",), kinds.stuck, timed=True),
+    Check(("premature-expiry",), kinds.premature_expiry, fenced=True, timed=True),
     Check(("non-linearizable",), non_linearizable, unless=LINEARIZABILITY_KINDS),
 )

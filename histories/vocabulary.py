@@ -62,7 +62,7 @@ ProofKind = Literal[
     "duplicate-commit",
     "lost-commit",
 ]
-TimingKind = Literal["overlapping-lease", "stuck-lease"]
+TimingKind = Literal["overlapping-lease", "stuck-lease", "premature-expiry"]
 NON_LINEARIZABLE: Final = "non-linearizable"
 AnomalyKind = Literal[ProofKind, TimingKind, "non-linearizable"]
 

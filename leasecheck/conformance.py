@@ -561,6 +561,32 @@ def skewed_client(spec: TargetSpec, ahead_ttls: float = 10.0) -> Result:
     return Result("skewed-client", True, f"the skewed worker was refused ({stolen.reason})")
 
 
+def skewed_renew(spec: TargetSpec, behind_ttls: float = 10.0, renews: int = 3) -> Result:
+    """A holder whose clock runs ``behind_ttls`` ttls behind keeps its lease by renewing (expiry is the store's).
+
+    It claims, renews ``renews`` times back to back and commits, all well
+    within one ttl: the store granted the claim and each renew a whole ttl by
+    its own clock, so every one of them must be accepted. A store that takes
+    the deadline from the worker's clock ends the lease at the first renew,
+    and refuses the next op ``expired`` (``premature-expiry``).
+    """
+    skewed = spec.make(clock=OffsetClock(-behind_ttls * spec.config.ttl_ms))
+    node = _fresh_node("behind")
+    with _closing(skewed):
+        skewed.add_node(node)
+        lease = skewed.try_claim(node, "behind")
+        if not isinstance(lease, Lease):
+            return Result("skewed-renew", False, f"claim {said(lease)}")
+        for i in range(renews):
+            r = skewed.renew(lease)
+            if r is not None:
+                return Result("skewed-renew", False, f"premature-expiry: renew {i + 1} of a live lease {said(r)}")
+        done = skewed.commit(lease, "behind")
+    if done is not None:
+        return Result("skewed-renew", False, f"premature-expiry: commit after {renews} renews {said(done)}")
+    return Result("skewed-renew", True, f"a holder {behind_ttls:g} ttls behind renewed {renews} times and committed")
+
+
 SCENARIOS: dict[str, Callable[..., Result]] = {
     "race": race,
     "crash-takeover": crash_takeover,
@@ -573,6 +599,7 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
     "durable-commit": durable_commit,
     "expiry-across-restart": expiry_across_restart,
     "skewed-client": skewed_client,
+    "skewed-renew": skewed_renew,
 }
 
 #: the scenarios that restart the store: they take the restart as their second argument

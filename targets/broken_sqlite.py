@@ -178,3 +178,32 @@ class CachedReadSqlite(SqliteLease):
 
     def read(self, node: str) -> NodeState:
         return self._cache.get(node) or super().read(node)
+
+
+class WorkerClockRenewSqlite(SqliteLease):
+    """BROKEN renew from the worker's clock: a heartbeat sets the deadline to the worker's own now + ttl.
+
+    The store judges every claim, renew and commit by its own clock, as the
+    reference does, but the renew is written the way a client library writes
+    it: "the lease now runs until my now + ttl", the worker's wall clock.
+    Harmless while every clock agrees. A worker whose clock runs behind (an
+    NTP step back, a VM resumed with a stale clock) renews into the past: the
+    store accepts the renew and the lease is over at once, so the worker's
+    next heartbeat or its commit is refused ``expired`` moments after a renew
+    that should have bought it a whole ttl: ``premature-expiry`` under the
+    ``clock-bump`` fault whenever it steps a worker back, and
+    ``overlapping-lease`` when another worker claims the node it cut short. (A
+    worker whose clock runs ahead writes a deadline far in the future instead:
+    ``stuck-lease`` when it then stops renewing without ending its lease.)
+    """
+
+    name = "sqlite-renew-worker-clock"
+    bug = "renew sets the deadline to the worker's wall-clock now + ttl; every check reads the store's clock"
+    expected = ("premature-expiry",)
+    exposed_by = ("clock-bump",)
+
+    def renew(self, lease: Lease) -> Outcome:
+        # the worker's deadline, in the store's timebase: the store's now, shifted by how far the
+        # worker's wall clock is from the host's (a clock fault's step), plus the ttl
+        skew_ns = int(self.config.clock() * 1_000_000) - time.clock_gettime_ns(time.CLOCK_REALTIME)
+        return self._update_held(lease, "expires_ns = ?", (store_now_ns() + skew_ns + self.ttl_ns,))

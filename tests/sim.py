@@ -791,6 +791,34 @@ def plant_stuck_lease(lines: Iterable[str], rng: random.Random | None = None) ->
     return pl.lines(), v
 
 
+def plant_premature_expiry(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], int]:
+    """A renew, commit or release is refused "expired" while its lease provably runs.
+
+    Three shapes, as for overlapping-lease: no renew; an ok renew, then the
+    refusal soon after; an ok renew, then a refusal completing after claim +
+    ttl - uncertainty but before renew + ttl - uncertainty (only a checker that
+    counts the renew sees it). Cites [the grant that set T, the refused op].
+    """
+    pl = _Planter(lines, rng)
+    window = pl.ttl - pl.cu
+    assert window > 10 * MS, "needs ttl - clock_uncertainty > 10 ms"
+    node = pl.pick_node(pl.succeeded)
+    e = pl.max_epoch(node) + 1
+    p = pl.process()
+    shape = pl.rng.choice(["claim only", "renew", "only the renew proves it"])
+    t0 = pl.t
+    pl.claim(node, e, process=p)
+    if shape != "claim only":
+        pl.wait(pl.rng.randint(0, window // 2 - 4 * MS))
+        pl.op("renew", node, {"epoch": e}, "ok", {}, process=p)
+    if shape == "only the renew proves it":
+        pl.t = max(pl.t, t0 + window)  # completes after t0 + window, before renew + window
+    f = pl.rng.choice(["renew", "commit", "release"])
+    value: dict[str, Any] = {"epoch": e, "result": f"r{e}"} if f == "commit" else {"epoch": e}
+    v = pl.op(f, node, value, "fail", {"reason": "expired"}, process=p)
+    return pl.lines(), v
+
+
 def plant_non_linearizable(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], int]:
     """After a fresh claim of epoch X, a read shows a state no op could produce.
 
@@ -841,6 +869,7 @@ PLANTERS: dict[str, Callable[..., tuple[list[str], int]]] = {
     "lost-commit": plant_lost_commit,
     "overlapping-lease": plant_overlapping_lease,
     "stuck-lease": plant_stuck_lease,
+    "premature-expiry": plant_premature_expiry,
     "non-linearizable": plant_non_linearizable,
 }
 

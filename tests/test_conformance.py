@@ -44,6 +44,7 @@ BROKEN = {
     "sqlite-fence-at-commit": ("zombie", "effect -> ok"),
     "sqlite-cached-read": ("zombie", "read shows a lease the store no longer has"),
     "postgres-grace-after-failover": ("expiry-across-restart", "stuck-lease"),
+    "sqlite-renew-worker-clock": ("skewed-renew", "premature-expiry"),
 }
 
 

@@ -176,6 +176,22 @@ def verify_citation(anomaly: Any, header: Header, ops: list[Op]) -> None:
                     )
         for w in witnesses:
             assert w.f in ("claim", "renew") and w.type == "ok"
+    elif kind == "premature-expiry":
+        assert v.f in ("renew", "commit", "release") and v.type == "fail" and v.result.get("reason") == "expired"
+        assert type(v.epoch) is int
+        (g,) = witnesses
+        grants = [
+            op for op in node_ops
+            if op.f in ("claim", "renew") and op.type == "ok" and op.epoch == v.epoch and op.complete_time < v.invoke_time
+        ]
+        assert g in grants, "the cited grant is no ok claim or renew of the epoch completed before the refused op"
+        assert g.invoke_time == max(op.invoke_time for op in grants), "the cited grant is not the one that sets T"
+        assert v.complete_time < g.invoke_time + ttl - cu, "the refusal completed after T + ttl - uncertainty"
+        releases = [
+            op for op in node_ops
+            if op.f == "release" and op.type in ("ok", "info") and op.value.get("epoch") == v.epoch and op.invoke_time < v.complete_time
+        ]
+        assert not releases, f"op {releases[0].index} released the lease before the refusal"
     else:
         pytest.fail(f"unknown anomaly kind {kind!r}")
 
@@ -245,6 +261,27 @@ def test_simulation_exercises_the_interesting_cases() -> None:
         assert want in seen, want
     assert {"pause", "resume", "kill"} <= nemesis
     assert open_ops > 0
+
+
+def test_a_store_clock_at_the_fast_end_refuses_expired_between_the_bound_and_the_ttl() -> None:
+    """The correct store's "expired" refusals reach the premature-expiry bound's margin: some complete after
+    T + ttl - uncertainty but before T + ttl, so a checker that forgets the uncertainty reports correct runs."""
+    near = 0
+    for seed in range(100):
+        rng = random.Random(seed)
+        ttl = rng.choice([20, 50, 100, 1000])
+        cfg = SimConfig(workers=3, nodes=1, ops=40, ttl_ms=ttl, clock_uncertainty_ms=ttl // 4, pause_p=0.5, commit_p=0.03,
+                        store_clock="fast", crash_p=0.0)
+        header, ops, _ = read_history(simulate(rng, cfg))
+        ttl_ns, cu = header.ttl_ms * MS, header.clock_uncertainty_ms * MS
+        for r in ops:
+            if r.type == "fail" and r.f in ("renew", "commit", "release") and r.result.get("reason") == "expired":
+                grants = [g.invoke_time for g in ops if g.f in ("claim", "renew") and g.type == "ok" and g.epoch == r.epoch
+                          and g.complete_time < r.invoke_time]
+                near += bool(grants) and max(grants) + ttl_ns - cu <= r.complete_time < max(grants) + ttl_ns
+        if near >= 3:
+            return
+    pytest.fail(f"only {near} refusal(s) between T + ttl - uncertainty and T + ttl in 100 runs")
 
 
 # --------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ BROKEN = {
     "sqlite-ttl-only", "sqlite-non-atomic-claim", "postgres-fence-in-memory",
     "postgres-client-clock", "redis-queue-as-authority", "redis-no-increment",
     "sqlite-swallowed-heartbeat", "sqlite-release-any-epoch", "sqlite-fence-at-commit", "sqlite-cached-read",
-    "postgres-grace-after-failover",
+    "postgres-grace-after-failover", "sqlite-renew-worker-clock",
 }
 #: adapters of third-party lock libraries, each with its published audit (targets/thirdparty, AUDITS.md)
 AUDITED = {
