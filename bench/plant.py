@@ -294,11 +294,16 @@ def plant_lost_commit(pl: Planter) -> tuple[str, int]:
     return node, pl.op("read", node, {}, "ok", seen)
 
 
-def plant_overlapping_lease(pl: Planter) -> tuple[str, int]:
-    """A claim succeeds while the previous holder's (maybe renewed) lease provably runs."""
+def _held_lease(pl: Planter) -> tuple[str, int, int]:
+    """A fresh lease whose holder provably still holds it now: (node, epoch, holder's process).
+
+    Three shapes: a claim alone; a claim and an ok renew; a claim and an ok
+    renew, with now past claim + ttl - uncertainty but before renew + ttl -
+    uncertainty (so only a checker that counts the renew sees the lease held).
+    """
     window = pl.ttl - pl.cu
     assert window > 10 * MS, "needs ttl - clock_uncertainty > 10 ms"
-    node = pl.pick_node(_succeeded)  # keep the node linearizable: only the time bound is broken
+    node = pl.pick_node(_succeeded)  # keep the node linearizable: only a time bound is broken
     e = pl.node(node).max_epoch + 1
     p = pl.process()
     shape = pl.rng.choice(["claim only", "renew", "only the renew proves it"])
@@ -308,7 +313,13 @@ def plant_overlapping_lease(pl: Planter) -> tuple[str, int]:
         pl.wait(pl.rng.randint(0, window // 2 - 4 * MS))
         pl.op("renew", node, {"epoch": e}, "ok", process=p)
     if shape == "only the renew proves it":
-        pl.t = max(pl.t, t0 + window)  # completes after t0 + window, before renew + window
+        pl.t = max(pl.t, t0 + window)  # the next op completes after t0 + window, before renew + window
+    return node, e, p
+
+
+def plant_overlapping_lease(pl: Planter) -> tuple[str, int]:
+    """A claim succeeds while the previous holder's (maybe renewed) lease provably runs."""
+    node, e, _ = _held_lease(pl)
     return node, pl.claim(node, e + 1)
 
 
@@ -323,19 +334,7 @@ def plant_stuck_lease(pl: Planter) -> tuple[str, int]:
 
 def plant_premature_expiry(pl: Planter) -> tuple[str, int]:
     """A renew, commit or release is refused "expired" while its (maybe renewed) lease provably runs."""
-    window = pl.ttl - pl.cu
-    assert window > 10 * MS, "needs ttl - clock_uncertainty > 10 ms"
-    node = pl.pick_node(_succeeded)
-    e = pl.node(node).max_epoch + 1
-    p = pl.process()
-    shape = pl.rng.choice(["claim only", "renew", "only the renew proves it"])
-    t0 = pl.t
-    pl.claim(node, e, process=p)
-    if shape != "claim only":
-        pl.wait(pl.rng.randint(0, window // 2 - 4 * MS))
-        pl.op("renew", node, {"epoch": e}, "ok", process=p)
-    if shape == "only the renew proves it":
-        pl.t = max(pl.t, t0 + window)  # completes after t0 + window, before renew + window
+    node, e, p = _held_lease(pl)
     f = pl.rng.choice(["renew", "commit", "release"])
     value: dict[str, Any] = {"epoch": e, "result": f"r{e}"} if f == "commit" else {"epoch": e}
     return node, pl.op(f, node, value, "fail", {"reason": "expired"}, process=p)

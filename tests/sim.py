@@ -750,18 +750,16 @@ def plant_lost_commit(lines: Iterable[str], rng: random.Random | None = None) ->
     return pl.lines(), v
 
 
-def plant_overlapping_lease(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], int]:
-    """A claim succeeds while the previous holder's (maybe renewed) lease provably runs.
+def _held_lease(pl: _Planter) -> tuple[str, int, int]:
+    """A fresh lease whose holder provably still holds it now: (node, epoch, holder's process).
 
-    Three shapes: no renew; a renew, with the new claim soon after; a renew, with the
-    new claim completing after claim + ttl - uncertainty but before renew + ttl -
-    uncertainty (so only a checker that counts the renew sees it). Cites
-    [holder's claim, (its renew that set T), claim].
+    Three shapes: a claim alone; a claim and an ok renew; a claim and an ok
+    renew, with now past claim + ttl - uncertainty but before renew + ttl -
+    uncertainty (so only a checker that counts the renew sees the lease held).
     """
-    pl = _Planter(lines, rng)
     window = pl.ttl - pl.cu
     assert window > 10 * MS, "needs ttl - clock_uncertainty > 10 ms"
-    node = pl.pick_node(pl.succeeded)  # keep the node linearizable: only the time bound is broken
+    node = pl.pick_node(pl.succeeded)  # keep the node linearizable: only a time bound is broken
     e = pl.max_epoch(node) + 1
     p = pl.process()
     shape = pl.rng.choice(["claim only", "renew", "only the renew proves it"])
@@ -771,7 +769,17 @@ def plant_overlapping_lease(lines: Iterable[str], rng: random.Random | None = No
         pl.wait(pl.rng.randint(0, window // 2 - 4 * MS))
         pl.op("renew", node, {"epoch": e}, "ok", {}, process=p)
     if shape == "only the renew proves it":
-        pl.t = max(pl.t, t0 + window)  # completes after t0 + window, before renew + window
+        pl.t = max(pl.t, t0 + window)  # the next op completes after t0 + window, before renew + window
+    return node, e, p
+
+
+def plant_overlapping_lease(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], int]:
+    """A claim succeeds while the previous holder's (maybe renewed) lease provably runs (:func:`_held_lease`).
+
+    Cites [holder's claim, (its renew that set T), claim].
+    """
+    pl = _Planter(lines, rng)
+    node, e, _ = _held_lease(pl)
     v = pl.claim(node, e + 1)
     return pl.lines(), v
 
@@ -792,27 +800,12 @@ def plant_stuck_lease(lines: Iterable[str], rng: random.Random | None = None) ->
 
 
 def plant_premature_expiry(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], int]:
-    """A renew, commit or release is refused "expired" while its lease provably runs.
+    """A renew, commit or release is refused "expired" while its lease provably runs (:func:`_held_lease`).
 
-    Three shapes, as for overlapping-lease: no renew; an ok renew, then the
-    refusal soon after; an ok renew, then a refusal completing after claim +
-    ttl - uncertainty but before renew + ttl - uncertainty (only a checker that
-    counts the renew sees it). Cites [the grant that set T, the refused op].
+    Cites [the grant that set T, the refused op].
     """
     pl = _Planter(lines, rng)
-    window = pl.ttl - pl.cu
-    assert window > 10 * MS, "needs ttl - clock_uncertainty > 10 ms"
-    node = pl.pick_node(pl.succeeded)
-    e = pl.max_epoch(node) + 1
-    p = pl.process()
-    shape = pl.rng.choice(["claim only", "renew", "only the renew proves it"])
-    t0 = pl.t
-    pl.claim(node, e, process=p)
-    if shape != "claim only":
-        pl.wait(pl.rng.randint(0, window // 2 - 4 * MS))
-        pl.op("renew", node, {"epoch": e}, "ok", {}, process=p)
-    if shape == "only the renew proves it":
-        pl.t = max(pl.t, t0 + window)  # completes after t0 + window, before renew + window
+    node, e, p = _held_lease(pl)
     f = pl.rng.choice(["renew", "commit", "release"])
     value: dict[str, Any] = {"epoch": e, "result": f"r{e}"} if f == "commit" else {"epoch": e}
     v = pl.op(f, node, value, "fail", {"reason": "expired"}, process=p)
