@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,8 @@ class HistoryWriter:
         self._index = 0
         self._last_time = 0
         self._open: dict[int, tuple[str, str]] = {}
+        #: lines held by :meth:`batch` (None: each event is written at once)
+        self._batch: list[bytes] | None = None
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         self._write(header.to_json())
 
@@ -64,9 +67,28 @@ class HistoryWriter:
         return self._clock() - self._start
 
     def _write(self, obj: dict[str, Any]) -> None:
-        os.write(self._fd, _encode(obj) + b"\n")
+        line = _encode(obj) + b"\n"
+        if self._batch is not None:
+            self._batch.append(line)
+            return
+        os.write(self._fd, line)
         if self._fsync:
             os.fsync(self._fd)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Write the events recorded inside in one ``write`` when it ends (the harness's merge writes many at once)."""
+        with self._lock:
+            self._batch = []
+        try:
+            yield
+        finally:
+            with self._lock:
+                lines, self._batch = self._batch, None
+                if lines and self._fd >= 0:
+                    os.write(self._fd, b"".join(lines))
+                    if self._fsync:
+                        os.fsync(self._fd)
 
     def _event(self, process: int | str, type_: str, f: str, node: str | None, value: Any, at: int | None) -> int:
         with self._lock:

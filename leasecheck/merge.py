@@ -140,13 +140,16 @@ class Merge:
 
     def _write(self, upto: float) -> int:
         heap, w, n = self._heap, self.writer, 0
-        while heap and heap[0][0] <= upto:
-            t, _, process, typ, f, node, value = heapq.heappop(heap)
-            if process == NEMESIS:
-                w.nemesis(f, value, at=t)
-            elif typ == "invoke":
-                w.invoke(process, f, node, value, at=t)  # type: ignore[arg-type]
-            else:
-                w.complete(process, typ, value, at=t)  # type: ignore[arg-type]
-            n += 1
+        if not heap or heap[0][0] > upto:
+            return 0
+        with w.batch():  # one write for all of them
+            while heap and heap[0][0] <= upto:
+                t, _, process, typ, f, node, value = heapq.heappop(heap)
+                if process == NEMESIS:
+                    w.nemesis(f, value, at=t)
+                elif typ == "invoke":
+                    w.invoke(process, f, node, value, at=t)  # type: ignore[arg-type]
+                else:
+                    w.complete(process, typ, value, at=t)  # type: ignore[arg-type]
+                n += 1
         return n

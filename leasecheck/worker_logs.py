@@ -65,13 +65,22 @@ class _Seen(msgspec.Struct):
 
 
 class WorkerLog:
-    """A worker's append-only log of the events it stamps (one ``write`` per event)."""
+    """A worker's append-only log of the events it stamps (a write per event, or per invoke with the completion before it)."""
 
     def __init__(self, folder: str | os.PathLike[str], slot: int) -> None:
         self._fd = os.open(Path(folder) / f"worker-{slot}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def write(self, time: int, process: int, type_: str, f: str, node: str, value: Any) -> None:
-        os.write(self._fd, _encode(LogLine(time, process, type_, f, node, value)) + b"\n")
+        os.write(self._fd, self.line(time, process, type_, f, node, value))
+
+    @staticmethod
+    def line(time: int, process: int, type_: str, f: str, node: str, value: Any) -> bytes:
+        """One event as its log line."""
+        return _encode(LogLine(time, process, type_, f, node, value)) + b"\n"
+
+    def write_bytes(self, lines: bytes) -> None:
+        """Whole lines made by :meth:`line`, in one write."""
+        os.write(self._fd, lines)
 
     def close(self) -> None:
         if self._fd >= 0:

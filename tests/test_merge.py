@@ -28,6 +28,7 @@ from leasecheck.histories import Header, HistoryWriter, read_history
 from leasecheck.hub import Deliveries, Recorder
 from leasecheck.merge import Merge
 from leasecheck.worker_logs import JOURNAL, WORKERS_DIR, Journal, WorkerLog, recover
+from leasecheck.workload import Hub, Recording
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
@@ -82,6 +83,44 @@ def test_events_are_written_in_time_order_once_no_live_stream_can_precede_them(t
     assert [(e["process"], e["type"], e["time"]) for e in events] == [
         (0, "invoke", 10), (1, "invoke", 15), (0, "ok", 20), (1, "ok", 30),
     ]
+
+
+def test_a_completion_goes_with_the_workers_next_message_in_one_write(tmp_path: Path) -> None:
+    """A worker holds its completion until its next invoke (one log write, one message) or any word to
+    the hub; the hub unpacks the batch in order, and the history is what unbatched sends would give."""
+    recorder, writer, _ = _recorder(tmp_path)
+    ours, theirs = _worker(recorder)
+    (tmp_path / "logs").mkdir()
+    hub = Hub(theirs, Recording(str(tmp_path / "logs"), writer._start, recorder.slots[ours].process), 0)
+    log = tmp_path / "logs" / "worker-0.jsonl"
+    writes: list[int] = []
+    real_write = os.write
+    hub.log.write_bytes = lambda lines: writes.append(lines.count(b"\n")) or real_write(hub.log._fd, lines)  # type: ignore[method-assign, union-attr]
+    hub.invoke("claim", "n", {"owner": "w0"})
+    recorder._handle(ours)
+    hub.complete("claim", "n", "ok", {"epoch": 1})
+    assert not ours.poll(0) and len(log.read_text().splitlines()) == 1  # held: not sent, not logged
+    hub.invoke("renew", "n", {"epoch": 1})
+    assert writes == [1, 2]  # the completion and the next invoke: one write
+    msg = ours.recv()
+    assert msg[0] == "batch" and msg[1][0] == "complete" and msg[2][0] == "invoke"
+    recorder._answer(recorder.slots[ours], ours, msg)
+    hub.complete("renew", "n", "ok", {})
+    hub.tell("done", "n")  # any word to the hub carries it too
+    recorder._handle(ours)
+    hub.invoke("commit", "n", {"epoch": 1, "result": "r"})
+    recorder._handle(ours)
+    hub.complete("commit", "n", "fail", {"reason": "expired"})
+    hub.flush()  # before a sleep, a crash, the end
+    assert not hub._held and [e["type"] for e in map(json.loads, log.read_text().splitlines())] == [
+        "invoke", "ok", "invoke", "ok", "invoke", "fail"]
+    recorder._handle(ours)
+    assert recorder.merge.drain() == 6
+    writer.close()
+    events = assert_well_formed(tmp_path / "history.jsonl")
+    assert [(e["f"], e["type"]) for e in events] == [
+        ("claim", "invoke"), ("claim", "ok"), ("renew", "invoke"), ("renew", "ok"), ("commit", "invoke"), ("commit", "fail")]
+    assert recorder.tally.ok == 2 and recorder.tally.fail == 1
 
 
 def test_a_paused_worker_holds_the_file_back_but_not_what_the_hub_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
