@@ -113,31 +113,28 @@ class Hub:
         #: the last completion, stamped but not yet logged nor sent: (its log line, its message)
         self._held: tuple[bytes, tuple[Any, ...]] | None = None
 
-    def _send(self, msg: tuple[Any, ...]) -> None:
-        """Send ``msg``, after the held completion (one write of the log, one message to the hub)."""
-        if self._held is not None:
-            line, held = self._held
-            self._held = None
+    def _release(self, line: bytes = b"", msg: tuple[Any, ...] | None = None) -> None:
+        """Log ``line`` and send ``msg``, each after the held completion's: one write, one message."""
+        held, self._held = self._held, None
+        if held is not None:
+            line = held[0] + line
+            msg = held[1] if msg is None else ("batch", held[1], msg)
+        if line:
             assert self.log is not None
             self.log.write_bytes(line)
-            msg = ("batch", held, msg)
-        self.conn.send(msg)
+        if msg is not None:
+            self.conn.send(msg)
 
     def ask(self, *msg: Any) -> Any:
-        self._send(msg)
+        self._release(msg=msg)
         return self.conn.recv()
 
     def tell(self, *msg: Any) -> None:
-        self._send(msg)
+        self._release(msg=msg)
 
     def flush(self) -> None:
         """Log and send the held completion now (before a sleep, a crash, the end)."""
-        if self._held is not None:
-            line, held = self._held
-            self._held = None
-            assert self.log is not None
-            self.log.write_bytes(line)
-            self.conn.send(held)
+        self._release()
 
     def stamp(self) -> int:
         """Now on the history's clock (CLOCK_MONOTONIC, shared by every process on the host)."""
@@ -151,14 +148,7 @@ class Hub:
         """
         t = self.stamp()
         assert self.log is not None
-        line = self.log.line(t, self.process, "invoke", f, node, value)
-        if self._held is not None:
-            line = self._held[0] + line
-        self.log.write_bytes(line)
-        msg: tuple[Any, ...] = ("invoke", f, node, value, t, wait)
-        if self._held is not None:
-            msg, self._held = ("batch", self._held[1], msg), None
-        self.conn.send(msg)
+        self._release(self.log.line(t, self.process, "invoke", f, node, value), ("invoke", f, node, value, t, wait))
         if wait:
             self.conn.recv()
 
