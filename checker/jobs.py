@@ -12,10 +12,11 @@ The workers are forked when this process has no other thread (the CLI's
 and are up in milliseconds); else they are plain ``spawn`` children (a fork of
 a process with threads may copy a lock another thread held) that import the
 checker and nothing else: the ``leasecheck`` console script, which
-multiprocessing would otherwise re-run in every child, is hidden while they start. They ignore SIGINT: a terminal's
-Ctrl-C reaches the whole process group, and it is the caller's to handle (the
-CLI prints one line and exits 130); the caller then stops them. A worker whose
-parent died without stopping it (SIGKILL) exits within a second.
+multiprocessing would otherwise re-run in every child, is hidden while they
+start. They ignore SIGINT: a terminal's Ctrl-C reaches the whole process
+group, and it is the caller's to handle (the CLI prints one line and exits
+130); the caller then stops them. A worker whose parent died without stopping
+it (SIGKILL) exits within a second.
 """
 
 from __future__ import annotations
