@@ -459,10 +459,10 @@ def test_a_signal_ends_a_parallel_check_cleanly(tmp_path: Path, sig: signal.Sign
     path.write_bytes(combine(runs, rng))
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    slow_check = (  # the caller's partitions take long enough to be interrupted; the workers' do not
+    slow_check = (  # every partition takes far longer than the test needs to signal: the check is surely still running
         "import sys; from leasecheck.checker import split; split.PARALLEL_MIN_BYTES = split.FORKED_PARALLEL_MIN_BYTES = 0; "
         "from leasecheck.checker import core; real = core.check_nodes\n"
-        "def slow(*a, **k):\n    __import__('time').sleep(0.5); return real(*a, **k)\n"
+        "def slow(*a, **k):\n    __import__('time').sleep(60); return real(*a, **k)\n"
         "core.check_nodes = slow\n"
         "from leasecheck.cli import main; sys.argv[0] = 'leasecheck'; main()"
     )
