@@ -460,6 +460,9 @@ def test_a_signal_ends_a_parallel_check_cleanly(tmp_path: Path, sig: signal.Sign
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     slow_check = (  # every partition takes far longer than the test needs to signal: the check is surely still running
+        # Ctrl-C as a terminal's foreground process gets it, whatever this test's own parent left ignored
+        # (a shell's background job inherits SIGINT ignored, and Python then keeps ignoring it)
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import sys; from leasecheck.checker import split; split.PARALLEL_MIN_BYTES = split.FORKED_PARALLEL_MIN_BYTES = 0; "
         "from leasecheck.checker import core; real = core.check_nodes\n"
         "def slow(*a, **k):\n    __import__('time').sleep(60); return real(*a, **k)\n"
