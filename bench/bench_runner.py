@@ -175,8 +175,8 @@ class RunLost(RuntimeError):
 
 def measure_again(*args: Any, attempts: int = 3) -> Measured:
     """:func:`measure`, again if a run was lost, up to ``attempts`` runs (each loss said on stderr: a lost
-    run is an outlier, not a figure; a worker that does not exit within the wind-down's grace after a
-    Ctrl-C under back-to-back load, about one run in five on postgres and redis here, is killed)."""
+    run is an outlier, not a figure: a worker that does not exit within the wind-down's grace is killed
+    and its stamps are lost)."""
     for attempt in range(1, attempts + 1):
         try:
             return measure(*args)

@@ -438,6 +438,9 @@ class Recorder:
             twin = self._twin
             if twin is not None and node == twin[1]:  # the copy: both workers get the node at once, and race
                 self._twin = None
+                earlier = self._on_the_line.pop(node, None)
+                if earlier is not None:  # a racer of this node's last race still waits: that race is over, it goes now
+                    self._send(earlier, True)
                 self._racers[node] = ({twin[0], conn}, time.monotonic() + self.deliveries.visibility_s / 4)
                 self._send(twin[0], ("race", node))
                 self._send(conn, ("race", node))

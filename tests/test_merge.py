@@ -123,6 +123,29 @@ def test_a_completion_goes_with_the_workers_next_message_in_one_write(tmp_path: 
     assert recorder.tally.ok == 2 and recorder.tally.fail == 1
 
 
+def test_a_racer_still_waiting_when_its_node_is_raced_again_goes_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A racing claim waits for its rival's; if the node is handed out as a new race before the rival claims,
+    the first racer goes to the store at once. (It used to wait for an answer that never came, until the
+    run's wind-down killed it: seen as a worker that "did not exit within 13 s".)"""
+    recorder, writer, _ = _recorder(tmp_path)
+    (a, a_w), (b, _), (c, c_w), (d, d_w) = (_worker(recorder) for _ in range(4))
+    monkeypatch.setattr(recorder.deliveries, "next", lambda: "n")
+    far = time.monotonic() + 3600
+    recorder._racers["n"] = ({a, b}, far)  # a and b were both handed node n at once
+    a_w.send(("invoke", "claim", "n", {"owner": "a"}, writer.now(), True))
+    recorder._handle(a)
+    assert not a_w.poll(0), "the first racer waits for its rival's claim"
+    recorder._twin = (c, "n", far)  # n comes round again as a duplicate, held for a second worker
+    d_w.send(("next",))
+    recorder._handle(d)
+    assert c_w.recv() == ("race", "n") and d_w.recv() == ("race", "n")
+    assert a_w.poll(5) and a_w.recv() is True, "the earlier racer was never let go"
+    for conn, w, owner in ((c, c_w, "c"), (d, d_w, "d")):  # the new race runs as races do
+        w.send(("invoke", "claim", "n", {"owner": owner}, writer.now(), True))
+        recorder._handle(conn)
+    assert c_w.poll(5) and c_w.recv() is True and d_w.poll(5) and d_w.recv() is True
+
+
 def test_a_paused_worker_holds_the_file_back_but_not_what_the_hub_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker silent mid-op (SIGSTOPped) holds the watermark; the others' ops are counted and their
     leases known at once, and written when it speaks again. A worker waiting for an answer holds nothing."""
