@@ -188,6 +188,30 @@ def run_args(target: str, nemesis: str, seed: int, time_limit: float, options: M
     return args
 
 
+#: ``sys.path`` as the interpreter started pytest (this module is loaded before any conftest or ``pythonpath`` setting adds to it)
+_STARTUP_PATH = frozenset(os.path.abspath(p) for p in sys.path if isinstance(p, str))
+
+
+def replay_command(rootdir: Path, args: list[str], store: Path) -> str:
+    """The shell line that makes the run again as the plugin made it: ``cd ROOTDIR && [PYTHONPATH=...] leasecheck ARGS --store STORE``.
+
+    ``--store`` is the run's (the session's store, not the CLI's default
+    ``./store``), so the replay's run folder lands next to the one it
+    replays. ``PYTHONPATH`` is set when the run was given folders a
+    plain ``leasecheck`` would not search (:func:`child_env`: a ``pythonpath``
+    ini setting, a conftest's insert), where its target may live; the rootdir
+    is none of them: the run starts there and a target is looked for in the
+    current directory. Only ``--json`` is left out: it is how the plugin reads the verdict.
+    """
+    root = os.path.abspath(rootdir)
+    added = [p for p in dict.fromkeys(os.path.abspath(p) for p in sys.path if isinstance(p, str)) if p not in _STARTUP_PATH and p != root]
+    env = ""
+    if added:
+        inherited = ":$PYTHONPATH" if os.environ.get("PYTHONPATH") else ""  # the shell that ran pytest has its own: kept
+        env = f"PYTHONPATH={shlex.quote(os.pathsep.join(added))}{inherited} "
+    return f"cd {shlex.quote(str(rootdir))} && {env}leasecheck {shlex.join([*args, '--store', str(store)])}"
+
+
 def child_env() -> dict[str, str]:
     """The run's environment: ours, with this process's ``sys.path`` as ``PYTHONPATH``.
 
@@ -292,7 +316,7 @@ class LeasecheckRunner:
         """One ``leasecheck run`` in a child process; its results.json as a :class:`LeasecheckResult`."""
         __tracebackhide__ = True
         args = run_args(target, nemesis, seed, time_limit, options)
-        command = f"cd {shlex.quote(str(self.rootdir))} && leasecheck {shlex.join(args)}"
+        command = replay_command(self.rootdir, args, self.store)
         argv = [sys.executable, "-m", "leasecheck", *args, "--store", str(self.store), "--json"]
         timeout = time_limit + float(options.get("evidence_wait") or 0) + RUN_SLACK_S
         started = time.monotonic()

@@ -10,6 +10,8 @@ folders the inner session left and check the failure message against them.
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +20,16 @@ from typing import Any
 import click
 import pytest
 
-from leasecheck.pytest_plugin import RUN_FLAGS, SHOWN_ANOMALIES, Anomaly, LeasecheckResult, describe_run, verdict_name
+from leasecheck import pytest_plugin
+from leasecheck.pytest_plugin import (
+    RUN_FLAGS,
+    SHOWN_ANOMALIES,
+    Anomaly,
+    LeasecheckResult,
+    describe_run,
+    replay_command,
+    verdict_name,
+)
 
 pytest_plugins = ["pytester"]
 
@@ -67,6 +78,24 @@ def test_every_run_option_is_a_flag_of_leasecheck_run() -> None:
     assert all(flag == "--" + key.replace("_", "-") for key, flag in RUN_FLAGS.items())
 
 
+def test_the_replay_command_has_the_store_and_the_folders_the_run_imports_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the child got besides its arguments: the session's store, and the folders added to ``sys.path`` since pytest started."""
+    root, store, src = tmp_path / "my project", tmp_path / "runs", tmp_path / "my project" / "src"
+    args = ["run", "--target", "mypkg:MyLease", "--nemesis", "pause,kill", "--seed", "2", "--time-limit", "10", "--ttl", "500"]
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(sys, "path", sorted(pytest_plugin._STARTUP_PATH))  # as pytest started: nothing added yet
+    cd, _, line = replay_command(root, args, store).partition(" && ")
+    assert shlex.split(cd) == ["cd", str(root)]
+    assert shlex.split(line) == ["leasecheck", *args, "--store", str(store)]  # no PYTHONPATH
+    # a ``pythonpath = src`` ini setting; the rootdir too, which needs none (the run starts there, and looks for targets there)
+    monkeypatch.setattr(sys, "path", [str(src), str(root), *sys.path])
+    _, _, line = replay_command(root, args, store).partition(" && ")
+    assert shlex.split(line) == [f"PYTHONPATH={src}", "leasecheck", *args, "--store", str(store)]
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")  # the user's own, which the shell that ran pytest has too: kept
+    _, _, line = replay_command(root, args, store).partition(" && ")
+    assert line.startswith(f"PYTHONPATH={shlex.quote(str(src))}:$PYTHONPATH leasecheck run ")
+
+
 def test_a_valid_run_passes_and_lands_in_the_default_store(inner: pytest.Pytester) -> None:
     inner.makepyfile(test_ref=f"""
         def test_reference(leasecheck_run):
@@ -74,7 +103,8 @@ def test_a_valid_run_passes_and_lands_in_the_default_store(inner: pytest.Pyteste
             assert [(r.seed, r.verdict, r.anomalies, r.exit_code) for r in results] == [(1, "valid", (), 0)]
             (r,) = results
             assert r.report == r.run_dir / "report.html" and (r.run_dir / "history.jsonl").is_file()
-            assert r.command.endswith("leasecheck run --target {SQLITE} --nemesis pause --seed 1 --time-limit {SECONDS} --evidence-wait {SECONDS}")
+            assert r.command.endswith(f"leasecheck run --target {SQLITE} --nemesis pause --seed 1 --time-limit {SECONDS} --evidence-wait {SECONDS}"
+                                      f" --store {{r.run_dir.parent.parent}}")
     """)
     result = run_inner(inner)
     result.assert_outcomes(passed=1)
@@ -118,8 +148,16 @@ def test_a_broken_variant_fails_with_its_anomalies_report_and_replay(inner: pyte
         assert f"  ... and {len(anomalies) - SHOWN_ANOMALIES} more (" in out
     assert f"  run folder: {run_dir}\n" in out
     assert f"  report:     {run_dir / 'report.html'}\n" in out
-    assert (f"  replay:     cd {inner.path} && leasecheck run --target {BROKEN} --nemesis pause --seed 1"
-            f" --time-limit {SECONDS} --evidence-wait {SECONDS}\n") in out
+    replay = (f"cd {inner.path} && leasecheck run --target {BROKEN} --nemesis pause --seed 1"
+              f" --time-limit {SECONDS} --evidence-wait {SECONDS} --store {run_dir.parent.parent}")
+    assert f"  replay:     {replay}\n" in out
+    # ...and it does: pasted into a shell (leasecheck on its PATH), it makes the same run again, in the same store
+    env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    subprocess.run(["bash", "-c", replay], env=env, capture_output=True, text=True, timeout=300)
+    again = [d for d in run_folders(run_dir.parent.parent) if d != run_dir]
+    assert len(again) == 1, "the replay left its run folder next to the one it replays"
+    replayed = results_of(again[0])
+    assert (replayed["target"], replayed["seed"], replayed["nemesis"], replayed["valid"]) == (BROKEN, 1, ["pause"], False)
     assert "pytest_plugin.py" not in out  # a verdict is a message, not a traceback through the plugin
     result.stdout.fnmatch_lines([f"leasecheck: 1 run (1 invalid), run folders in {run_dir.parent.parent}"])
 
@@ -264,5 +302,6 @@ def test_misuse_is_a_clear_error_and_a_bad_option_is_no_verdict(inner: pytest.Py
     assert "TypeError: @pytest.mark.leasecheck takes keyword arguments only" in out
     result.stdout.fnmatch_lines([
         "E*LeasecheckError: leasecheck run (seed 5) gave no verdict: exit 3, bad options: leasecheck run: unknown nemesis no-such-fault (known: pause, kill*",
-        f"E*replay: cd {inner.path} && leasecheck run --target {SQLITE} --nemesis no-such-fault --seed 5 --time-limit 4 --evidence-wait 4",
+        f"E*replay: cd {inner.path} && leasecheck run --target {SQLITE} --nemesis no-such-fault --seed 5 --time-limit 4 --evidence-wait 4"
+        " --store *",
     ])
