@@ -52,6 +52,7 @@ from leasecheck.outcomes import (
     read_run,
     write_expected,
 )
+from leasecheck.servers.base import python_module
 
 #: keys of an entry that shape the product rather than one run's options
 ENTRY_KEYS = ("name", "target", "targets", "nemesis", "seeds", "expect", "kinds")
@@ -107,7 +108,7 @@ class Cell:
 
     def argv(self, store: Path) -> list[str]:
         """The subprocess that runs the cell: this interpreter's leasecheck, JSON on stdout."""
-        return [sys.executable, "-m", "leasecheck", "run", *self.run_args(), "--seed", str(self.seed),
+        return [*python_module("leasecheck"), "run", *self.run_args(), "--seed", str(self.seed),
                 "--store", str(store), "--json"]
 
     def command(self, store: Path) -> str:

@@ -25,13 +25,14 @@ import argparse
 import difflib
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,8 @@ MARKER_HELP = (
 
 _STORE = pytest.StashKey[Path]()
 _RUNS = pytest.StashKey[Counter[str]]()
+#: the session's leasecheck_stores (a leasecheck.testing.Stores), for the session's last line
+_STORES = pytest.StashKey[Any]()
 
 
 class LeasecheckError(Exception):
@@ -94,11 +97,13 @@ class Anomaly:
     node: str | None
     ops: tuple[int, ...]
     explanation: str
+    #: which fault hit the processes that prove it, or that none did ("" when not said)
+    attribution: str = ""
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Anomaly:
         return cls(kind=str(obj.get("kind")), node=obj.get("node"), ops=tuple(obj.get("ops") or ()),
-                   explanation=str(obj.get("explanation") or ""))
+                   explanation=str(obj.get("explanation") or ""), attribution=str(obj.get("attribution") or ""))
 
 
 @dataclass(frozen=True)
@@ -317,7 +322,9 @@ class LeasecheckRunner:
         __tracebackhide__ = True
         args = run_args(target, nemesis, seed, time_limit, options)
         command = replay_command(self.rootdir, args, self.store)
-        argv = [sys.executable, "-m", "leasecheck", *args, "--store", str(self.store), "--json"]
+        from leasecheck.servers.base import python_module  # not at the plugin's import: every pytest session loads it
+
+        argv = [*python_module("leasecheck"), *args, "--store", str(self.store), "--json"]
         timeout = time_limit + float(options.get("evidence_wait") or 0) + RUN_SLACK_S
         started = time.monotonic()
         proc = subprocess.Popen(argv, cwd=self.rootdir, env=child_env(), stdin=subprocess.DEVNULL,
@@ -390,6 +397,8 @@ def describe_run(result: LeasecheckResult, expect: str) -> str:
             ops = ", ".join(str(op) for op in a.ops)
             lines.append(f"  {a.kind} on node {a.node}, ops [{ops}]:")
             lines.append("      " + _indent(a.explanation, "      "))
+            if a.attribution:
+                lines.append("      " + _indent(a.attribution, "      "))
         shown_ids = {id(a) for a in shown}
         rest = [a for a in result.anomalies if id(a) not in shown_ids]
         if rest:
@@ -505,7 +514,23 @@ def leasecheck_run(request: pytest.FixtureRequest, leasecheck_store: Path) -> Le
                             defaults=defaults, counts=config.stash.get(_RUNS, None))
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+@pytest.fixture(scope="session")
+def leasecheck_stores(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Throwaway stores for an adapter's own tests: ``leasecheck_stores.url("mymod:MyLease", tmp_path)``.
+
+    A :class:`leasecheck.testing.Stores`: the store the adapter's ``store`` names,
+    started as ``leasecheck run`` starts it (a fresh SQLite file per call; one
+    Postgres or Redis server per session, stopped at its end), or
+    ``LEASECHECK_URL`` when set. The tests ``leasecheck new-target`` writes use it.
+    """
+    from leasecheck.testing import Stores  # not at the plugin's import: every pytest session loads it
+
+    with Stores(tmp_path_factory.mktemp("leasecheck-stores")) as stores:
+        pytestconfig.stash[_STORES] = stores
+        yield stores
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
     from leasecheck import __version__  # the package's __init__ holds only the version
 
     store = chosen_store(config)
@@ -514,11 +539,25 @@ def pytest_report_header(config: pytest.Config) -> str:
         where = f"{Path(basetemp).absolute() / 'leasecheck'}" if basetemp else "<pytest basetemp>/leasecheck"
     else:
         where = str(store)
-    return f"leasecheck {__version__}: store {where}, time limit {time_limit_default(config):g} s"
+    lines = [f"leasecheck {__version__}: store {where}, time limit {time_limit_default(config):g} s"]
+    if os.environ.get("LEASECHECK_URL"):
+        lines.append(f"leasecheck: LEASECHECK_URL is set: leasecheck_stores (new-target's tests) use "
+                     f"{_without_password(os.environ['LEASECHECK_URL'])} and start no server")
+    return lines
+
+
+def _without_password(url: str) -> str:
+    """A store's address fit for a log: the password of a URL (``user:pw@``) or a DSN (``password=pw``) as ``***``."""
+    url = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url)
+    return re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """One line at the end of a session that made runs: how many, and the store they are in."""
+    stores = config.stash.get(_STORES, None)
+    used = stores.said() if stores is not None else None
+    if used:  # what the adapter's tests ran against: LEASECHECK_URL, or the servers started for them
+        terminalreporter.write_line(f"leasecheck: adapter tests used {used}")
     counts = config.stash.get(_RUNS, None)
     store = config.stash.get(_STORE, None)
     if not counts or store is None:

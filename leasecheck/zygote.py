@@ -43,6 +43,7 @@ import signal
 import sys
 import threading
 import types
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
@@ -127,11 +128,41 @@ def _main_imports() -> list[str]:
     return out
 
 
+#: set (to "1") in the forkserver's environment when :func:`_safe_path` set ``PYTHONSAFEPATH`` there, so it can take both out
+_SAFE_PATH_MARK = "LEASECHECK_ZYGOTE_SAFE_PATH"
+
+
+@contextlib.contextmanager
+def _safe_path() -> Iterator[None]:
+    """Start the forkserver with ``PYTHONSAFEPATH=1``: no current directory first on its ``sys.path``.
+
+    Why: CPython starts the forkserver as ``python -c ...``, which puts the current
+    directory first on ``sys.path``, and imports its preloads before anything of ours
+    can set the path right — the first is this module, so ``import leasecheck`` runs
+    there. Run from a leasecheck checkout's root with a non-editable install, that
+    found the source folder ``leasecheck/`` (not the installed package) and every
+    worker died of ``No module named 'leasecheck.checker'``. Without the current
+    directory the forkserver imports what the harness imported; :func:`_serve_warm`
+    then gives it the harness's ``sys.path`` exactly, and takes the variable out of
+    its environment again (a worker's own children, an ``exec:`` target's script,
+    must see the current directory as usual).
+    """
+    if os.environ.get("PYTHONSAFEPATH"):  # the user's own: nothing to add, nothing to take out later
+        yield
+        return
+    os.environ["PYTHONSAFEPATH"] = os.environ[_SAFE_PATH_MARK] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("PYTHONSAFEPATH", None)
+        os.environ.pop(_SAFE_PATH_MARK, None)
+
+
 def _start(preload: list[str]) -> None:
     """Start the forkserver with ``preload`` unless it runs (in the starter thread)."""
     resource_tracker.ensure_running()  # its first start unblocks SIGINT / SIGTERM in this thread: outside the shield
     mp_forkserver.set_forkserver_preload(preload)
-    with shielded():  # the forkserver, and every worker it forks, starts with SIGINT / SIGTERM blocked
+    with shielded(), _safe_path():  # the forkserver, and every worker it forks, starts with SIGINT / SIGTERM blocked
         mp_forkserver.ensure_running()
 
 
@@ -244,6 +275,8 @@ def _serve_warm(frame: FrameType) -> None:
     instead: the pool then starts its workers with ``spawn``.
     """
     die_with_parent()
+    if os.environ.pop(_SAFE_PATH_MARK, None) is not None:  # see _safe_path: set for this process's start-up alone
+        os.environ.pop("PYTHONSAFEPATH", None)
     sys_path = frame.f_locals.get("sys_path")
     if isinstance(sys_path, list):
         sys.path[:] = sys_path

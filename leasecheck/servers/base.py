@@ -76,13 +76,27 @@ def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
     return executor.submit(fork).result()
 
 
+def python_module(module: str) -> list[str]:
+    """``python -P -m MODULE``: this interpreter running one of our modules, in a child.
+
+    ``-P``: no current directory first on the child's ``sys.path``. Run from a
+    leasecheck checkout's root, ``python -m leasecheck`` would otherwise import the
+    source folder ``leasecheck/`` instead of the installed package (which maps
+    ``checker/`` and the others in: the source folder alone has no
+    ``leasecheck.checker``). ``PYTHONPATH`` still counts, and ``module:Class``
+    targets still find the current directory (:mod:`leasecheck.targets.registry`
+    appends it).
+    """
+    return [sys.executable, "-P", "-m", module]
+
+
 def start_guard(pid: int, home: StrPath) -> subprocess.Popen[bytes]:
     """Start a guard over ``pid``'s process tree and every process working in ``home`` (see :mod:`.guard`).
 
     In a session of its own, so that no signal meant for the harness's group reaches it.
     """
     return popen(
-        [sys.executable, "-m", GUARD_MODULE, str(pid), os.fspath(home)],
+        [*python_module(GUARD_MODULE), str(pid), os.fspath(home)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
