@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from leasecheck.checker.attribution import FaultsOf, attribute
 from leasecheck.checker.clean import Rules, clean_counts
 from leasecheck.checker.coverage import WindowsOf, node_coverage
 from leasecheck.checker.findings import Engine, Findings, NodeHistory
@@ -141,6 +142,7 @@ def check_source(
     engine: Engine = "auto",
     name: str | None = None,
     windows: WindowsOf | None = None,
+    faults: FaultsOf | None = None,
     jobs: int | None = None,
     partitions: int | None = None,
     chunks: int | None = None,
@@ -150,6 +152,9 @@ def check_source(
     With ``windows`` (what makes the fault windows of its nemesis events: the
     catalogue's business, so the caller's), the verdict also carries the
     history's coverage, counted on the same ops: one read of the file, not two.
+    With ``faults`` (what makes the fault windows with their victims: the
+    catalogue's business too), every anomaly also says which fault hit the
+    processes that prove it, or that none did (:mod:`leasecheck.checker.attribution`).
 
     A big file is split by node and checked a part at a time on up to ``jobs``
     processes (None: every core), in flat memory
@@ -171,13 +176,19 @@ def check_source(
 
             assert isinstance(source, (str, os.PathLike))  # only a file is split
             verdict, read = check_split(reader, source, split, budget=budget, engine=engine, windows=windows)
-        elif windows is None:
+        elif windows is None and faults is None:
             verdict = check(reader.header, reader.ops(), budget=budget, engine=engine)
         else:
             by_node = by_node_of(reader.ops())
             verdict = check_nodes(reader.header, by_node, budget=budget, engine=engine)
-            store, skewed = windows(reader.nemesis)
-            verdict.coverage = node_coverage(reader.header, by_node.values(), store, skewed)
+            if windows is not None:
+                store, skewed = windows(reader.nemesis)
+                verdict.coverage = node_coverage(reader.header, by_node.values(), store, skewed)
+            if faults is not None:
+                attribute(verdict, (op for nops in by_node.values() for op in nops), faults(reader.nemesis))
+        if split is not None and faults is not None and verdict.anomalies:  # the ops were spilled: read them again
+            with HistoryReader(source, name) as again:
+                attribute(verdict, again.ops(), faults(read.nemesis))
     verdict.header = reader.header
     verdict.warnings.extend(read.warnings)
     verdict.stats["events"] = read.events

@@ -42,7 +42,11 @@ def outcome(op: Op) -> str:
         return f"granted epoch {e}" if e is not None else f"granted token {op.result.get('token')!r}"
     if op.f == "read":
         r = op.result
-        bits = [str(r.get("status")), f"epoch {r.get('epoch')}"]
+        bits = [str(r.get("status"))]
+        if r.get("epoch") is not None:
+            bits.append(f"epoch {r.get('epoch')}")
+        elif r.get("token") is not None:  # an unfenced store names its leases by token
+            bits.append(f"token {r.get('token')!r}")
         if r.get("owner") is not None:
             bits.append(f"owner {r.get('owner')!r}")
         if r.get("result") is not None:

@@ -172,6 +172,11 @@ def commits(n: NodeHistory, out: Findings) -> None:
             )
     reads = sorted((op for op in ops if op.type == "ok" and op.f == "read"), key=lambda o: o.invoke_time)
     starts = [r.invoke_time for r in reads]
+    owners: dict[Any, Any] = {}  # the owner each lease's ok claim asked for (the first claim, on a duplicate)
+    for op in ops:
+        if op.type == "ok" and op.f == "claim":
+            lease = op.result.get("epoch") if fenced else freeze(op.result.get("token"))
+            owners.setdefault(lease, op.value.get("owner"))
     for c in done:
         want = key(c)
         assert c.complete_time is not None  # an ok op completed
@@ -184,11 +189,52 @@ def commits(n: NodeHistory, out: Findings) -> None:
                 and agrees(result_of(c), v.get("result"))
             ):
                 continue
-            out.add(
-                "lost-commit", node, [c, r],
-                f"{describe(c)} succeeded at {at(c.complete_time)} with result {result_of(c)!r}, but "
-                f"{describe(r)}, invoked later at {at(r.invoke_time)}, {outcome(r)}.",
-            )
+            out.add("lost-commit", node, [c, r], lost_commit_explanation(c, r, fenced, owners.get(want)))
+
+
+def lost_commit_explanation(c: Op, r: Op, fenced: bool, owner: Any = None) -> str:
+    """Why read ``r`` loses commit ``c``: each field it shows otherwise (status, epoch or token, owner,
+    result) with both values, and the fields it agrees on.
+
+    ``owner`` is what the lease's claim asked to be recorded (None: no claim
+    said): it never makes the anomaly (DESIGN.md compares status, epoch and
+    result), but a read that shows another owner says whose lease the store
+    kept, so it is named too. A field the read does not give is not compared,
+    except the result of a read that shows SUCCEEDED.
+    """
+    v = r.result
+    lease = "epoch" if fenced else "token"
+    stated = c.value.get("result")
+    #: (field, what the commit made it, what the read shows, compared)
+    fields: list[tuple[str, Any, Any, bool]] = [
+        ("status", SUCCEEDED, v.get("status"), True),
+        (lease, c.value.get(lease), v.get(lease), v.get(lease) is not None),
+        ("owner", owner, v.get("owner"), owner is not None and v.get("owner") is not None),
+        ("result", stated, v.get("result"),
+         stated is not None and (v.get("result") is not None or v.get("status") == SUCCEEDED)),
+    ]
+
+    def value(name: str, x: Any) -> str:
+        return str(x) if name == "status" else repr(x)
+
+    def field_(name: str, x: Any) -> str:
+        return f"no {name}" if x is None else f"{name} {value(name, x)}"
+
+    compared = [(name, made, seen) for name, made, seen, yes in fields if yes]
+    differ = [f"{field_(name, seen)} instead of {value(name, made)}" for name, made, seen in compared if freeze(made) != freeze(seen)]
+    same = [field_(name, made) for name, made, seen in compared if freeze(made) == freeze(seen)]
+    made = [field_(name, x) for name, x, _, _ in fields[1:] if x is not None]
+    agreed = f" ({_listed(same)} agree)" if same else ""
+    return (
+        f"{describe(c)} succeeded at {at(c.complete_time)}, making the node SUCCEEDED"
+        f"{' with ' + _listed(made) if made else ''}; but {describe(r)}, invoked later at {at(r.invoke_time)}, "
+        f"shows {_listed(differ) or outcome(r)}{agreed}."
+    )
+
+
+def _listed(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)
 
 
 def overlapping_fenced(n: NodeHistory, out: Findings) -> None:

@@ -17,15 +17,29 @@ Validity = bool | Literal["unknown"]
 
 @dataclass(slots=True)
 class Anomaly:
-    """One finding: its kind, the node, the ops (invoke indices) that prove it, and why."""
+    """One finding: its kind, the node, the ops (invoke indices) that prove it, and why.
+
+    When the history's faults are known, also whether a fault hit the processes
+    that prove it (``faults``, ``attribution``): extra keys of the JSON, after the
+    four of DESIGN.md's verdict.
+    """
 
     kind: str
     node: str
     ops: list[int]
     explanation: str
+    #: the faults that hit the processes proving it (:mod:`leasecheck.checker.attribution`); None: not attributed
+    faults: list[dict[str, Any]] | None = None
+    #: one sentence: which fault hit them, or that none did (they stalled on their own)
+    attribution: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "node": self.node, "ops": self.ops, "explanation": self.explanation}
+        out: dict[str, Any] = {"kind": self.kind, "node": self.node, "ops": self.ops, "explanation": self.explanation}
+        if self.faults is not None:
+            out["faults"] = self.faults
+            out["stalled_on_its_own"] = not self.faults
+            out["attribution"] = self.attribution
+        return out
 
 
 @dataclass(slots=True)

@@ -224,6 +224,7 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
     (results.json says "status": "error") is named on stderr and skipped;
     given alone, it is exit 3.
     """
+    from leasecheck.attribution import fault_victims
     from leasecheck.run_verdict import applicable, fault_windows, header_faults  # the catalogue: only when checking
 
     if not as_json:
@@ -247,7 +248,8 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
         began = time.perf_counter()
         try:
             history = history_path(path)
-            verdict = check_source(history, budget=budget, engine=engine, windows=fault_windows, jobs=jobs)  # type: ignore[arg-type]
+            verdict = check_source(history, budget=budget, engine=engine, windows=fault_windows, faults=fault_victims,  # type: ignore[arg-type]
+                                   jobs=jobs)
         except HistoryError as e:
             click.echo(str(e), err=True)
             codes.append(EXIT_BAD_INPUT)

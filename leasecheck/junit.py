@@ -6,7 +6,7 @@ judged by :meth:`Row.judge`, so the XML says exactly what the terminal table say
 * a match passes; an ``invalid`` verdict nobody expected (or a broken variant
   expected ``invalid`` that came out ``valid``) is a ``<failure>`` whose
   message names the anomaly kinds and whose text lists each anomaly's kind,
-  node, ops and explanation (the first :data:`MAX_LISTED`, then how many more);
+  node, ops, explanation and attribution (the first :data:`MAX_LISTED`, then how many more);
 * ``unknown``, an interrupted run and a run whose environment failed are an
   ``<error>`` with the reason: nothing was proven either way;
 * a matrix cell an interrupt kept from starting is ``<skipped>``.
@@ -25,6 +25,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from leasecheck.checker.attribution import attribution_of
 from leasecheck.outcomes import Row
 
 #: anomalies listed in a failure's text; the rest are counted (results.json has them all)
@@ -55,9 +56,13 @@ def classname(row: Row) -> str:
 
 
 def anomaly_lines(row: Row) -> list[str]:
-    """Each listed anomaly as ``kind on node, ops [..]: explanation``, the first :data:`MAX_LISTED`, then a count."""
+    """Each listed anomaly as ``kind on node, ops [..]: explanation attribution``, the first :data:`MAX_LISTED`, then a count.
+
+    The attribution says which fault hit the processes that prove it, or that none did.
+    """
     lines = [
-        f"{a.get('kind')} on {a.get('node')}, ops {a.get('ops')}: {' '.join(str(a.get('explanation', '')).split())}"
+        f"{a.get('kind')} on {a.get('node')}, ops {a.get('ops')}: "
+        + " ".join(f"{a.get('explanation', '')} {attribution_of(a) or ''}".split())
         for a in row.anomalies[:MAX_LISTED]
     ]
     more = max(row.counted, len(row.anomalies)) - len(lines)

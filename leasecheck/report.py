@@ -80,6 +80,8 @@ def print_verdict(
             console.print()
             console.print(Text.assemble((a.kind, "bold red"), f" on {a.node}, ops {a.ops}"))
             console.print(a.explanation, highlight=False)
+            if a.attribution:
+                console.print(a.attribution, highlight=False)
             if explain:
                 console.print(render_chain(a, verdict.cited), highlight=False)
         more = max(counts[kind], len(listed)) - len(shown)

@@ -115,10 +115,11 @@ def load(path: Path, warn: Callable[[str], None]) -> RunInputs:
             results = None
     if results is not None:
         return RunInputs(history, results, RESULTS, test)
+    from leasecheck.attribution import fault_victims
     from leasecheck.checker import check_source
     from leasecheck.run_verdict import fault_windows
 
-    verdict = check_source(history, windows=fault_windows)
+    verdict = check_source(history, windows=fault_windows, faults=fault_victims)
     obj = verdict.to_json()
     if verdict.header is not None:
         meta = verdict.header.meta

@@ -32,6 +32,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from leasecheck.attribution import fault_victims
 from leasecheck.checker import Verdict, check_source
 from leasecheck.checker.coverage import Coverage
 from leasecheck.environment import Environment, prepare
@@ -316,7 +317,7 @@ class Run:
         reason: str | None
         reached = Coverage()
         if self.opts.record:
-            checked = check_source(history, budget=self.opts.check_budget, windows=fault_windows)
+            checked = check_source(history, budget=self.opts.check_budget, windows=fault_windows, faults=fault_victims)
             evidence = (self.tail or HistoryTail(history)).poll()
             reached = checked.coverage or reached
             valid, reason = run_verdict(checked.valid, evidence, self.kinds, reached)
