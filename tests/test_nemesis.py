@@ -272,20 +272,20 @@ def test_every_fault_module_registers_its_undo_records() -> None:
     assert {"sigcont", "clock-reset", "faketime-reset", "toxiproxy", "docker"} <= set(UNDO)
 
 
-def test_readme_fault_table_is_the_catalogue() -> None:
-    """The README's fault table is `leasecheck nemeses --markdown`, word for word: one list of faults."""
+def test_docs_fault_table_is_the_catalogue() -> None:
+    """The fault table of docs/faults.md is `leasecheck nemeses --markdown`, word for word: one list of faults."""
     r = CliRunner().invoke(main, ["nemeses", "--markdown"], catch_exceptions=False)
     assert r.exit_code == 0
     table = r.output.splitlines()
     assert len(table) == 2 + len(CATALOGUE)
-    readme = [line.strip() for line in (Path(__file__).parent.parent / "README.md").read_text().splitlines()]
-    start = readme.index(table[0])
-    assert readme[start : start + len(table)] == table, "README's fault table differs: paste `leasecheck nemeses --markdown`"
-    assert not readme[start + len(table)].startswith("|"), "README's fault table has rows the catalogue lacks"
+    page = [line.strip() for line in (Path(__file__).parent.parent / "docs" / "faults.md").read_text().splitlines()]
+    start = page.index(table[0])
+    assert page[start : start + len(table)] == table, "docs/faults.md's fault table differs: run `python -m leasecheck.docgen`"
+    assert not page[start + len(table)].startswith("|"), "docs/faults.md's fault table has rows the catalogue lacks"
 
 
 def test_every_row_requires_situations_of_the_vocabulary() -> None:
-    """A run with a fault counts only if it reached what the fault exists for (README "Coverage")."""
+    """A run with a fault counts only if it reached what the fault exists for (docs/coverage.md)."""
     from leasecheck.histories.vocabulary import SITUATIONS
 
     for kind in CATALOGUE:
