@@ -29,7 +29,7 @@ a statement takes a good fraction of a second.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -74,8 +74,12 @@ class _NetworkFault:
 
     network: Network
     victims: Sequence[WorkerKey] | None
+    #: the history's process number of each live worker's key, now; with it the events name the victims by
+    #: process number (as every other fault does) and their proxies' keys as ``proxies``
+    processes: Callable[[], Mapping[WorkerKey, int]] | None = field(default=None, kw_only=True, repr=False)
     name: str = field(default="", init=False)
     _hit: list[WorkerKey] = field(default_factory=list, init=False, repr=False)
+    _named: list[int] | None = field(default=None, init=False, repr=False)
     _toxics: list[tuple[WorkerKey, str]] = field(default_factory=list, init=False, repr=False)
     _cut: list[WorkerKey] = field(default_factory=list, init=False, repr=False)
 
@@ -94,6 +98,9 @@ class _NetworkFault:
     def start(self) -> dict[str, Any]:
         everyone = self.network.keys()
         self._hit = list(everyone if self.victims is None else self.victims)
+        if self.processes is not None:  # named at the start, and the heal names the same ones
+            now = self.processes()
+            self._named = [now[key] for key in self._hit if key in now]
         try:
             for key in self._hit:
                 self._inflict(key)
@@ -140,6 +147,8 @@ class _NetworkFault:
     def _value(self, total: int | None) -> dict[str, Any]:
         """The event value: victims and sizes; at start the scope, at heal which fault (all heal as ``heal``)."""
         value: dict[str, Any] = {"victims": list(self._hit), **self.details()}
+        if self._named is not None:
+            value = {"victims": list(self._named), "proxies": list(self._hit), **self.details()}
         if total is None:
             value["fault"] = self.name
         else:
@@ -220,6 +229,11 @@ def choose_victims(keys: Sequence[WorkerKey], rng: random.Random) -> list[Worker
     return rng.sample(list(keys), max(1, (len(keys) - 1) // 2))
 
 
+def _processes(ctx: FaultContext) -> Callable[[], Mapping[WorkerKey, int]]:
+    """Each ready worker's process number by its proxy's key (its slot), when asked."""
+    return lambda: {w.slot: w.process for w in ctx.workers()}
+
+
 def _aim(ctx: FaultContext, rng: random.Random) -> tuple[Network, list[WorkerKey] | None] | None:
     """The network and the victims drawn from the seed (None: everyone); None while no worker has a proxy."""
     network = ctx.network
@@ -234,7 +248,7 @@ def make_partition(ctx: FaultContext, rng: random.Random) -> Partition | None:
     aim = _aim(ctx, rng)
     if aim is None:
         return None
-    return Partition(*aim, mode=rng.choice(("hang", "cut")))
+    return Partition(*aim, mode=rng.choice(("hang", "cut")), processes=_processes(ctx))
 
 
 def make_latency(ctx: FaultContext, rng: random.Random) -> Latency | None:
@@ -243,7 +257,7 @@ def make_latency(ctx: FaultContext, rng: random.Random) -> Latency | None:
     if aim is None:
         return None
     latency = max(1, round(rng.uniform(0.2, 1.0) * ctx.ttl_ms))
-    return Latency(*aim, latency_ms=latency, jitter_ms=latency // 4)
+    return Latency(*aim, latency_ms=latency, jitter_ms=latency // 4, processes=_processes(ctx))
 
 
 def make_bandwidth(ctx: FaultContext, rng: random.Random) -> Bandwidth | None:
@@ -251,4 +265,4 @@ def make_bandwidth(ctx: FaultContext, rng: random.Random) -> Bandwidth | None:
     aim = _aim(ctx, rng)
     if aim is None:
         return None
-    return Bandwidth(*aim, rate_kb=rng.choice((1, 4, 16)))
+    return Bandwidth(*aim, rate_kb=rng.choice((1, 4, 16)), processes=_processes(ctx))

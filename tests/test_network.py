@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -334,6 +335,36 @@ def test_seeded_faults_name_their_events_and_victims(network: Network, redis_ser
     nobody = FaultContext(ttl_ms=1000, network=Network(network.api, prefix="empty"))
     assert FAULTS["partition"].make(nobody, random.Random(1)) is None
     assert FAULTS["latency"].make(FaultContext(ttl_ms=1000), random.Random(1)) is None  # no Toxiproxy at all
+
+
+@dataclass(frozen=True)
+class _Worker:
+    slot: int
+    process: int
+    pid: int | None = None
+
+
+@pytest.mark.parametrize("name", ["partition", "latency", "bandwidth"])
+def test_a_network_fault_names_its_victims_by_process_number_and_their_proxies_by_slot(
+    network: Network, redis_server: LocalServer, name: str,
+) -> None:
+    """Slots and process numbers part ways once a worker renumbers (after an info op) or is replaced: the
+    events name the history's process numbers, as every other fault's do, so a report can say whom it hit."""
+    for worker in range(5):
+        route(network, worker, redis_server.url)
+    workers = [_Worker(slot, 10 + 3 * slot) for slot in range(4)]  # slot 4's worker is gone: its proxy stays
+    context = FaultContext(ttl_ms=1000, network=network, workers=lambda: workers)
+    for seed in range(12):
+        fault = FAULTS[name].make(context, random.Random(seed))
+        assert isinstance(fault, (Partition, Latency, Bandwidth))
+        started = fault.start()
+        try:
+            proxies = started["proxies"]
+            assert proxies == (list(range(5)) if fault.victims is None else list(fault.victims))
+            assert started["victims"] == [10 + 3 * slot for slot in proxies if slot < 4]
+        finally:
+            healed = fault.heal()
+        assert healed is not None and (healed["victims"], healed["proxies"]) == (started["victims"], proxies)
 
 
 # ------------------------------------------------------------------------------- addresses
