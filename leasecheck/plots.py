@@ -20,6 +20,19 @@ Conventions, so that a test (or a reader) can find each part of a figure:
   history's last event if it never healed (hatched); its gid is
   ``fault-<i>-<kind>``, in :attr:`Columns.faults` order, and the same id names
   its group in the SVG.
+- Each kill (``kill``, ``kill-store``, ``docker-kill``: :data:`KILL_KINDS`) is an
+  instant as well as a band (a worker kill's band lasts only until its
+  replacement starts, a few ms): a dark vertical line at the kill, gid
+  ``kill-<i>-<kind>`` (``i`` as its band's), and a ▼ marker above the axes,
+  one artist per kind, gid ``kill-markers-<kind>``.
+- The final phase (:func:`final_phase`: the workers stopped, then every node
+  read once) is one ``axvspan`` with gid ``final-phase``, from the last
+  worker op's completion to the history's last event, labelled. Its reads are
+  left out of the run's scale: the rate plot's y axis is scaled to the run's
+  ops (a final read of every node runs 10 times the run's rate, and would
+  squash it into the bottom tenth), a point above it is marked at the top
+  edge (gid ``offscale-<op>-<outcome>``) with its peak; the latency plot's
+  quantiles are the run's ops' (its final reads are drawn as points).
 - Quantile lines have gid ``quantile-<op>-<p50|p95|p99|max>``, rate lines
   ``rate-<op>-<outcome>``. A quantile line is a step across each bucket: its
   x data are the bucket edges and its y data each bucket's value, the last one
@@ -32,12 +45,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import numpy as np
 from matplotlib import patheffects
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -79,6 +94,15 @@ OPS_PER_QUANTILE_BUCKET = 50
 OPS_PER_RATE_BUCKET = 10
 #: latencies below this (ms) are drawn at it: a log scale has no zero
 _FLOOR_MS = 1e-3
+#: the faults that happen at an instant, a SIGKILL (kill, kill-store, docker-kill: the catalogue's rows that start with a
+#: ``kill`` event): drawn as a line at that instant as well as a band
+KILL_KINDS: tuple[str, ...] = tuple(k.name for k in CATALOGUE if k.events[0] == "kill")
+#: kill instants are labelled with their victims up to this many per plot (more would be a wall of text)
+MAX_KILL_LABELS = 30
+#: the final phase's band: blue, which no fault has
+FINAL_COLOUR = "#3182bd"
+#: the rate plot's y axis reaches this much above the run's highest rate
+_HEADROOM = 1.12
 
 FIGSIZE = (12.0, 6.0)
 DPI = 100
@@ -151,8 +175,53 @@ class Buckets:
         return _bucket_of(t_s, self.width, self.count)
 
 
+@dataclass(frozen=True)
+class FinalPhase:
+    """A history's final phase: the workers have stopped, then every node is read once (:mod:`leasecheck.final_reads`).
+
+    The history does not mark it (its reads are ops like any other), so it is
+    recognised by what the runner does: its ops are the history's last ones,
+    all reads, by processes that never ran an op before it, and the first of
+    them starts after every earlier op has completed. Its reads run back to
+    back, one client and no contention (hundreds a second on SQLite, where the
+    run makes tens), so the plots shade it and keep it off the run's scale.
+    """
+
+    #: when the last op before it completed (the last worker had stopped): where its band starts
+    start_ns: int
+    #: its first read's invoke
+    first_read_ns: int
+    #: the position in :class:`Columns` of its first read; every op from there on is one of its reads
+    first: int
+    #: how many ops it holds
+    count: int
+
+
+def final_phase(cols: Columns) -> FinalPhase | None:
+    """The final phase of ``cols`` (see :class:`FinalPhase`), or None: a run interrupted before it, a hand-made history."""
+    n = cols.n
+    f = _np(cols.f, np.int8)
+    others = np.flatnonzero(f != F_NAMES.index("read"))
+    k0 = max(int(others[-1]) + 1 if len(others) else 0, 1)  # the trailing reads; at least one op of the run before them
+    if k0 >= n:
+        return None
+    start = _np(cols.start_ns, np.int64)
+    end = _np(cols.end_ns, np.int64)
+    finished = np.maximum.accumulate(np.where(end >= 0, end, cols.end_time_ns))  # an op never completed may run on to the end
+    process = np.frombuffer(cols.process, dtype=np.dtype(f"i{cols.process.itemsize}"))
+    _, first_op, of = np.unique(process, return_index=True, return_inverse=True)
+    first_of = first_op[of]  # each op's process's first op
+    newest = np.minimum.accumulate(first_of[::-1])[::-1]  # newest[k] >= k: no op from k on is by a process that ran before k
+    ks = np.arange(k0, n)
+    found = np.flatnonzero((finished[ks - 1] <= start[ks]) & (newest[ks] >= ks))
+    if not len(found):
+        return None
+    k = int(ks[found[0]])
+    return FinalPhase(int(finished[k - 1]), int(start[k]), k, n - k)
+
+
 class _Frame:
-    """What both plots start from: the origin and span, and each op's columns as numpy views."""
+    """What both plots start from: the origin and span, each op's columns as numpy views, the final phase."""
 
     def __init__(self, cols: Columns) -> None:
         self.cols = cols
@@ -163,6 +232,9 @@ class _Frame:
         self.f = _np(cols.f, np.int8)
         self.outcome = _np(cols.outcome, np.int8)
         self.done = self.end >= 0
+        self.final = final_phase(cols)
+        #: each op: is it one of the run's (not of its final phase)?
+        self.in_run = np.arange(cols.n) < (self.final.first if self.final is not None else cols.n)
 
     def seconds(self, ns: np.ndarray) -> np.ndarray:
         return (ns - self.origin) / 1e9
@@ -200,6 +272,7 @@ def latency_figure(cols: Columns, max_points: int = MAX_POINTS) -> Figure:
     lat = np.maximum((fr.end[done] - fr.start[done]) / 1e6, _FLOOR_MS)
     f = fr.f[done]
     outcome = fr.outcome[done]
+    run = fr.in_run[done]
     stride = max(1, math.ceil(len(done) / max_points)) if max_points > 0 else 1
     small = len(done) <= 20_000
     alpha, size = (0.7, 4.0) if small else (0.25, 2.0)
@@ -224,9 +297,9 @@ def latency_figure(cols: Columns, max_points: int = MAX_POINTS) -> Figure:
     if len(done):
         qs = tuple(q for _, q, _ in QUANTILES)
         shade = [patheffects.Stroke(linewidth=2.2, foreground="white", alpha=0.6), patheffects.Normal()]
-        for code in kinds_drawn:
+        for code in sorted({int(c) for c in np.unique(f[run])}):  # the final phase's reads are not the run's latency
             name = F_NAMES[code]
-            mine = f == code
+            mine = (f == code) & run
             table = bucket_quantiles(x[mine], lat[mine], grid.width, grid.count, qs)
             for (label, _, style), row in zip(QUANTILES, table):
                 ax.plot(grid.edges, np.append(row, row[-1]), linestyle=style, linewidth=1.2, color=KIND_COLOURS[name], drawstyle="steps-post",
@@ -236,12 +309,16 @@ def latency_figure(cols: Columns, max_points: int = MAX_POINTS) -> Figure:
         _say(ax, "no ops" if cols.n == 0 else "no completed ops")
     ax.set_xlim(0, fr.xmax)
     _bands(ax, fr)
-    notes = [f"{cols.n:,} ops", f"quantiles per {_seconds(grid.width)} bucket, from all {len(done):,} completed ops"]
+    if fr.final is None:
+        notes = [f"{cols.n:,} ops", f"quantiles per {_seconds(grid.width)} bucket, from all {len(done):,} completed ops"]
+    else:
+        notes = [f"{cols.n:,} ops", f"quantiles per {_seconds(grid.width)} bucket, from the run's {int(run.sum()):,} completed ops",
+                 f"final phase's {fr.final.count:,} reads: points only"]
     if stride > 1:
         notes.append(f"points: every {stride}th of {len(done):,} drawn")
     if len(info):
         notes.append(f"{len(info):,} info op{'' if len(info) == 1 else 's'} (no completion) marked ▼ at the top")
-    _titles(fig, ax, cols, "latency", notes)
+    _titles(fig, ax, fr, "latency", notes)
     kinds = sorted(set(kinds_drawn) | {int(c) for c in np.unique(fr.f[info])})
     handles: list[tuple[Artist, str]] = [(_header(), "op kind")]
     handles += [(Patch(color=KIND_COLOURS[F_NAMES[c]]), F_NAMES[c]) for c in kinds]
@@ -251,7 +328,7 @@ def latency_figure(cols: Columns, max_points: int = MAX_POINTS) -> Figure:
                 (Line2D([], [], linestyle="none", marker="v", markersize=6, color="black"), "info (no completion; top edge)")]
     handles += [(_header(), f"per {_seconds(grid.width)}")]
     handles += [(Line2D([], [], linestyle=style, color="black"), label) for label, _, style in QUANTILES]
-    _legend(ax, handles + _band_handles(fr))
+    _legend(ax, handles + _band_handles(fr) + _final_handles(fr))
     return fig
 
 
@@ -282,20 +359,28 @@ def rate_figure(cols: Columns) -> Figure:
                 outcomes.add(oc)
                 ax.plot(grid.centres, row / grid.width, linestyle=_RATE_STYLES[oc], linewidth=1.4, color=KIND_COLOURS[name],
                         gid=f"rate-{name}-{OUTCOMES[oc]}", zorder=3)
+    notes = [f"{cols.n:,} ops", "ok/fail counted at completion, info at invoke"]
     if cols.n == 0:
         ax.set_ylim(0, 1)
         _say(ax, "no ops")
     else:
         ax.set_ylim(bottom=0)
+    if fr.final is not None:  # scaled to the run's ops: the final reads, back to back, would squash the run to the bottom
+        run = np.bincount((combo * grid.count + b)[fr.in_run], minlength=counts.size)
+        top = run.max() / grid.width * _HEADROOM
+        if counts.max() / grid.width > top:
+            ax.set_ylim(0, top)
+            _off_scale(ax, grid, counts / grid.width, top)
+            peak = counts[:, :, grid.of(fr.seconds(when[~fr.in_run]))].max() / grid.width
+            notes.append(f"y scaled to the run's ops: the final phase's reads, up to {peak:,.0f} ops/s, are off it (\u25b2)")
     ax.set_xlim(0, fr.xmax)
     _bands(ax, fr)
-    notes = [f"{cols.n:,} ops", "ok/fail counted at completion, info at invoke"]
-    _titles(fig, ax, cols, "throughput", notes)
+    _titles(fig, ax, fr, "throughput", notes)
     handles: list[tuple[Artist, str]] = [(_header(), "op kind")]
     handles += [(Patch(color=KIND_COLOURS[F_NAMES[c]]), F_NAMES[c]) for c in sorted(kinds)]
     handles += [(_header(), "outcome")]
     handles += [(Line2D([], [], linestyle=_RATE_STYLES[oc], color="black"), OUTCOMES[oc]) for oc in sorted(outcomes)]
-    _legend(ax, handles + _band_handles(fr))
+    _legend(ax, handles + _band_handles(fr) + _final_handles(fr))
     return fig
 
 
@@ -328,8 +413,8 @@ def _figure() -> tuple[Figure, Axes]:
     return fig, ax
 
 
-def _titles(fig: Figure, ax: Axes, cols: Columns, what: str, notes: list[str]) -> None:
-    meta = cols.header.meta
+def _titles(fig: Figure, ax: Axes, fr: _Frame, what: str, notes: list[str]) -> None:
+    meta = fr.cols.header.meta
     target = meta.get("target", "unknown target")
     seed = meta.get("seed")
     nemesis = meta.get("nemesis")
@@ -337,7 +422,8 @@ def _titles(fig: Figure, ax: Axes, cols: Columns, what: str, notes: list[str]) -
     if isinstance(nemesis, list) and nemesis:
         head += f", nemesis {','.join(map(str, nemesis))}"
     fig.suptitle(head, fontsize=13, x=0.07, ha="left")
-    ax.set_title(" · ".join(notes), fontsize=9, loc="left", color="#444444")
+    kills = any(b.kind in KILL_KINDS for b in fr.cols.faults)  # their markers and labels sit above the axes
+    ax.set_title(" · ".join(notes), fontsize=9, loc="left", color="#444444", pad=22 if kills else 6)
 
 
 def _say(ax: Axes, text: str) -> None:
@@ -345,12 +431,79 @@ def _say(ax: Axes, text: str) -> None:
 
 
 def _bands(ax: Axes, fr: _Frame) -> None:
-    """One translucent band per fault, from its start to its heal or (hatched) to the history's last event."""
+    """One translucent band per fault, from its start to its heal or (hatched) to the history's last event; a line per kill; the final phase."""
     for i, band in enumerate(fr.cols.faults):
         end = band.end_ns if band.end_ns is not None else fr.cols.end_time_ns
         colour = FAULT_COLOURS.get(band.kind, _OTHER_FAULT)
         ax.axvspan((band.start_ns - fr.origin) / 1e9, (end - fr.origin) / 1e9, facecolor=colour, alpha=0.18, linewidth=0,
                    edgecolor=colour, hatch="//" if band.end_ns is None else None, zorder=1, gid=f"fault-{i}-{band.kind}")
+    _kills(ax, fr)
+    _final_band(ax, fr)
+
+
+def _kills(ax: Axes, fr: _Frame) -> None:
+    """Each kill as what it is, an instant: a dark line across the plot, a ▼ above it, and (unless there are many) its victim.
+
+    A worker kill's band is only as wide as its replacement's start-up, a few
+    milliseconds: a fraction of a pixel that no one sees.
+    """
+    kills = [(i, band) for i, band in enumerate(fr.cols.faults) if band.kind in KILL_KINDS]
+    at: dict[str, list[float]] = {}
+    labelled: list[float] = []  # display x of each label drawn, so that none overlaps the one before
+    for i, band in kills:
+        x = (band.start_ns - fr.origin) / 1e9
+        colour = _dark(band.kind)
+        ax.axvline(x, color=colour, linewidth=1.3, alpha=0.85, zorder=5, gid=f"kill-{i}-{band.kind}")
+        at.setdefault(band.kind, []).append(x)
+        if len(kills) > MAX_KILL_LABELS:
+            continue
+        px = x / fr.xmax * ax.get_position().width * FIGSIZE[0] * DPI
+        if labelled and px - labelled[-1] < 16:
+            continue
+        labelled.append(px)
+        label = "p" + ",p".join(map(str, band.victims)) if band.victims else "store"
+        ax.annotate(label, xy=(x, 1.0), xycoords=ax.get_xaxis_transform(), xytext=(0, 8), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=7, color=colour, annotation_clip=False, gid=f"kill-label-{i}-{band.kind}")
+    for kind, xs in at.items():
+        ax.plot(xs, np.ones(len(xs)), transform=ax.get_xaxis_transform(), linestyle="none", marker="v", markersize=8,
+                color=_dark(kind), clip_on=False, zorder=6, gid=f"kill-markers-{kind}")
+
+
+def _final_band(ax: Axes, fr: _Frame) -> None:
+    """The final phase: a blue band from the last worker op's completion to the end, a dashed line where it starts, a label."""
+    phase = fr.final
+    if phase is None:
+        return
+    x0 = (phase.start_ns - fr.origin) / 1e9
+    ax.axvspan(x0, fr.xmax, facecolor=FINAL_COLOUR, alpha=0.13, linewidth=0, zorder=1, gid="final-phase")
+    ax.axvline(x0, color=FINAL_COLOUR, linewidth=1.0, linestyle="--", zorder=1.5, gid="final-phase-start")
+    wide = (fr.xmax - x0) / fr.xmax * ax.get_position().width * FIGSIZE[0] * DPI >= 16  # room for the label inside it
+    ax.text(x0, 0.5, f"final phase: {phase.count:,} reads", rotation=90, transform=ax.get_xaxis_transform(),
+            ha="left" if wide else "right", va="center", fontsize=8.5, color=FINAL_COLOUR, gid="final-phase-label",
+            bbox={"facecolor": "white", "alpha": 0.7, "linewidth": 0, "pad": 1.5})
+
+
+def _off_scale(ax: Axes, grid: Buckets, rates: np.ndarray, top: float) -> None:
+    """Mark each rate above the y axis with a ▲ at the top edge, and each line's highest with its value."""
+    for code, name in enumerate(F_NAMES):
+        for oc in (OK, FAIL, INFO):
+            row = rates[code, oc]
+            over = np.flatnonzero(row > top)
+            if not len(over):
+                continue
+            colour = KIND_COLOURS[name]
+            ax.plot(grid.centres[over], np.full(len(over), top), linestyle="none", marker="^", markersize=8, color=colour,
+                    clip_on=False, zorder=6, gid=f"offscale-{name}-{OUTCOMES[oc]}")
+            peak = int(over[np.argmax(row[over])])
+            ax.annotate(f"{name} {OUTCOMES[oc]}: {row[peak]:,.0f} ops/s", xy=(grid.centres[peak], top), xytext=(-8, -3),
+                        textcoords="offset points", ha="right", va="top", fontsize=8, color=colour, gid=f"offscale-label-{name}-{OUTCOMES[oc]}",
+                        bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0, "pad": 1.5})
+
+
+def _dark(kind: str) -> tuple[float, float, float]:
+    """A kill's colour for its line: its band's, darkened (the band colours are pale, a line in them would not show)."""
+    r, g, b = to_rgb(FAULT_COLOURS.get(kind, _OTHER_FAULT))
+    return (r * 0.55, g * 0.55, b * 0.55)
 
 
 def _band_handles(fr: _Frame) -> list[tuple[Artist, str]]:
@@ -363,8 +516,17 @@ def _band_handles(fr: _Frame) -> list[tuple[Artist, str]]:
     for kind, open_ in seen:
         colour = FAULT_COLOURS.get(kind, _OTHER_FAULT)
         patch = Patch(facecolor=colour, alpha=0.35, edgecolor=colour, hatch="//" if open_ else None, linewidth=0)
-        out.append((patch, f"{kind}, never healed" if open_ else kind))
+        handle: Any = patch
+        if kind in KILL_KINDS:  # its band and the line at its instant, one over the other
+            handle = (patch, Line2D([], [], color=_dark(kind), linewidth=1.3, marker="v", markersize=6))
+        out.append((handle, f"{kind}, never healed" if open_ else kind))
     return out
+
+
+def _final_handles(fr: _Frame) -> list[tuple[Artist, str]]:
+    if fr.final is None:
+        return []
+    return [(_header(), "final phase"), (Patch(facecolor=FINAL_COLOUR, alpha=0.3, linewidth=0), "every node read once")]
 
 
 def _header() -> Line2D:
@@ -387,5 +549,5 @@ def _seconds(s: float) -> str:
     return f"{s:.3g} s"
 
 
-__all__ = ["FAULT_COLOURS", "KIND_COLOURS", "PLOT_FILES", "QUANTILES", "Buckets", "bucket_quantiles", "latency_figure",
-           "origin_ns", "rate_figure", "write_plots"]
+__all__ = ["FAULT_COLOURS", "FINAL_COLOUR", "KILL_KINDS", "KIND_COLOURS", "PLOT_FILES", "QUANTILES", "Buckets", "FinalPhase",
+           "bucket_quantiles", "final_phase", "latency_figure", "origin_ns", "rate_figure", "write_plots"]

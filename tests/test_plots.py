@@ -21,17 +21,28 @@ from typing import Any
 import numpy as np
 import pytest
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.image import imread
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from leasecheck.columns import Columns, read_columns
-from leasecheck.plots import DPI, FIGSIZE, PLOT_FILES, QUANTILES, latency_figure, rate_figure, write_plots
+from leasecheck.plots import (
+    DPI,
+    FAULT_COLOURS,
+    FIGSIZE,
+    PLOT_FILES,
+    QUANTILES,
+    final_phase,
+    latency_figure,
+    rate_figure,
+    write_plots,
+)
 
 SVG = "{http://www.w3.org/2000/svg}"
-#: fault start event -> heal event, for the faults these tests use
-HEALS = {"pause": "resume", "kill": "start"}
+#: fault -> its start event and its heal event, for the faults these tests use
+EVENTS = {"pause": ("pause", "resume"), "kill": ("kill", "start"), "kill-store": ("kill", "start")}
 
 
 @dataclass(frozen=True)
@@ -40,16 +51,43 @@ class RawOp:
     outcome: str  # ok / fail / info (never completed)
     start_s: float
     end_s: float | None
+    process: int = -1
 
 
 @dataclass(frozen=True)
 class Raw:
-    """A history read with nothing but ``json``: its ops, its fault windows (s since the test started), its span."""
+    """A history read with nothing but ``json``: its ops (in invoke order), its fault windows (s since the test started), its span."""
 
     header: dict[str, Any]
     ops: list[RawOp]
     bands: list[tuple[str, float, float, bool]]  # kind, start, end, healed
     span_s: float
+
+    @property
+    def final(self) -> int | None:
+        """Where the final phase's ops start in :attr:`ops`, as the runner makes it: after every op of the run has
+        completed, fresh processes read; nothing but reads to the end. None: no such phase."""
+        ops = self.ops
+        k = len(ops)
+        while k > 0 and ops[k - 1].f == "read":
+            k -= 1
+        for first in range(max(k, 1), len(ops)):
+            before, after = ops[:first], ops[first:]
+            if (all(op.end_s is not None and op.end_s <= ops[first].start_s for op in before)
+                    and not {op.process for op in before} & {op.process for op in after}):
+                return first
+        return None
+
+    @property
+    def run_ops(self) -> list[RawOp]:
+        """The ops before the final phase."""
+        return self.ops if self.final is None else self.ops[:self.final]
+
+    @property
+    def final_start_s(self) -> float:
+        """Where the final phase's band starts: the last completion before it (the workers had stopped)."""
+        assert self.final is not None
+        return max(op.end_s for op in self.ops[:self.final] if op.end_s is not None)
 
 
 def read_raw(path: Path) -> Raw:
@@ -57,8 +95,8 @@ def read_raw(path: Path) -> Raw:
     header, events = lines[0], lines[1:]
     t0 = 0  # the history's clock starts with the test, as the explanations' times do
     last = events[-1]["time"] if events else 0
-    ops: list[RawOp] = []
-    open_ops: dict[int, tuple[str, int]] = {}
+    ops: list[tuple[int, RawOp]] = []  # (invoke line, op)
+    open_ops: dict[int, tuple[str, int, int]] = {}
     open_faults: list[tuple[str, int, tuple[int, ...]]] = []
     bands: list[tuple[str, float, float, bool]] = []
 
@@ -68,20 +106,20 @@ def read_raw(path: Path) -> Raw:
     for ev in events:
         if ev["process"] == "nemesis":
             fault, victims = ev["value"]["fault"], tuple(ev["value"].get("victims", ()))
-            if ev["f"] == fault:
+            if ev["f"] == EVENTS[fault][0]:
                 open_faults.append((fault, ev["time"], victims))
-            elif ev["f"] == HEALS[fault]:
+            elif ev["f"] == EVENTS[fault][1]:
                 match = next(w for w in open_faults if w[0] == fault and w[2] == victims)
                 open_faults.remove(match)
                 bands.append((fault, s(match[1]), s(ev["time"]), True))
         elif ev["type"] == "invoke":
-            open_ops[ev["process"]] = (ev["f"], ev["time"])
+            open_ops[ev["process"]] = (ev["f"], ev["time"], ev["index"])
         else:
-            f, started = open_ops.pop(ev["process"])
-            ops.append(RawOp(f, ev["type"], s(started), s(ev["time"])))
-    ops += [RawOp(f, "info", s(started), None) for f, started in open_ops.values()]
+            f, started, at = open_ops.pop(ev["process"])
+            ops.append((at, RawOp(f, ev["type"], s(started), s(ev["time"]), ev["process"])))
+    ops += [(at, RawOp(f, "info", s(started), None, p)) for p, (f, started, at) in open_ops.items()]
     bands += [(fault, s(start), s(last), False) for fault, start, _ in open_faults]
-    return Raw(header, ops, sorted(bands, key=lambda b: (b[1], b[0])), s(last))
+    return Raw(header, [op for _, op in sorted(ops, key=lambda o: o[0])], sorted(bands, key=lambda b: (b[1], b[0])), s(last))
 
 
 def lines_by_gid(ax: Axes, prefix: str) -> dict[str, Line2D]:
@@ -130,13 +168,14 @@ def bucket_of(t: np.ndarray, width: float, count: int) -> np.ndarray:
 
 
 def assert_quantiles(fig: Figure, raw: Raw) -> None:
-    """Every quantile line steps over the buckets with ``np.quantile`` of that kind's completed ops in each bucket."""
+    """Every quantile line steps over the buckets with ``np.quantile`` of that kind's completed ops in each bucket
+    (the run's: the final phase's reads are not the run's latency)."""
     ax = fig.axes[0]
     lines = lines_by_gid(ax, "quantile-")
-    kinds = sorted({op.f for op in raw.ops if op.end_s is not None})
+    kinds = sorted({op.f for op in raw.run_ops if op.end_s is not None})
     assert sorted(lines) == sorted(f"quantile-{k}-{label}" for k in kinds for label, _, _ in QUANTILES)
     for kind in kinds:
-        done = [op for op in raw.ops if op.f == kind and op.end_s is not None]
+        done = [op for op in raw.run_ops if op.f == kind and op.end_s is not None]
         t = np.array([op.start_s for op in done])
         lat = np.array([(op.end_s - op.start_s) * 1e3 for op in done if op.end_s is not None])
         for label, q, _ in QUANTILES:
@@ -144,6 +183,7 @@ def assert_quantiles(fig: Figure, raw: Raw) -> None:
             edges = xs(line)
             count = len(edges) - 1
             width = raw.span_s / count
+            assert count == min(60, max(4, sum(op.end_s is not None for op in raw.ops) // 50))  # buckets of all completed ops
             assert edges == pytest.approx(np.arange(count + 1) * width)
             b = bucket_of(t, width, count)
             want = np.array([np.quantile(lat[b == i], q) if (b == i).any() else np.nan for i in range(count)])
@@ -313,6 +353,7 @@ def small(tmp_path: Path) -> Path:
 
 def test_a_hand_made_history_plots_exactly_its_ops_and_its_unhealed_fault(small: Path) -> None:
     cols, raw = read_columns(small), read_raw(small)
+    assert raw.final is None and final_phase(cols) is None  # its read comes before the open claim has ended: no final phase
     assert raw.bands == [("kill", 1.5, 2.0, True), ("pause", 3.0, pytest.approx(3.51), False)]
     latency, rate = latency_figure(cols), rate_figure(cols)
     assert_axes(cols, latency, rate)
@@ -361,5 +402,134 @@ def test_a_history_with_faults_and_no_ops_still_draws_the_bands(tmp_path: Path) 
     cols, raw = read_columns(path), read_raw(path)
     assert raw.bands == [("pause", 1.0, 3.0, True), ("kill", 3.5, 4.0, False), ("pause", 4.0, 4.0, False)]
     for fig in (latency_figure(cols), rate_figure(cols)):
-        assert [t.get_text() for t in fig.axes[0].texts] == ["no ops"]
+        assert [t.get_text() for t in fig.axes[0].texts] == ["no ops", "p1"]  # and the kill's victim
         assert_bands(fig, raw)
+        assert [xs(line)[0] for line in lines_by_gid(fig.axes[0], "kill-").values()] == [3.5, 3.5]  # its line and its marker
+
+
+# -- the final phase and the kills
+
+
+def final_band(ax: Axes) -> Patch:
+    (band,) = [p for p in ax.patches if p.get_gid() == "final-phase"]
+    return band
+
+
+def rate_counts(ops: list[RawOp], width: float, count: int) -> dict[tuple[str, str], np.ndarray]:
+    """Ops per kind, outcome and rate bucket (ok/fail at completion, info at invoke), counted by hand."""
+    out: dict[tuple[str, str], np.ndarray] = {}
+    for o in ops:
+        when = o.end_s if o.end_s is not None else o.start_s
+        row = out.setdefault((o.f, o.outcome), np.zeros(count))
+        row[min(int(when / width), count - 1)] += 1
+    return out
+
+
+def assert_final_phase(latency: Figure, rate: Figure, raw: Raw) -> None:
+    """The band from the last op of the run to the end, labelled; the rate's y axis over the run's ops, the final ones marked above it."""
+    assert raw.final is not None
+    reads = len(raw.ops) - raw.final
+    for fig in (latency, rate):
+        ax = fig.axes[0]
+        assert x_extent(final_band(ax)) == pytest.approx((raw.final_start_s, raw.span_s), abs=1e-9)
+        (label,) = [t for t in ax.texts if t.get_gid() == "final-phase-label"]
+        assert label.get_text() == f"final phase: {reads:,} reads"
+        assert "every node read once" in legend_labels(ax)
+    ax = rate.axes[0]
+    centres = xs(lines_by_gid(ax, "rate-")[next(iter(lines_by_gid(ax, "rate-")))])
+    width = raw.span_s / len(centres)
+    run = rate_counts(raw.run_ops, width, len(centres))
+    every = rate_counts(raw.ops, width, len(centres))
+    run_top = max(row.max() for row in run.values()) / width
+    top = ax.get_ylim()[1]
+    assert ax.get_ylim()[0] == 0 and run_top <= top <= 1.2 * run_top  # the run fills the plot...
+    over = {key: np.flatnonzero(row / width > top) for key, row in every.items()}
+    assert over[("read", "ok")].size  # ...and the final reads go above it: each such bucket marked at the top edge
+    marks = lines_by_gid(ax, "offscale-")
+    assert sorted(marks) == sorted(f"offscale-{f}-{o}" for (f, o), where in over.items() if where.size)
+    for (f, o), where in over.items():
+        if where.size:
+            np.testing.assert_allclose(xs(marks[f"offscale-{f}-{o}"]), centres[where])
+            assert (ys(marks[f"offscale-{f}-{o}"]) == top).all()
+    peak = every[("read", "ok")].max() / width
+    assert f"up to {peak:,.0f} ops/s, are off it" in ax.get_title(loc="left")
+    assert f"read ok: {peak:,.0f} ops/s" in [t.get_text() for t in ax.texts]
+    # latency: the run's quantiles only (assert_quantiles), the final reads as points
+    points = lines_by_gid(latency.axes[0], "points-read-ok")["points-read-ok"]
+    assert set(np.round([o.start_s for o in raw.ops[raw.final:]], 9)) <= set(np.round(xs(points), 9))
+    assert f"final phase's {reads:,} reads: points only" in latency.axes[0].get_title(loc="left")
+
+
+def test_the_final_phase_of_a_real_run_is_shaded_and_kept_off_the_run_scale(paused_run: Path) -> None:
+    """A real run's last phase (every node read once, back to back) is found, shaded, and does not squash the run."""
+    cols, raw = read_columns(paused_run), read_raw(paused_run)
+    assert raw.final is not None
+    phase = final_phase(cols)
+    assert phase is not None and (phase.first, phase.count) == (raw.final, len(raw.ops) - raw.final)
+    assert phase.start_ns / 1e9 == pytest.approx(raw.final_start_s, abs=1e-9)
+    assert phase.first_read_ns / 1e9 == pytest.approx(raw.ops[raw.final].start_s, abs=1e-9)
+    assert all(o.f == "read" for o in raw.ops[raw.final:])
+    latency, rate = latency_figure(cols), rate_figure(cols)
+    assert_final_phase(latency, rate, raw)
+    assert_quantiles(latency, raw)
+    assert_rates(rate, raw)  # the lines still hold every op: only the axis is the run's
+
+
+@pytest.fixture
+def killed(tmp_path: Path) -> Path:
+    """Two workers for 4 s (no reads), a kill of p1 at 2 s (replaced by p2), a kill-store from 3 to 3.4 s; then 40 reads by p3 from 5 s."""
+    events: list[dict[str, Any]] = []
+    for i in range(16):  # p0: a claim every 0.25 s, 10 ms each
+        events += [op(0.25 * i + 0.01, 0, "invoke", "claim", owner="w0"), op(0.25 * i + 0.02, 0, "ok", "claim", epoch=i + 1)]
+    for i in range(8):  # p1 until it is killed, then p2
+        p, t = (1, 0.1 + 0.25 * i) if i < 4 else (2, 2.1 + 0.25 * (i - 4))
+        events += [op(t, p, "invoke", "renew", epoch=1), op(t + 0.005, p, "fail", "renew", reason="expired")]
+    events += [nemesis(2.0, "kill", "kill", [1]), nemesis(2.02, "start", "kill", [1]),
+               nemesis(3.0, "kill", "kill-store", []), nemesis(3.4, "start", "kill-store", [])]
+    for i in range(40):
+        t = 5.0 + 0.002 * i
+        events += [{**op(t, 3, "invoke", "read"), "node": f"run-1/node-{i}"},
+                   {**op(t + 0.001, 3, "ok", "read", epoch=1), "node": f"run-1/node-{i}"}]
+    events.sort(key=lambda e: e["time"])
+    return write_history(tmp_path / "history.jsonl", events)
+
+
+def test_a_hand_made_final_phase_is_found_and_its_reads_are_neither_the_run_scale_nor_its_quantiles(killed: Path) -> None:
+    cols, raw = read_columns(killed), read_raw(killed)
+    phase = final_phase(cols)
+    assert phase is not None and (phase.first, phase.count) == (24, 40) and raw.final == 24
+    assert (phase.start_ns, phase.first_read_ns) == (round(3.77 * 1e9), round(5.0 * 1e9))  # from p0's last claim's end
+    latency, rate = latency_figure(cols), rate_figure(cols)
+    assert_final_phase(latency, rate, raw)
+    assert not lines_by_gid(latency.axes[0], "quantile-read-")  # the run has no reads: no read quantile, though reads are drawn
+    assert_quantiles(latency, raw)
+    assert_rates(rate, raw)
+
+
+def test_each_kill_is_a_dark_line_with_a_marker_and_its_victim(killed: Path, tmp_path: Path) -> None:
+    """A worker kill's band is 20 ms wide here (a fraction of a pixel): the kill is drawn as an instant, over everything."""
+    cols, raw = read_columns(killed), read_raw(killed)
+    assert [b[:2] for b in raw.bands] == [("kill", 2.0), ("kill-store", 3.0)]
+    for fig in (latency_figure(cols), rate_figure(cols)):
+        ax = fig.axes[0]
+        data_z = max(line.get_zorder() for line in ax.get_lines() if str(line.get_gid()).startswith(("quantile-", "rate-", "points-")))
+        for i, (kind, at, label) in enumerate([("kill", 2.0, "p1"), ("kill-store", 3.0, "store")]):
+            line = lines_by_gid(ax, f"kill-{i}-{kind}")[f"kill-{i}-{kind}"]
+            assert list(xs(line)) == [at, at] and list(ys(line)) == [0, 1]  # top to bottom of the axes
+            assert line.get_transform() == ax.get_xaxis_transform()
+            assert line.get_zorder() > data_z and line.get_linewidth() >= 1.2
+            assert np.mean(to_rgb(line.get_color())) < 0.6 * np.mean(to_rgb(FAULT_COLOURS[kind]))  # darker than its band
+            marker = lines_by_gid(ax, f"kill-markers-{kind}")[f"kill-markers-{kind}"]
+            assert list(xs(marker)) == [at] and list(ys(marker)) == [1] and not marker.get_clip_on() and marker.get_marker() == "v"
+            (text,) = [t for t in ax.texts if t.get_gid() == f"kill-label-{i}-{kind}"]
+            assert text.get_text() == label
+        assert "kill" in legend_labels(ax) and "kill-store" in legend_labels(ax)
+    # and in the picture: the column of pixels at 2 s is dark from the top of the plot to its bottom
+    out = write_plots(cols, tmp_path / "plots")
+    fig = rate_figure(cols)
+    box, (x0, x1) = fig.axes[0].get_position(), fig.axes[0].get_xlim()
+    image = imread(out["rate.png"])[:, :, :3]
+    column = round((box.x0 + (2.0 - x0) / (x1 - x0) * box.width) * FIGSIZE[0] * DPI)
+    rows = slice(round((1 - box.y1) * FIGSIZE[1] * DPI) + 3, round((1 - box.y0) * FIGSIZE[1] * DPI) - 3)
+    darkest = image[rows, column - 1:column + 2].mean(axis=2).min(axis=1)  # the line may fall on either neighbour
+    assert (darkest < 0.5).mean() > 0.95, "the kill's line runs the plot's height"
