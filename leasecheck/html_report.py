@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck import __version__
+from leasecheck.checker.attribution import attribution_of
 from leasecheck.columns import F_NAMES, OUTCOMES, REASONS, Columns, read_columns
 from leasecheck.histories import Header
 from leasecheck.report_columns import encode, lanes
@@ -162,7 +163,8 @@ def page_meta(cols: Columns, inputs: RunInputs, lane_count: int) -> dict[str, An
         "faults": [{"kind": b.kind, "start": b.start_ns / 1e6, "end": _ms(b.end_ns), "victims": list(b.victims)} for b in cols.faults],
         "faultColours": {k: v for k, v in FAULT_COLOURS.items() if any(b.kind == k for b in cols.faults)},
         "anomalies": [{"kind": str(a.get("kind")), "node": str(a.get("node")), "ops": [int(i) for i in a.get("ops") or [] if isinstance(i, int)],
-                       "explanation": str(a.get("explanation") or "")} for a in sorted_anomalies(results)],
+                       "explanation": str(a.get("explanation") or ""), "attribution": attribution_of(a) or ""}
+                      for a in sorted_anomalies(results)],
         "anomalyTotals": (results.get("stats") or {}).get("anomalies") or {},
         "kindMeaning": KIND_MEANING,
         "valid": results.get("valid") if results.get("valid") in (True, False) else "unknown",

@@ -286,3 +286,91 @@ def test_a_split_history_is_attributed_as_one_checked_in_memory(tmp_path: Path) 
     split = check_source(h.path, faults=fault_victims, partitions=3, jobs=1).to_json()
     assert split["anomalies"] == whole["anomalies"]
     assert [(a["node"], bool(a["faults"])) for a in whole["anomalies"]] == [(f"run-1/n{n}", n % 2 == 1) for n in range(6)]
+
+
+# ------------------------------------------------------------------ where it is said: JUnit, the report, pytest
+
+
+def paused_zombie(path: Path) -> Path:
+    """One stale commit of a process the nemesis paused (op 6), one of a process that stalled by itself (op 13)."""
+    h = History(path)
+    h.op(0, "claim", A, {"owner": "w0"}, 0, 1, result={"epoch": 1})
+    h.nemesis("pause", {"fault": "pause", "victims": [0]}, 10)
+    h.op(1, "claim", A, {"owner": "w1"}, 200, 201, result={"epoch": 2})
+    h.nemesis("resume", {"fault": "pause", "victims": [0]}, 250)
+    h.op(0, "commit", A, {"epoch": 1, "result": "r"}, 260, 261)  # op 6
+    h.op(2, "claim", B, {"owner": "w2"}, 300, 301, result={"epoch": 1})
+    h.op(3, "claim", B, {"owner": "w3"}, 500, 501, result={"epoch": 2})
+    h.op(2, "commit", B, {"epoch": 1, "result": "r"}, 510, 511)  # op 12
+    h.w.close()
+    return path
+
+
+PAUSED = "Fault: process 0 (op 6) was paused by `pause` 0.010–0.250 s."
+ON_ITS_OWN = "No fault touched process 2 (op 12) from the claim of its lease to the stale op: it stalled on its own."
+
+
+def test_junit_lists_each_anomaly_with_its_attribution(tmp_path: Path) -> None:
+    history = paused_zombie(tmp_path / "h.jsonl")
+    out = tmp_path / "check.xml"
+    done = subprocess.run([sys.executable, "-m", "leasecheck", "check", str(history), "--junit", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    import xml.etree.ElementTree as ET
+
+    failure = ET.parse(out).getroot().find("testsuite/testcase/failure")
+    assert failure is not None and failure.text is not None
+    lines = [line for line in failure.text.splitlines() if line.startswith("stale-commit on ")]
+    assert [line.split(": ", 1)[0] for line in lines] == [f"stale-commit on {A}, ops [3, 6]", f"stale-commit on {B}, ops [10, 12]"]
+    assert lines[0].endswith(" " + PAUSED) and lines[1].endswith(" " + ON_ITS_OWN)
+
+
+def test_the_report_shows_each_anomalys_attribution(tmp_path: Path) -> None:
+    from browser import BrowserMissing, chromium
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_html_report import read_page
+
+    history = paused_zombie(tmp_path / "h.jsonl")
+    done = subprocess.run([sys.executable, "-m", "leasecheck", "report", str(history)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = tmp_path / "h.html"
+    _, _, meta = read_page(report)
+    assert [(a["node"], a["ops"], a["attribution"]) for a in meta["anomalies"]] == [(A, [3, 6], PAUSED), (B, [10, 12], ON_ITS_OWN)]
+    try:
+        driver = chromium()
+    except BrowserMissing as e:
+        pytest.fail(f"the report's browser check needs Chromium: {e}", pytrace=False)
+    try:
+        driver.get(report.as_uri())
+        WebDriverWait(driver, 120).until(lambda d: d.execute_script("return !!window.lcReport && window.lcReport.ready === true"))
+        assert [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".anomaly .a-fault")] == [PAUSED, ON_ITS_OWN]
+        driver.find_elements(By.CSS_SELECTOR, ".anomaly")[0].click()
+        WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chain .expl.fault"))
+        assert driver.find_element(By.CSS_SELECTOR, "#chain .expl.fault").text == PAUSED
+    finally:
+        driver.quit()
+
+
+def test_the_pytest_plugin_says_whom_a_fault_hit() -> None:
+    from leasecheck.pytest_plugin import Anomaly as Shown
+    from leasecheck.pytest_plugin import LeasecheckResult, describe_run
+
+    anomaly = {"kind": "stale-commit", "node": A, "ops": [3, 6], "explanation": "op 6 was stale.", "attribution": PAUSED}
+    result = LeasecheckResult("t", 4, "invalid", None, (Shown.from_json(anomaly),), Path("run"), Path("run/report.html"),
+                              "leasecheck run", 1, {})
+    assert f"      {PAUSED}" in describe_run(result, "valid").splitlines()
+
+
+def test_the_verdict_schema_knows_the_attribution_and_refuses_a_half_one(tmp_path: Path) -> None:
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parent.parent / "histories" / "schema" / "verdict-v1.json").read_text())
+    check = jsonschema.Draft202012Validator(schema)
+    verdict = check_source(paused_zombie(tmp_path / "h.jsonl"), faults=fault_victims).to_json()
+    check.validate(verdict)
+    a = verdict["anomalies"][0]
+    for broken in ({**a, "faults": [{**a["faults"][0], "process": "zero"}]},
+                   {k: v for k, v in a.items() if k != "attribution"},
+                   {**a, "stalled_on_its_own": "no"}):
+        assert list(check.iter_errors({**verdict, "anomalies": [broken]})), broken

@@ -742,7 +742,7 @@
       }, [
         el('div', { cls: 'a-head' }, [el('span', { cls: 'a-node', text: a.node }), el('span', { cls: 'a-ops', text: 'ops ' + a.ops.join(', ') })]),
         el('div', { cls: 'a-expl', text: a.explanation })
-      ]);
+      ].concat(a.attribution ? [el('div', { cls: 'a-fault', text: a.attribution })] : []));
       S.rendered[i] = item;
       frag.appendChild(item);
     }
@@ -789,6 +789,7 @@
     chain.textContent = '';
     chain.appendChild(el('h3', null, [el('span', { cls: 'kind-tag', text: a.kind }), ' on ', el('span', { cls: 'a-node', text: a.node })]));
     chain.appendChild(el('p', { cls: 'expl', text: a.explanation }));
+    if (a.attribution) chain.appendChild(el('p', { cls: 'expl fault', text: a.attribution }));
     var nodes = {};
     a.pos.forEach(function (p) { nodes[C.node[p]] = 1; });
     var manyNodes = Object.keys(nodes).length > 1;
