@@ -53,7 +53,7 @@ def check(
     budget: float | None = DEFAULT_BUDGET,
     engine: Engine = "auto",
 ) -> Verdict:
-    """Check a history's ops (any order) and return the verdict of DESIGN.md.
+    """Check a history's ops (any order) and return the verdict of docs/contracts/verdict.md.
 
     ``engine`` (see :data:`~leasecheck.checker.findings.Engine`): with ``"auto"``
     a node that one pass proves clean (:func:`~leasecheck.checker.clean.clean_counts`)
@@ -113,7 +113,7 @@ def check_node(node: NodeHistory, found: Findings) -> None:
 
 
 def _verdict(found: Findings, by_node: dict[str, list[Op]], types: Counter[str]) -> Verdict:
-    """What was found, as DESIGN.md's verdict: anomalies by node and kind order, and the counts."""
+    """What was found, as the verdict of docs/contracts/verdict.md: anomalies by node and kind order, and the counts."""
     order_of: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
     anomalies = sorted(found.anomalies, key=lambda a: (a.node, order_of[a.kind], a.ops))
     cited: dict[int, Op] = {}

@@ -1,4 +1,4 @@
-"""The named anomaly kinds of DESIGN.md, each checked straight from its definition.
+"""The named anomaly kinds of docs/contracts/anomaly-kinds.md, each checked straight from its definition.
 
 Each check is a pure function of one node's ops that appends findings (a row of
 :mod:`leasecheck.checker.table` says which kinds it reports, and on which nodes); most are
@@ -197,7 +197,7 @@ def lost_commit_explanation(c: Op, r: Op, fenced: bool, owner: Any = None) -> st
     result) with both values, and the fields it agrees on.
 
     ``owner`` is what the lease's claim asked to be recorded (None: no claim
-    said): it never makes the anomaly (DESIGN.md compares status, epoch and
+    said): it never makes the anomaly (docs/contracts/anomaly-kinds.md compares status, epoch and
     result), but a read that shows another owner says whose lease the store
     kept, so it is named too. A field the read does not give is not compared,
     except the result of a read that shows SUCCEEDED.
@@ -238,7 +238,7 @@ def _listed(items: list[str]) -> str:
 
 
 def overlapping_fenced(n: NodeHistory, out: Findings) -> None:
-    """overlapping-lease, exactly as DESIGN.md defines it for fenced leases."""
+    """overlapping-lease, exactly as docs/contracts/anomaly-kinds.md defines it for fenced leases."""
     node, ops, header = n.node, n.ops, n.header
     window = n.surely_held_ns
     if window <= 0:
@@ -472,7 +472,7 @@ _CUT_SHORT = frozenset({"renew", "commit", "release"})
 def premature_expiry(n: NodeHistory, out: Findings) -> None:
     """premature-expiry: a renew, commit or release refused ``expired`` while its lease provably held.
 
-    DESIGN.md's definition, for the refused op R of epoch e: T is the latest
+    docs/contracts/anomaly-kinds.md's definition, for the refused op R of epoch e: T is the latest
     invoke among e's ok claim and ok renews that completed before R was
     invoked; R completed before T + ttl − clock uncertainty; no ok or info
     release of e was invoked before R completed. The store cut the lease

@@ -1,4 +1,4 @@
-"""The lease model and the protected-resource model of DESIGN.md, as pure functions.
+"""The lease model and the protected-resource model of docs/contracts/lease-model.md, as pure functions.
 
 Like a Porcupine ``Model``: a state, a step function, and nothing about the
 system under test. A state is a tuple ``(status, key, owner, result)`` where

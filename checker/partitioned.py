@@ -1,6 +1,6 @@
 """Check a big history in flat memory and on every core: split it by node, check the parts, merge the verdicts.
 
-Nodes are independent (DESIGN.md, P-compositionality): every anomaly, every
+Nodes are independent (docs/contracts/lease-model.md, P-compositionality): every anomaly, every
 count and every coverage situation belongs to one node. So the file is read
 once, every rule of the format checked, and each operation handed to one of
 ``K`` partitions by a stable hash of its node, spilled to a temporary folder

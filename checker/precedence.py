@@ -1,6 +1,6 @@
 """Real-time precedence queries: "of these ops, which completed before time t?"
 
-DESIGN.md's "A before B" is ``A.complete_time < B.invoke_time``. Most anomaly
+docs/contracts/anomaly-kinds.md's "A before B" is ``A.complete_time < B.invoke_time``. Most anomaly
 checks ask, for many ops B, for the op with the greatest epoch (or block) among
 all ops before B. Sorting by completion time once and keeping a running
 maximum answers each such question with one binary search: O(n log n) overall.
@@ -52,5 +52,5 @@ class MaxBefore:
 
 
 def before(a: Op, b: Op) -> bool:
-    """DESIGN.md: A completed (ok or fail) strictly before B was invoked."""
+    """docs/contracts/anomaly-kinds.md: A completed (ok or fail) strictly before B was invoked."""
     return a.complete_time is not None and a.complete_time < b.invoke_time

@@ -1,4 +1,4 @@
-"""What the checker says: the verdict JSON of DESIGN.md, as dataclasses.
+"""What the checker says: the verdict JSON of docs/contracts/verdict.md, as dataclasses.
 
 The anomaly kinds it may name are declared in :mod:`leasecheck.histories.vocabulary`.
 """
@@ -21,7 +21,7 @@ class Anomaly:
 
     When the history's faults are known, also whether a fault hit the processes
     that prove it (``faults``, ``attribution``): extra keys of the JSON, after the
-    four of DESIGN.md's verdict.
+    four of docs/contracts/verdict.md's verdict.
     """
 
     kind: str
@@ -77,7 +77,7 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        """0 valid, 1 anomalies found, 2 unknown (DESIGN.md exit codes)."""
+        """0 valid, 1 anomalies found, 2 unknown (docs/contracts/exit-codes.md)."""
         if self.valid is True:
             return 0
         if self.valid is False:

@@ -7,7 +7,7 @@ format, and nothing else: it knows no checker, no backend and no fault. Its
 :mod:`~leasecheck.histories.vocabulary` declares the words everyone shares (op
 names, fail reasons, statuses, anomaly kinds).
 
-See ``shared/DESIGN.md`` ("History format v1") for the normative rules.
+See ``docs/contracts/history-format.md`` for the normative rules (and ``FORMAT.md`` here).
 """
 
 from leasecheck.histories.format import FORMAT_NAME, FORMAT_VERSION, NEMESIS, Event, Header, Op, make_op, named_epoch

@@ -7,7 +7,7 @@ reader validates them, the checker and the reports read them. Each is declared
 here, once, as a ``Literal`` type (so mypy catches a misspelt reason in a backend
 or a misspelt kind in a broken variant's ``expected``) with the runtime set
 derived from it. It lives in ``histories`` because everyone may import
-``histories`` (DESIGN.md "Layout") and nobody else is imported by all.
+``histories`` (docs/layout.md) and nobody else is imported by all.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Final, Literal, get_args
 
 # ------------------------------------------------------------------ operations
 
-#: client operations (DESIGN.md, the table of ``f``)
+#: client operations (docs/contracts/history-format.md, the table of ``f``)
 OpName = Literal["claim", "renew", "effect", "commit", "release", "read"]
 CLIENT_FUNCTIONS: frozenset[str] = frozenset(get_args(OpName))
 #: client operations whose invoke value carries the lease's epoch (or an unfenced token)
@@ -47,7 +47,7 @@ READ_STATUSES: frozenset[str] = frozenset(get_args(Status))
 
 # --------------------------------------------------------------- anomaly kinds
 #
-# The class of a kind is the Literal it is declared in (DESIGN.md, "non-linearizable"):
+# The class of a kind is the Literal it is declared in (docs/contracts/anomaly-kinds.md, "non-linearizable"):
 # a proof kind is by itself proof that the node has no linearization, so a node
 # with one is not also reported non-linearizable; a timing kind breaks a time
 # bound the lease model does not see, so it never explains non-linearizable.

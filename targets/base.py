@@ -2,7 +2,7 @@
 
 One small class per backend, one instance per worker process (so a pause or a
 clock skew hits one worker's client alone). Each operation either returns its
-outcome, ``ok`` or a definite refusal with one of DESIGN.md's reasons, or
+outcome, ``ok`` or a definite refusal with one of the fail reasons of docs/contracts/history-format.md, or
 raises one of two exceptions:
 
 * :class:`Unavailable`: the operation was *definitely not applied* (the store
@@ -37,7 +37,7 @@ class Indeterminate(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """A definite "no" from the store, with DESIGN.md's reason.
+    """A definite "no" from the store, with a fail reason of docs/contracts/history-format.md.
 
     ``unavailable`` is not a refusal: the store was not reached, and the adapter
     raises :class:`Unavailable` instead.

@@ -1,4 +1,4 @@
-"""Backends in any language: one child process per client, speaking JSON Lines (DESIGN.md "Language-neutral targets").
+"""Backends in any language: one child process per client, speaking JSON Lines (docs/contracts/exec-protocol.md).
 
 ``--target exec:COMMAND`` makes every worker start ``COMMAND`` (split like a
 shell command, run in the current directory) with ``LEASECHECK_URL`` (the run's
@@ -32,7 +32,7 @@ to a temporary file when no folder is known; every message names it.
 What the class declares before any child runs, and what the hello settles:
 ``name`` is ``"exec"``; ``store`` is what ``--exec-store`` asks leasecheck to
 start (:meth:`ExecTarget.with_store`), ``None`` by default (the child talks to
-whatever ``--url`` names, or to nothing); ``fenced`` is True, as in DESIGN's
+whatever ``--url`` names, or to nothing); ``fenced`` is True, as in the contract's
 example hello, but is only a default: each instance's :attr:`ExecTarget.hello`
 holds what its child said. The checker reads fencing from the history itself
 (``epoch: null`` on a claim), and the runner takes ``effect_fence`` from the

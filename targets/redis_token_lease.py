@@ -27,7 +27,7 @@ Unlike the fenced reference, an expired lease cannot be released either: every
 operation on a lease needs it unexpired.
 
 Reads return the status, the owner (unless READY), the result and the token of
-the latest lease, never an epoch (``"epoch": null``, as DESIGN.md says an
+the latest lease, never an epoch (``"epoch": null``, as docs/contracts/history-format.md says an
 unfenced backend reports).
 
 The rules are class attributes (``CLAIM_GUARD``, ``HELD``, ``RELEASE_GUARD``,

@@ -9,7 +9,7 @@ call the library (:meth:`LockLease.acquire`, :meth:`LockLease.extend`,
 :meth:`LockLease.unlock`, :meth:`LockLease.holds`) and the store the job's
 record lives in (a :class:`Records`).
 
-Two ways of using a lock, as DESIGN.md describes them:
+Two ways of using a lock (fenced and unfenced, as docs/contracts/history-format.md tells them apart):
 
 * **unfenced** (``fenced = False``, the way most READMEs show it): the lease is
   named by the lock's own token, and the record and the protected resource are
@@ -63,7 +63,7 @@ class Records(Protocol):
     ``fence``) only if the record's fence is not larger, else nothing is
     written and it returns False. ``append_effect`` is the same for one entry
     of the node's resource, guarded by the same fence (a claim lifts it, as
-    DESIGN.md's ``effect_fence: "lease"`` says); ``effects`` reads the entries
+    docs/contracts/anomaly-kinds.md's ``effect_fence: "lease"`` says); ``effects`` reads the entries
     back, oldest first, as ``{"token", "payload", "fence"}`` (for tests and
     post-mortems).
     """

@@ -158,7 +158,7 @@ class SqlRecords(Records):
     fenced write is one statement whose ``WHERE`` compares the row's fence: it
     applies (and raises the fence) only if no larger fence wrote before, so a
     zombie's late write is refused by the database itself. An effect is
-    guarded by the node row's fence too (a claim's write lifts it: DESIGN.md's
+    guarded by the node row's fence too (a claim's write lifts it: docs/contracts/anomaly-kinds.md's
     ``effect_fence: "lease"``), in the same statement that logs it.
     """
 

@@ -11,7 +11,7 @@ trust the lock, as the libraries' READMEs do. A fenced write is ONE Lua script
 (Redis runs a script atomically): applied only if the record's stored fence is
 not above the write's, raising it; an effect is guarded by the same fence,
 so a claim's write to the record fences off every older holder's effects
-(DESIGN.md's ``effect_fence: "lease"``).
+(docs/contracts/anomaly-kinds.md's ``effect_fence: "lease"``).
 
 Every adapter takes its own key ``prefix``, so two adapters on one server
 never read each other's nodes. :func:`redis_client` and :func:`mapped_errors`
