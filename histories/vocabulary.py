@@ -84,7 +84,7 @@ STALE_KINDS: Mapping[str, AnomalyKind] = {
 #
 # The dangerous interleavings of the protocol a run should have reached, each
 # defined on the history alone (:mod:`leasecheck.checker.coverage` counts them;
-# README "Coverage" tells them apart). A *zombie* op belongs to a lease that a
+# docs/coverage.md tells them apart). A *zombie* op belongs to a lease that a
 # newer lease of its node has replaced; its phase is where the new holder was.
 # The workload reaches the first ones by itself; the last two need a fault.
 # The order of declaration is the order reports list them in.

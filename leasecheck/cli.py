@@ -1,6 +1,6 @@
 """The ``leasecheck`` command line.
 
-Exit codes are a contract (DESIGN.md): 0 valid, 1 anomalies found, 2 unknown,
+Exit codes are a contract (docs/contracts/exit-codes.md): 0 valid, 1 anomalies found, 2 unknown,
 3 bad input or usage error, 4 the environment failed or leasecheck crashed.
 click's own usage errors exit 2, which would read as "unknown", so the group's
 ``main`` maps them to 3, and every other exception to 4 with one line.
@@ -147,7 +147,7 @@ def _crash(e: BaseException) -> int:
 
 
 class ExitCodeGroup(click.Group):
-    """The one place that turns every way a command can end into DESIGN.md's exit codes.
+    """The one place that turns every way a command can end into the exit codes of docs/contracts/exit-codes.md.
 
     click's usage errors exit 2, which would read as "unknown": here they exit 3
     with one line. Any other exception is a crash of leasecheck or of its
@@ -203,7 +203,7 @@ def main() -> None:
     "--engine", type=click.Choice(["auto", "search"]), default="auto", show_default=True,
     help="'auto' decides from the epoch order and searches only where it must; 'search' always runs the WGL search.",
 )
-@click.option("--coverage", "coverage_counts", is_flag=True, help="Also print how often the history reached each situation (README \"Coverage\").")
+@click.option("--coverage", "coverage_counts", is_flag=True, help="Also print how often the history reached each situation (docs/coverage.md).")
 @click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
               help="Also write JUnit XML to FILE: one test case per history (anomalies a failure, unknown or bad input an error).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
@@ -341,7 +341,7 @@ def _faults(nemesis: str) -> tuple[str, ...]:
 @click.option("--store-skew", "store_skew_ms", type=Finite(min=0), default=None, help="Most the clock-store fault skews the store's clock, ms (default ttl/4; recorded as 2x in the uncertainty).")
 @click.option("--env", "environment", type=click.Choice(["local", "docker"]), default="local", show_default=True, help="Run Postgres / Redis as local processes or as Docker containers.")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the summary.")
-@click.option("--coverage", "coverage_counts", is_flag=True, help="End the summary with how often the run reached each situation (README \"Coverage\").")
+@click.option("--coverage", "coverage_counts", is_flag=True, help="End the summary with how often the run reached each situation (docs/coverage.md).")
 @click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
               help="Also write the verdict as JUnit XML to FILE (anomalies a failure; unknown, interrupted or a failed environment an error).")
 def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_interval: float, time_limit: float, evidence_wait_s: float, concurrency: int,
@@ -398,7 +398,7 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
     if as_json:
         sys.stdout.write((result.run_dir / "results.json").read_text())
     else:
-        print_run(out, result, coverage_counts)  # with the run verdict's reason (DESIGN.md "Run verdict") and the coverage
+        print_run(out, result, coverage_counts)  # with the run verdict's reason (docs/contracts/run-verdict.md) and the coverage
         if result.interrupted:
             click.echo(f"interrupted by {result.interrupted} (seed {result.seed}): exit {result.exit_code}")
     sys.exit(result.exit_code)
@@ -422,7 +422,7 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
 
     Runs each fault of the library's plan with each seed, one run each, and
     prints the verdict, the anomaly kinds, the time to the first anomaly and
-    the ops that prove it. Exit code: DESIGN.md's, for the worst run (1 if any
+    the ops that prove it. Exit code: docs/contracts/exit-codes.md's, for the worst run (1 if any
     run found anomalies); with --as-published, 0 iff every run is as published.
     """
     from leasecheck.audit import MARKDOWN_HEADER, AuditResult, audits, run_audit, select
@@ -582,7 +582,7 @@ def _recover(run_dir: Path) -> None:
 
 
 @main.command()
-@click.option("--markdown", is_flag=True, help="Print a Markdown table with what each fault needs (the README's).")
+@click.option("--markdown", is_flag=True, help="Print a Markdown table with what each fault needs (docs/faults.md's).")
 def nemeses(markdown: bool) -> None:
     """List the faults `leasecheck run --nemesis` knows, one line each (the fault catalogue)."""
     from leasecheck.nemesis.catalogue import CATALOGUE, Need

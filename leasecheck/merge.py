@@ -1,7 +1,7 @@
 """The harness's merge of stamped event streams into one history, in time order.
 
 Each worker stamps its own events with CLOCK_MONOTONIC (one clock for every
-process on the host, DESIGN.md "Timestamps"): the invoke before it talks to the
+process on the host, docs/background.md "Timestamps"): the invoke before it talks to the
 store, the completion after the reply, so the recorded interval contains the
 real one with no round trip to the harness. The streams reach the harness out
 of step with each other, so the merge holds events back until no stream can

@@ -84,7 +84,7 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        """DESIGN.md's: 1 when anomalies are proven; else 128 + the signal if interrupted; else the verdict's."""
+        """docs/contracts/exit-codes.md's: 1 when anomalies are proven; else 128 + the signal if interrupted; else the verdict's."""
         if self.verdict.valid is False:
             return 1
         if self.interrupted is not None:

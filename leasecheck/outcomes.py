@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from leasecheck.histories.vocabulary import KINDS
 
-#: the verdicts a run can expect (DESIGN.md's three)
+#: the verdicts a run can expect (docs/contracts/verdict.md's three)
 EXPECTABLE = ("valid", "invalid", "unknown")
 #: the file a matrix writes into each run folder: what the cell expected, for ``summary`` to compare with later
 EXPECTED_FILE = "expected.json"
@@ -26,7 +26,7 @@ RESULTS_FILE = "results.json"
 TEST_FILE = "test.json"
 REPORT_FILE = "report.html"
 
-#: exit codes (DESIGN.md)
+#: exit codes (docs/contracts/exit-codes.md)
 EXIT_OK, EXIT_MISMATCH, EXIT_UNKNOWN, EXIT_BAD_INPUT, EXIT_ENVIRONMENT = 0, 1, 2, 3, 4
 #: which non-matching row decides the exit code: a run that could not test beats a usage error, which beats a
 #: proven mismatch, which beats "only unknowns" (the same order as ``leasecheck audit``)

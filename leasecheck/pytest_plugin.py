@@ -91,7 +91,7 @@ class LeasecheckError(Exception):
 
 @dataclass(frozen=True)
 class Anomaly:
-    """One anomaly of a run's verdict (DESIGN.md "Verdict"): what, on which node, proven by which ops."""
+    """One anomaly of a run's verdict (docs/contracts/verdict.md): what, on which node, proven by which ops."""
 
     kind: str
     node: str | None

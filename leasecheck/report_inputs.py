@@ -26,7 +26,7 @@ from leasecheck.workload import Workload
 
 HISTORY, RESULTS, TEST = "history.jsonl", "results.json", "test.json"
 
-#: one line per anomaly kind, for the report's group headings (README, "Anomaly kinds")
+#: one line per anomaly kind, for the report's group headings (docs/anomalies.md)
 KIND_MEANING: dict[str, str] = {
     "duplicate-epoch": "two claims were granted the same epoch",
     "epoch-regression": "a claim was granted an epoch not above one already observed",

@@ -1,4 +1,4 @@
-"""The run verdict (DESIGN.md "Run verdict"): did the run test anything at all?
+"""The run verdict (docs/contracts/run-verdict.md): did the run test anything at all?
 
 The checker says whether a history is consistent; an empty history is
 consistent, so a run that never claimed, never contended or never suffered the

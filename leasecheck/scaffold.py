@@ -34,8 +34,8 @@ DUTIES: dict[str, str] = {
 
 ADAPTER = Template('''"""$title: a leasecheck adapter (written by `leasecheck new-target $name`).
 
-Fill in each method (the protocol: leasecheck.targets.base.Target; DESIGN.md,
-"Target (backend) protocol"), then run the test beside this file:
+Fill in each method (the protocol: leasecheck.targets.base.Target; leasecheck's
+docs/contracts/target-protocol.md), then run the test beside this file:
 
     python -m pytest -q test_$module.py
 

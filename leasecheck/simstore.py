@@ -4,7 +4,7 @@ The property tests (``tests/sim.py``) and the benchmarks (``bench/gen.py``) both
 histories whose verdict is known without a checker. Both get them from a
 discrete-event simulation whose store is this one class: every operation takes
 effect at one linearization point strictly inside its (invoke, completion), and
-``SimStore.apply`` answers it there exactly as the lease model of DESIGN.md allows,
+``SimStore.apply`` answers it there exactly as the lease model of docs/contracts/lease-model.md allows,
 plus the time rules of a real store (a lease ends ttl after its last claim or renew,
 misjudged by at most the clock uncertainty). One store for both means a fix to the
 ground truth reaches the tests and the benchmarks at once.

@@ -195,7 +195,7 @@ def _value_of(out: Any) -> tuple[str, dict[str, Any]]:
 
 
 class Client:
-    """Runs one backend op with its recording, and maps the outcome to DESIGN.md's types."""
+    """Runs one backend op with its recording, and maps the outcome to the types of docs/contracts/history-format.md."""
 
     def __init__(self, hub: Hub, spec: TargetSpec, owner: str) -> None:
         self.hub = hub

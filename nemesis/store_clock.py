@@ -88,7 +88,7 @@ def required_uncertainty_ms(max_server_skew_ms: float) -> float:
 
     An interval of harness time begins under one offset and may end under
     another; with offsets anywhere in [−s, +s] the store can misjudge its length
-    by up to 2s (DESIGN.md, history header). Only the *store's* clock counts:
+    by up to 2s (docs/contracts/history-format.md, the header). Only the *store's* clock counts:
     worker-clock skew (:mod:`leasecheck.nemesis.clock`) does not raise
     it, because the reference backends judge expiry by the store's clock, and
     a backend that trusts the worker's clock instead is exactly what the

@@ -1,6 +1,6 @@
 """A minimal client of Toxiproxy's HTTP API: one per server, any number per process.
 
-Why not ``toxiproxy-python`` (DESIGN.md suggests it; 0.1.1 was evaluated):
+Why not ``toxiproxy-python`` (the design suggests it, docs/extending.md; 0.1.1 was evaluated):
 it keeps the API address in a class attribute (``APIConsumer.host/port``), so
 one process can drive only one Toxiproxy server; it calls ``requests`` with no
 timeout, so a hung API would hang the nemesis, and heal-all with it; it

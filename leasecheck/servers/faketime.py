@@ -36,7 +36,7 @@ Redis (Debian's redis-server 7.0, linked against the system jemalloc): under
 libfaketime alone it never gets to serve. It prints "libfaketime: Unexpected
 recursive calls to clock_gettime() without proper initialization" / "Cannot
 recover from unexpected recursive calls to clock_gettime()" and then hangs on a
-futex (DESIGN.md reported it as an abort; what we see is this deadlock). A
+futex (docs/background.md says it hangs in libfaketime's start-up: this deadlock). A
 backtrace shows why: libfaketime's lazy initialisation ``dlsym``\\ s
 ``__ftime``, which glibc 2.36 no longer has; the failed lookup formats its
 error message with ``malloc``, which is jemalloc, whose own first-time
