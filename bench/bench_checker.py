@@ -1,6 +1,6 @@
 """How fast leasecheck checks a million-operation valid history, and how it scales.
 
-The target (DESIGN.md: the search must be the fallback, not the rule) is a
+The target (docs/background.md: the search must be the fallback, not the rule) is a
 1,000,000-op history of 16 workers over 100 nodes per run checked in at most
 10 s of wall time on this 2-core machine, parsing included. The history comes
 from ``bench.gen`` (a correct store, so the verdict must be ``valid``: anything

@@ -7,7 +7,7 @@ delivery exposes it), with several seeds, at two settings side by side:
 * ``defaults``: exactly what ``leasecheck run --target VARIANT`` gives a user
   (5 workers, ttl 1000 ms, a fault every ~5 s, 20 nodes per run, 30 s);
 * ``fast``: a fault every second, ttl 300 ms, 10 nodes per run (more takeovers
-  per second: what the README's table used to be measured with).
+  per second: what an older table of docs/detection-matrix.md was measured with).
 
 Per variant it prints the runs that caught it (invalid with one of its
 documented kinds) and the median seconds from the start of the history to the

@@ -2,7 +2,7 @@
 
 Porcupine (Go; WGL search with P-compositionality and a state cache) is the
 reference linearizability checker; ``bench/porcupine/`` checks a v1 history
-with it under DESIGN.md's lease model, partitioned per node, with the protected
+with it under docs/contracts/lease-model.md's lease model, partitioned per node, with the protected
 resource under the header's ``effect_fence`` rule as leasecheck judges it (the
 generator's store lifts the fence at every claim: ``"lease"``). Both tools get the
 same generated file and run as subprocesses with a deadline and an

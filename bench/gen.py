@@ -7,7 +7,7 @@ and commit or release, in integer nanoseconds. Every operation has a store-side
 linearization point strictly inside ``(invoke time, completion time)`` and its
 outcome is what the correct store (``leasecheck.simstore.SimStore``, the property
 tests' store too) answers at that point, so the history is
-linearizable under the lease model of DESIGN.md and has none of its anomaly
+linearizable under the lease model of docs/contracts/lease-model.md and has none of the anomaly
 kinds, including the time-based ones:
 
 * a claim is granted only once the previous lease expired at the store, and the

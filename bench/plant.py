@@ -18,7 +18,7 @@ one-node history, a node of a real-shaped one; never a SUCCEEDED node where the
 planted ops claim it, so that nothing but the planted kind is wrong with it),
 else a fresh node: a
 ``stuck-lease`` cannot be proved on a node with an ``info`` claim or renew
-(DESIGN.md: it may take effect at any later time), so on a hot node with
+(docs/contracts/anomaly-kinds.md: it may take effect at any later time), so on a hot node with
 crashed ops it goes to a node of its own.
 
 Usage: python -m bench.plant --kind stale-commit HISTORY -o OUT [--seed 1]
@@ -41,7 +41,7 @@ import msgspec
 from leasecheck.histories import vocabulary
 from leasecheck.simstore import MS
 
-#: every anomaly kind of DESIGN.md (a planter makes each on a fenced node)
+#: every anomaly kind of docs/contracts/anomaly-kinds.md (a planter makes each on a fenced node)
 KINDS: tuple[str, ...] = vocabulary.KINDS
 
 #: the kinds that are time bounds, not linearizability violations: the lease

@@ -18,7 +18,7 @@ that a change there does not silently change the bytes of a cached history),
 against ``leasecheck.simstore.SimStore``, in the discrete-event frame of
 ``bench.gen``: every op is linearized strictly inside its interval and answered
 as the correct store answers there, so the history is valid by construction
-(no anomaly kind of DESIGN.md, the time-based ones included: see ``bench.gen``).
+(no anomaly kind of docs/contracts/anomaly-kinds.md, the time-based ones included: see ``bench.gen``).
 A worker's script is a generator that yields the op it invokes next (and gets
 its completion back) or how long it sleeps, so it reads like the real worker.
 """

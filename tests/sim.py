@@ -11,7 +11,7 @@ a time, claim nodes, renew, write effects to the protected resource, commit,
 release and read. Every operation takes effect at one linearization point strictly
 inside (invoke, completion), where the store (``leasecheck.simstore.SimStore``,
 the one the benchmarks' generator uses too) applies it exactly like the lease
-model of DESIGN.md, plus the time rules of a real store (a lease expires ttl after
+model of docs/contracts/lease-model.md, plus the time rules of a real store (a lease expires ttl after
 its last claim or renew, give or take the clock uncertainty). Crashed operations
 (``info`` completion, or no completion at all) were applied or not, at random,
 possibly after the crash was recorded; the worker then restarts under a new
@@ -851,7 +851,7 @@ def plant_unfenced_stale_effect(lines: Iterable[str], rng: random.Random | None 
     return _plant_unfenced_stale("effect", lines, rng)
 
 
-#: one planting function per anomaly kind of DESIGN.md (fenced histories)
+#: one planting function per anomaly kind of docs/contracts/anomaly-kinds.md (fenced histories)
 PLANTERS: dict[str, Callable[..., tuple[list[str], int]]] = {
     "duplicate-epoch": plant_duplicate_epoch,
     "epoch-regression": plant_epoch_regression,

@@ -163,7 +163,7 @@ def test_a_zombie_paused_by_the_nemesis_is_its_victim_and_one_that_stalled_by_it
     assert a["attribution"] == "Fault: process 0 (op 17) was paused by `pause` 0.010–0.300 s."
     assert b["faults"] == [] and b["stalled_on_its_own"] is True
     assert b["attribution"] == "No fault touched process 2 (op 19) from the claim of its lease to the stale op: it stalled on its own."
-    # the four keys of DESIGN.md's verdict are as they were, first
+    # the four keys of docs/contracts/verdict.md's verdict are as they were, first
     assert list(a)[:4] == ["kind", "node", "ops", "explanation"]
 
 

@@ -4,7 +4,7 @@ Valid histories of the simulated store (tests/sim.py) are mutated at random, at
 the byte level (flips, insertions, deletions, truncation) and at the JSON level
 (keys deleted or retyped, lines swapped, duplicated or dropped, index / time /
 process / type / f / node / values changed, header removed or broken), and fed
-to the real CLI in-process. The contract (DESIGN.md):
+to the real CLI in-process. The contract (docs/contracts/exit-codes.md):
 
 * exit 3 with exactly one line on stderr, ``FILE:LINE: message`` naming the
   (1-based; the header is line 1) line that breaks format v1, or ``FILE: message``

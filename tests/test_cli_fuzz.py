@@ -1,6 +1,6 @@
 """The CLI under random options and random bad paths: an exit code of the contract, never a traceback.
 
-DESIGN.md's exit codes are what a CI gate acts on: 0 valid, 1 anomalies, 2
+docs/contracts/exit-codes.md's exit codes are what a CI gate acts on: 0 valid, 1 anomalies, 2
 unknown, 3 bad input or usage, 4 the environment failed or leasecheck crashed.
 Whatever a user (or an empty CI variable) types, every command must end in one
 of them, saying why in a line, and never with a bare traceback. Most examples run

@@ -1,7 +1,7 @@
 """The hand-written example corpus (``histories/examples``) against the checker.
 
 Every ``*.jsonl`` in the folder is listed in ``expected.json`` with the verdict
-worked out by hand from DESIGN.md (kinds, and the ops each anomaly must cite by
+worked out by hand from docs/contracts/anomaly-kinds.md (kinds, and the ops each anomaly must cite by
 the invoke index, following the citation convention of the corpus), or with
 ``"valid": "bad-input"`` and the line the reader must name. The test checks the
 library entry point (``check_source``) on every file, and the real CLI on a few,
@@ -87,7 +87,7 @@ def _invoke_indices(path: Path) -> set[int]:
 
 
 def _assert_bad_input_message(message: str, name: str, line: int) -> None:
-    """DESIGN.md: the reader names the line; the report reads "path:LINE: message"."""
+    """docs/contracts/history-format.md: the reader names the line; the report reads "path:LINE: message"."""
     assert re.search(rf"(^|[/\\]){re.escape(name)}:{line}: \S", message), message
 
 

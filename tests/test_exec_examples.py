@@ -1,7 +1,7 @@
 """The example exec targets under examples/exec-targets/, in Go and in Node.js.
 
-First each child is driven directly over its stdin/stdout, the way DESIGN.md's
-"Language-neutral targets" section says leasecheck talks to it: the hello line,
+First each child is driven directly over its stdin/stdout, the way
+docs/contracts/exec-protocol.md says leasecheck talks to it: the hello line,
 then one request at a time, asserting on every answer. Then end to end through
 ``leasecheck run --target exec:COMMAND``: the fenced Go lease must come out
 valid under worker pauses and kills (and partitions), and the Node lease that

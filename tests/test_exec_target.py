@@ -1,4 +1,4 @@
-"""``--target exec:COMMAND``: the harness side of DESIGN.md's "Language-neutral targets".
+"""``--target exec:COMMAND``: the harness side of docs/contracts/exec-protocol.md.
 
 The children here are small Python programs written into the test's folder. The
 correct one is a real backend: the project's SQLite reference

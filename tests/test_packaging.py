@@ -1,7 +1,7 @@
 """The wheel installs one import name, ``leasecheck``, and everything under it.
 
 The folders ``checker/``, ``histories/``, ``nemesis/`` and ``targets/`` sit at the top of
-the repository but must install as ``leasecheck.checker``, ... (DESIGN.md, "Layout"): a
+the repository but must install as ``leasecheck.checker``, ... (docs/layout.md): a
 user's own ``targets.py`` or a PyPI ``checker`` must never shadow ours or be shadowed.
 An editable install cannot show that (its import hook maps names whatever the wheel
 holds), so this builds the real wheel from a copy of the tree, installs it into a

@@ -2,7 +2,7 @@
 
 * no false positives: every history of the correct store is valid;
 * every planted anomaly is found, under its kind, citing the planted op, and every
-  cited witness really satisfies the DESIGN.md definition of its kind;
+  cited witness really satisfies the docs/contracts/anomaly-kinds.md definition of its kind;
 * the fast epoch-order construction and the WGL search agree, per node and on
   the whole verdict;
 * counterexamples render readably.
@@ -35,7 +35,7 @@ from leasecheck.histories import Header, Op, read_history
 from leasecheck.histories.format import EffectFence
 
 #: kinds that by themselves mean the node has no linearization under the lease model;
-#: spelled out here on purpose (DESIGN.md read independently of the checker's table),
+#: spelled out here on purpose (docs/contracts/anomaly-kinds.md read independently of the checker's table),
 #: so that a wrong table in the checker fails these tests instead of agreeing with them
 LINEARIZABILITY_KINDS = {
     "duplicate-epoch",
@@ -52,11 +52,11 @@ SEARCH_MAX_OPS = 45
 
 
 # --------------------------------------------------------------------------------------
-# an independent reading of DESIGN.md's anomaly definitions, for cited ops
+# an independent reading of docs/contracts/anomaly-kinds.md's definitions, for cited ops
 
 
 def _before(a: Op, b: Op) -> bool:
-    """DESIGN.md: A completed (ok or fail) at a time strictly less than B's invoke."""
+    """docs/contracts/anomaly-kinds.md: A completed (ok or fail) at a time strictly less than B's invoke."""
     return a.type in ("ok", "fail") and a.complete_time is not None and a.complete_time < b.invoke_time
 
 
@@ -75,7 +75,7 @@ def _lease_id(op: Op) -> Any:
 
 
 def verify_citation(anomaly: Any, header: Header, ops: list[Op]) -> None:
-    """Assert that the ops an anomaly cites prove it, per DESIGN.md's definition."""
+    """Assert that the ops an anomaly cites prove it, per docs/contracts/anomaly-kinds.md's definition."""
     by_index = {op.index: op for op in ops}
     kind, node = anomaly.kind, anomaly.node
     node_ops = [op for op in ops if op.node == node]
@@ -114,7 +114,7 @@ def verify_citation(anomaly: Any, header: Header, ops: list[Op]) -> None:
         if v.epoch is None:
             _verify_unfenced_stale(v, witnesses, node_ops)
         elif header.effect_fence == "lease":
-            # DESIGN.md: exactly like stale-commit (a claim lifted the resource's fence)
+            # docs/contracts/anomaly-kinds.md: exactly like stale-commit (a claim lifted the resource's fence)
             assert any(_before(w, v) and _observed(w) is not None and _observed(w) > v.epoch for w in witnesses), (
                 f"no cited op before {v.index} observed an epoch > {v.epoch}"
             )

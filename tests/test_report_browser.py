@@ -12,7 +12,7 @@ the report paints is measured by ``bench/bench_report.py``.
 
 Each test keeps a screenshot in its tmp dir; with ``LEASECHECK_SCREENSHOT_DIR``
 set, a copy goes there too (that is how ``docs/report-caught-bug.png``, the
-README's picture, is made).
+picture of docs/report.md, is made).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def run_folder(where: Path, *args: str, expect: int) -> Path:
     """``leasecheck run ARGS --store store`` in ``where``; the run folder it left (which must hold its report).
 
     The store is named relatively, as a user would, so the replay command the report shows
-    (and the README's screenshot) reads ``--store store``, not a temporary path."""
+    (and the screenshot of docs/report.md) reads ``--store store``, not a temporary path."""
     leasecheck("run", *args, "--store", "store", cwd=where, expect=expect)
     run_dir = (where / "store" / "latest").resolve()
     assert (run_dir / "results.json").is_file(), f"no results.json in {run_dir}"

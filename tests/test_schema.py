@@ -45,8 +45,8 @@ VERDICT_SCHEMA = json.loads((HISTORIES / "schema" / "verdict-v1.json").read_text
 EXPECTED: dict[str, dict[str, Any]] = json.loads((EXAMPLES / "expected.json").read_text())
 BAD_INPUT = "bad-input"
 
-#: anomaly kinds DESIGN.md defines that this checker does not report yet (FORMAT.md says "reserved"):
-#: none since premature-expiry is reported; a kind DESIGN.md adds goes here until it is checked
+#: anomaly kinds docs/contracts/anomaly-kinds.md defines that this checker does not report yet (FORMAT.md says "reserved"):
+#: none since premature-expiry is reported; a kind the contract adds goes here until it is checked
 RESERVED_KINDS: set[str] = set()
 
 V = jsonschema.Draft202012Validator

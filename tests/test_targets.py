@@ -148,7 +148,7 @@ ADAPTER = textwrap.dedent(
         name = "acme"
 
     class AcmeOwnStore(SqliteLease):
-        """A backend that brings its own store (the README's template)."""
+        """A backend that brings its own store (docs/backends.md's template)."""
         name, store = "acme-own", None
     '''
 )

@@ -1,6 +1,6 @@
 // Command porcupine-lease checks a leasecheck history (format v1, JSON Lines)
 // with Porcupine, the Go linearizability checker, under the lease model of
-// shared/DESIGN.md. It is the peer that bench/bench_porcupine.py measures
+// docs/contracts/lease-model.md. It is the peer that bench/bench_porcupine.py measures
 // leasecheck against, so it reads the very same file and prints one JSON line:
 //
 //	{"result": "ok|illegal|unknown", "seconds": 1.23, "parse_seconds": 0.9, "ops": 1000, "partitions": 40}

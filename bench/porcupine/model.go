@@ -7,7 +7,7 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// The lease model of shared/DESIGN.md ("Lease model"), as a Porcupine model.
+// The lease model of docs/contracts/lease-model.md, as a Porcupine model.
 //
 // Each node is one object with state (status, epoch, owner, result). Its
 // protected resource is a fenced register that accepts an effect iff the

@@ -8,7 +8,7 @@
 // by the server's clock (TIME), and the protected resource has a per-node
 // fence that claims and accepted effects raise.
 //
-// Errors follow DESIGN.md: a store that cannot be reached before anything is
+// Errors follow docs/contracts/exec-protocol.md: a store that cannot be reached before anything is
 // sent answers "unavailable" (definitely not applied); a timeout or a lost
 // connection after sending answers "indeterminate". Client retries are off:
 // retrying an operation whose outcome is unknown could turn a granted claim

@@ -11,7 +11,7 @@
 // the anomalies leasecheck finds.
 //
 // Protocol: JSON Lines on stdin/stdout, a hello line, then one answer per
-// request, one request at a time (DESIGN.md, "Language-neutral targets").
+// request, one request at a time (docs/contracts/exec-protocol.md).
 // The store is reached with the small RESP client below over `net`: no npm
 // packages. Errors: Redis not reachable before sending -> "unavailable";
 // a timeout or a lost connection after sending -> "indeterminate".
