@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from leasecheck.histories import HistoryWriter
-from leasecheck.hub import Recorder
+from leasecheck.hub import Recorder, node_name
 from leasecheck.targets.base import NodeState
 from leasecheck.targets.registry import TargetSpec
 
 
-def node_names(runs: int, nodes: int) -> list[str]:
-    """Every node the queue can have delivered: ``run-R/node-I`` for each run so far."""
-    return [f"run-{r}/node-{i}" for r in range(1, runs + 1) for i in range(nodes)]
+def node_names(run_id: str, runs: int, nodes: int) -> list[str]:
+    """Every node the queue can have delivered: ``RUNID/run-R/node-I`` for each run so far."""
+    return [node_name(run_id, r, i) for r in range(1, runs + 1) for i in range(nodes)]
 
 
 def read_every_node(

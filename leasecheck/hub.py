@@ -15,6 +15,7 @@ recorded ``info`` and their process number retired).
 from __future__ import annotations
 
 import random
+import secrets
 import selectors
 import threading
 import time
@@ -44,8 +45,25 @@ RACING_SHARE = 0.5
 ASKS = frozenset({"next", "await", "renumber"})
 
 
+def new_run_id() -> str:
+    """A name for one run, unique among every run that ever shares its store (48 random bits).
+
+    Why: a team points run after run (seeds, matrix cells, CI jobs) at one
+    database with ``--url``. With the same node names every time, a second run
+    read the first one's SUCCEEDED rows as its own and a correct lease was
+    reported non-linearizable. Not from ``--seed``: the same seed run twice on
+    one store must not collide either, and the name decides nothing the run does.
+    """
+    return secrets.token_hex(6)
+
+
+def node_name(run_id: str, run: int, index: int) -> str:
+    """The queue's name for node ``index`` of workflow run ``run``: ``RUNID/run-N/node-I``."""
+    return f"{run_id}/run-{run}/node-{index}" if run_id else f"run-{run}/node-{index}"
+
+
 class Deliveries:
-    """An at-least-once queue of nodes, produced in runs (``run-N/node-I``).
+    """An at-least-once queue of nodes, produced in runs (``RUNID/run-N/node-I``: see :func:`node_name`).
 
     Each delivery may be duplicated (``dup_rate``); a node not acknowledged as
     done within ``visibility_s`` is delivered again, as SQS or a Redis stream
@@ -59,8 +77,9 @@ class Deliveries:
     """
 
     def __init__(self, rng: random.Random, nodes_per_run: int, dup_rate: float, visibility_s: float,
-                 add_nodes: Callable[[list[str]], None]) -> None:
+                 add_nodes: Callable[[list[str]], None], run_id: str = "") -> None:
         self.rng = rng
+        self.run_id = run_id
         self.nodes_per_run = nodes_per_run
         self.dup_rate = dup_rate
         self.visibility_s = visibility_s
@@ -98,7 +117,7 @@ class Deliveries:
             if self._stop.is_set():
                 return
             self.runs += 1
-            nodes = [f"run-{self.runs}/node-{i}" for i in range(self.nodes_per_run)]
+            nodes = [node_name(self.run_id, self.runs, i) for i in range(self.nodes_per_run)]
             try:
                 while not self._create(nodes):
                     if self._stop.wait(0.1):

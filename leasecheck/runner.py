@@ -1,6 +1,6 @@
 """``leasecheck run``: a backend under concurrent workers and faults, recorded, then checked.
 
-The flow is docs/how-it-works.md's "Data flow of one test": start the store, start the
+The flow is DESIGN.md's "Data flow of one test": start the store, start the
 workers (OS processes, one client each, forked from a forkserver that has the
 workload and the backend imported: :mod:`leasecheck.pool`), let the nemesis
 inflict faults from the catalogue on its seeded schedule, record every op
@@ -38,7 +38,7 @@ from leasecheck.checker.coverage import Coverage
 from leasecheck.environment import Environment, prepare
 from leasecheck.final_reads import node_names, read_every_node
 from leasecheck.histories import Header, HistoryWriter
-from leasecheck.hub import Deliveries, Recorder, Slot
+from leasecheck.hub import Deliveries, Recorder, Slot, new_run_id
 from leasecheck.interrupts import Interrupts
 from leasecheck.merge import Merge
 from leasecheck.nemesis.catalogue import Need, needs
@@ -83,6 +83,7 @@ class Run:
         self.needs = needs(self.kinds)
         self.seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**31)
         self.progress = progress
+        self.run_id = new_run_id()  # in every node's name: runs that share a store never see each other's nodes
         self.timing = Timing.of(opts, skews_store=Need.FAKETIME in self.needs)
         self.deaths: queue.Queue[Slot] = queue.Queue()
         self.env: Environment | None = None
@@ -106,7 +107,7 @@ class Run:
         opts = self.opts
         self.run_dir = new_run_dir(Path(opts.store), opts.target)
         handler = _log_to(self.run_dir / "leasecheck.log")
-        write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "argv": sys.argv})
+        write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "run_id": self.run_id, "argv": sys.argv})
         log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
         started = time.monotonic()
         self.clocks = ClockControl(self.run_dir / CLOCKS_DIR)  # removed at the end, or by ``leasecheck heal``
@@ -125,7 +126,7 @@ class Run:
                         self._wind_down()
                         save_faults(self.run_dir, [])
                     if not stop.wait(self.timing.expiry_wait_s):
-                        nodes = node_names(self.deliveries.runs, opts.nodes)
+                        nodes = node_names(self.run_id, self.deliveries.runs, opts.nodes)
                         read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set)
                     producer.close()
                 finally:
@@ -161,7 +162,7 @@ class Run:
         except (Unavailable, Indeterminate) as e:
             raise EnvironmentFailure(f"cannot reach the {opts.target} store at {self.env.url or '(no --url)'}: {e}") from None
         meta = {
-            "target": opts.target, "seed": self.seed, "nemesis": list(opts.nemesis),
+            "target": opts.target, "seed": self.seed, "run_id": self.run_id, "nemesis": list(opts.nemesis),
             "concurrency": opts.concurrency, "store": self.target_cls.store,
         }
         effect_fence = self.target_cls.effect_fence
@@ -178,7 +179,7 @@ class Run:
         self.deliveries = Deliveries(
             random.Random(f"{self.seed}/queue"), opts.nodes, opts.dup_rate,
             visibility_s=self.timing.visibility_s,
-            add_nodes=producer.add_nodes,
+            add_nodes=producer.add_nodes, run_id=self.run_id,
         )
         self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put, self.merge)
         self.pool = WorkerPool(self.spec, opts.workload, self.seed, opts.record, self.recorder, self.clocks, self.network,
@@ -190,7 +191,7 @@ class Run:
         )
         self.nemesis = Nemesis(
             self.kinds, opts.nemesis_interval, context, self.merge.nemesis, random.Random(f"{self.seed}/nemesis"),
-            on_change=self._save_faults,
+            on_change=self._save_faults, first_interval_s=opts.time_limit / 3,
         )
         return producer
 

@@ -26,7 +26,7 @@ class Nemesis:
 
     Kinds are dealt like cards: every kind once, in a shuffled order, then a new
     shuffle. A run's verdict needs every requested fault started and healed
-    (docs/contracts/run-verdict.md), so a kind that could not start at its turn (no
+    (DESIGN.md "Run verdict"), so a kind that could not start at its turn (no
     victim yet, or ``max_active`` reached) keeps its turn for the next tick;
     uniform draws would leave one of four kinds out of a dozen ticks one run
     in eight. Every event's value names the fault (``"fault": name``), so
@@ -50,6 +50,9 @@ class Nemesis:
     record: Record
     rng: random.Random
     max_active: int = 2
+    #: the mean wait before the first fault (± half, from the seed), if shorter than ``interval_s``: the
+    #: runner makes it a third of a short run's time limit, so that a 5 s run's first fault starts in it
+    first_interval_s: float | None = None
     on_change: Callable[[list[Fault]], None] = lambda active: None
     active: list[Fault] = field(default_factory=list)
     started: int = 0
@@ -72,7 +75,8 @@ class Nemesis:
 
     def _run(self) -> None:
         try:
-            next_start = time.monotonic() + self.rng.uniform(0.5, 1.5) * self.interval_s
+            first = min(self.interval_s, self.first_interval_s or self.interval_s)
+            next_start = time.monotonic() + self.rng.uniform(0.5, 1.5) * first
             while not self._stop.is_set():
                 now = time.monotonic()
                 with self._lock:

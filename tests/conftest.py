@@ -28,4 +28,4 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 # Real store servers, shared by every test module of a session.
-from stores import postgres_server, redis_server, store_for  # noqa: E402,F401
+from stores import etcd_server, postgres_server, redis_server, store_for, zookeeper_server  # noqa: E402,F401

@@ -15,8 +15,10 @@ from typing import TypeVar
 import pytest
 
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.servers.etcd import EtcdServer
 from leasecheck.servers.postgres import PostgresServer
 from leasecheck.servers.redis import RedisServer
+from leasecheck.servers.zookeeper import ZooKeeperServer
 from leasecheck.targets.base import Lease, Refused, Target, TargetConfig
 from leasecheck.targets.redis_lease import RedisScripts
 from leasecheck.targets.registry import TargetSpec, load
@@ -54,6 +56,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServ
     yield from serve(lambda: RedisServer(tmp_path_factory.mktemp("redis")), "redis")
 
 
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    yield from serve(lambda: ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")), "zookeeper")
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    yield from serve(lambda: EtcdServer(tmp_path_factory.mktemp("etcd")), "etcd")
+
+
 @dataclass
 class Store:
     """Where a backend's store is, and how to restart it (durability scenarios)."""
@@ -80,6 +92,9 @@ def store_for(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str],
         kind = load(target).store
         if kind == "sqlite":
             return Store(str(tmp_path / "lease.sqlite3"), lambda: None)
+        if kind == "files":  # a folder of lock and record files
+            (tmp_path / "files").mkdir(exist_ok=True)
+            return Store(str(tmp_path / "files"), lambda: None)
         server: LocalServer = request.getfixturevalue(f"{kind}_server")
         return Store(server.url, server.restart)
 

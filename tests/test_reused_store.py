@@ -1,0 +1,82 @@
+"""Run after run against one store: a correct lease stays valid, whatever earlier runs left there.
+
+The path teams take (``new-target`` ends with ``--url YOUR_STORE``, the pytest plugin
+takes ``url=``) points every run, seed and CI job at one database. Node names were the
+same in every run (``run-1/node-0``, ...), so a second run read the first one's
+SUCCEEDED rows as its own: ``leasecheck run --target postgres --url ...`` twice was
+valid, then ``non-linearizable`` x29 ("op 657 (read) shows SUCCEEDED with epoch 1, but
+no commit of epoch 1 could have done that"). Now every run's nodes carry its run id.
+
+Each store leasecheck supports, reference backends and the audited libraries in their
+modes published valid, runs three times on one ``--url``: seed 1, seed 2, seed 1 again
+(the same seed twice must not collide either); each run must be valid. The same through
+the pytest plugin with ``seeds=3``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stores import Store
+
+pytest_plugins = ["pytester"]
+
+#: every store kind's correct backends: the reference leases, and the libraries' modes AUDITS.md publishes valid
+CORRECT = [
+    "sqlite", "postgres", "redis", "redis-token",
+    "portalocker-redis-fenced", "kazoo-lock-zxid", "etcd3-lock-revision", "sqlalchemy-dlock", "filelock",
+]
+SEEDS = (1, 2, 1)
+QUICK = ["--nemesis", "none", "--time-limit", "3"]
+
+
+def run(target: str, url: str, seed: int, store: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "leasecheck", "run", "--target", target, "--url", url, "--seed", str(seed), *QUICK,
+         "--store", str(store), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode in (0, 1, 2), f"exit {done.returncode}: {done.stderr[-2000:]}"
+    results: dict[str, Any] = json.loads(done.stdout)
+    return results
+
+
+@pytest.mark.parametrize("target", CORRECT)
+def test_three_runs_on_one_store_are_each_valid(target: str, store_for: Callable[[str], Store], tmp_path: Path) -> None:
+    url = store_for(target).url
+    seen: set[str] = set()
+    for i, seed in enumerate(SEEDS):
+        results = run(target, url, seed, tmp_path / "store")
+        assert results["valid"] is True, (
+            f"run {i + 1} of {len(SEEDS)} (seed {seed}) on one store: {results['valid']} {results.get('reason')};"
+            f" {[(a['kind'], a['node'], a['ops']) for a in results['anomalies'][:5]]}; {results['run_dir']}"
+        )
+        history = Path(results["run_dir"]) / "history.jsonl"
+        nodes = {json.loads(line)["node"] for line in history.read_text().splitlines()[1:] if '"node"' in line}
+        ids = {n.split("/")[0] for n in nodes}
+        assert len(ids) == 1 and not ids & {n.split("/")[0] for n in seen}, f"node names shared between runs: {sorted(ids)}"
+        seen |= nodes
+
+
+def test_the_pytest_plugin_with_three_seeds_on_one_database(pytester: pytest.Pytester, postgres_server: Any,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The team's gate: its lease, its own database, ``seeds=3``: every seed valid (seed 2 of 2 was invalid)."""
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    monkeypatch.setenv("TEAM_DATABASE_URL", postgres_server.url)
+    pytester.makepyfile(test_team_lease="""
+        import os
+
+        def test_our_lease_under_pauses(leasecheck_run):
+            results = leasecheck_run(target="postgres", url=os.environ["TEAM_DATABASE_URL"], seeds=3,
+                                     nemesis="pause", time_limit=4, nemesis_interval=1)
+            assert [r.verdict for r in results] == ["valid"] * 3
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", timeout=600)
+    result.assert_outcomes(passed=1)
