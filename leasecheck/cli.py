@@ -420,6 +420,10 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
           time_limit: float | None, store_dir: str, as_published: bool, as_json: bool, markdown: bool) -> None:
     """Audit a third-party lock library (or ``all``) with its published settings (AUDITS.md).
 
+    LIBRARY is an audited library's PyPI name, an adapter's registered name,
+    or an adapter of your own as MODULE:CLASS (found from the current
+    directory too, as `run --target` finds it) whose class carries an
+    AuditPlan (`leasecheck new-target --lock LIBRARY` writes one).
     Runs each fault of the library's plan with each seed, one run each, and
     prints the verdict, the anomaly kinds, the time to the first anomaly and
     the ops that prove it. Exit code: docs/contracts/exit-codes.md's, for the worst run (1 if any
@@ -479,27 +483,42 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
 
 
 @main.command("new-target")
-@click.argument("name")
+@click.argument("name", required=False)
+@click.option("--store-kind", "store", type=click.Choice(["sqlite", "postgres", "redis"]), default=None,
+              help="The store the adapter runs on (its `store`): its test and `leasecheck run` start one. "
+                   "Default: none, a store of its own (`run --url`, and LEASECHECK_URL for the test).")
+@click.option("--lock", "library", default=None, metavar="LIBRARY",
+              help="Write a lock library's adapter instead (LIBRARY_lock.py: acquire / extend / unlock on LockLease, "
+                   "records in Redis, with an audit plan), for `leasecheck audit MODULE:CLASS`; NAME defaults to LIBRARY.")
 @click.option("--dir", "directory", default=".", show_default=True, help="Folder to write the two files into.")
 @click.option("--force", is_flag=True, help="Overwrite files that exist.")
-def new_target(name: str, directory: str, force: bool) -> None:
+def new_target(name: str | None, store: str | None, library: str | None, directory: str, force: bool) -> None:
     """Write NAME_lease.py (an adapter to fill in) and test_NAME_lease.py (the seed's table against it).
 
-    The test fails with one message per method still to write, then runs every
-    conformance scenario against the adapter.
+    The test fails with one message per method still to write (and with the
+    exception of a method that raises), then runs every conformance scenario
+    against the adapter, on a throwaway server of its store started as `run`
+    starts one (LEASECHECK_URL instead, when set). With --lock LIBRARY: a lock
+    library's adapter and its test, to audit with `leasecheck audit MODULE:CLASS`.
     """
-    from leasecheck.scaffold import Names, ScaffoldError, write
+    from leasecheck.scaffold import ScaffoldError, names_for, write
 
     try:
-        paths = write(name, Path(directory), force)
+        paths = write(name, Path(directory), force, store=store, lock=library)
     except ScaffoldError as e:
         click.echo(f"leasecheck new-target: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    names = Names.of(name)
+    names = names_for(name, library)
     for path in paths:
         click.echo(f"wrote {path}")
-    click.echo(f"next: fill in {paths[0].name}, then `python -m pytest -q {paths[1].name}` in {directory}"
-               f" and `leasecheck run --target {names.module}:{names.cls} --url YOUR_STORE`")
+    test = f"`python -m pytest -q {paths[1].name}` in {directory}"
+    if library is not None:
+        click.echo(f"next: fill in {paths[0].name}, then {test} and `leasecheck audit {names.module}:{names.cls}`")
+    elif store is None:
+        click.echo(f"next: fill in {paths[0].name} (and its store), then `LEASECHECK_URL=YOUR_STORE python -m pytest -q {paths[1].name}`"
+                   f" in {directory} and `leasecheck run --target {names.module}:{names.cls} --url YOUR_STORE`")
+    else:
+        click.echo(f"next: fill in {paths[0].name}, then {test} and `leasecheck run --target {names.module}:{names.cls}`")
 
 
 @main.command()

@@ -55,12 +55,23 @@ def test_list_shows_each_library_mode_and_published_verdict() -> None:
     (("audit", "filelock", "--fault", "clock-bump"), "not in the plan of filelock"),
     (("audit", "filelock", "--seeds", "one,two"), "comma-separated integers"),
     (("audit", "filelock", "--time-limit", "0"), "--time-limit"),
+    (("audit", "no_such_module:Lock"), "cannot import no_such_module"),
+    (("audit", "leasecheck.targets.sqlite_lease:SqliteLease"), "has no audit plan: give the class one"),
+    (("audit", "leasecheck.targets.thirdparty.redis_py:RedisPyLock", "--mode", "telepathy"), "has no mode telepathy"),
 ])
 def test_bad_audit_options_exit_3_in_one_line(args: tuple[str, ...], message: str) -> None:
     done = _cli(*args)
     assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
     assert message in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_adapter_of_ones_own_is_audited_by_module_class_with_the_plan_its_class_carries() -> None:
+    """Seen on main: `audit sherlock_lease:SherlockRedisLock` was refused, "no audit of" (exit 3)."""
+    spec = "leasecheck.targets.thirdparty.redis_py:RedisPyLock"  # by its class, not its registered name
+    (audited,) = select(spec)
+    assert audited.target == spec and audited.plan.library == "redis"
+    assert select(spec, (audited.plan.mode,)) == [audited]
 
 
 def test_one_audit_run_end_to_end_reports_verdict_proof_and_whether_it_is_as_published(tmp_path: Path) -> None:
