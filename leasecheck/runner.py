@@ -1,6 +1,6 @@
 """``leasecheck run``: a backend under concurrent workers and faults, recorded, then checked.
 
-The flow is DESIGN.md's "Data flow of one test": start the store, start the
+The flow is docs/how-it-works.md's "Data flow of one test": start the store, start the
 workers (OS processes, one client each, forked from a forkserver that has the
 workload and the backend imported: :mod:`leasecheck.pool`), let the nemesis
 inflict faults from the catalogue on its seeded schedule, record every op

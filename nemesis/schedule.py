@@ -26,7 +26,7 @@ class Nemesis:
 
     Kinds are dealt like cards: every kind once, in a shuffled order, then a new
     shuffle. A run's verdict needs every requested fault started and healed
-    (DESIGN.md "Run verdict"), so a kind that could not start at its turn (no
+    (docs/contracts/run-verdict.md), so a kind that could not start at its turn (no
     victim yet, or ``max_active`` reached) keeps its turn for the next tick;
     uniform draws would leave one of four kinds out of a dozen ticks one run
     in eight. Every event's value names the fault (``"fault": name``), so
