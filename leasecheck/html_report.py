@@ -149,9 +149,9 @@ def page_meta(cols: Columns, inputs: RunInputs, lane_count: int) -> dict[str, An
     results = inputs.results
     end_ms = cols.end_time_ns / 1e6
     try:
-        from leasecheck.plots import FAULT_COLOURS
+        from leasecheck.plots import FAULT_COLOURS, KILL_KINDS
     except ImportError:
-        FAULT_COLOURS = {}
+        FAULT_COLOURS, KILL_KINDS = {}, ()
     return {
         "n": cols.n,
         "laneCount": lane_count,
@@ -162,6 +162,7 @@ def page_meta(cols: Columns, inputs: RunInputs, lane_count: int) -> dict[str, An
         "nodes": cols.nodes,
         "faults": [{"kind": b.kind, "start": b.start_ns / 1e6, "end": _ms(b.end_ns), "victims": list(b.victims)} for b in cols.faults],
         "faultColours": {k: v for k, v in FAULT_COLOURS.items() if any(b.kind == k for b in cols.faults)},
+        "killKinds": [k for k in KILL_KINDS if any(b.kind == k for b in cols.faults)],  # drawn as instants over the ops too
         "anomalies": [{"kind": str(a.get("kind")), "node": str(a.get("node")), "ops": [int(i) for i in a.get("ops") or [] if isinstance(i, int)],
                        "explanation": str(a.get("explanation") or ""), "attribution": attribution_of(a) or ""}
                       for a in sorted_anomalies(results)],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -179,10 +180,17 @@ def _href(target: Path, page: Path) -> str:
     return "/".join(html.escape(part, quote=True) for part in Path(rel).parts)
 
 
+#: the columns whose text can be long (names, lists, paths): they wrap, anywhere if they must; the others are short
+#: words and numbers that never break
+_WRAPPED = frozenset({"target", "nemesis", "expected", "kinds", "first anomaly", "run folder"})
+#: the page fits the window, whatever its paths: the table takes the page's width, a long cell breaks anywhere
+#: (a browser breaks at spaces and hyphens first), run folders are shown from the folder they share
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
-table { border-collapse: collapse; }
-th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }
+table { border-collapse: collapse; width: 100%; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; white-space: nowrap; }
+td.wrap, td.why { white-space: normal; overflow-wrap: anywhere; }
+code.path { overflow-wrap: anywhere; }
 th { background: #f3f3f3; position: sticky; top: 0; }
 td.num { text-align: right; }
 tr.mismatch { background: #fdecea; }
@@ -192,22 +200,53 @@ tr.mismatch { background: #fdecea; }
 """
 
 
+def shared_folder(rows: list[Row]) -> Path | None:
+    """The folder every row's run folder is in (a store, a download of several), or None if they share none.
+
+    The page names it once and each row's run folder from it: the same long
+    prefix in every row is what made the table wider than the window.
+    """
+    dirs = [str(r.run_dir) for r in rows if r.run_dir is not None]
+    if not dirs:
+        return None
+    try:
+        common = os.path.commonpath(dirs)
+    except ValueError:  # absolute and relative, or two drives
+        return None
+    if common in dirs:  # one run (or a run holding another): its own folder is no prefix to drop
+        common = os.path.dirname(common)
+    return Path(common) if common not in ("", os.curdir) else None
+
+
+def _breakable(text: str, after: str = ",.:/_") -> str:
+    """Escaped text with a line-break opportunity after each separator of a name or a list (``after``; a path: ``/``)."""
+    return re.sub(f"([{re.escape(after)}])", r"\1<wbr>", html.escape(text))
+
+
 def html_page(rows: list[Row], page: Path, title: str = "leasecheck summary") -> str:
-    """A self-contained page (no script, no network): the table, each run linked to its report.html."""
+    """A self-contained page (no script, no network): the table, each run linked to its report.html.
+
+    It fits a 1280 px window: each run folder is shown from the folder they
+    all share (named above the table; the full path is the cell's title), and
+    a cell breaks anywhere rather than widen the table.
+    """
     head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    base = shared_folder(rows)
     body = []
     for row in rows:
         judged = row.judge()
-        cells = [html.escape(c) for c in _cells(row, "")]
+        cells = [_breakable(c) if i in (0, 1) else html.escape(c) for i, c in enumerate(_cells(row, ""))]
         cells[3] = f'<span class="{html.escape(row.verdict)}">{cells[3]}</span>'
         if row.run_dir is not None:
             report = row.run_dir / "report.html"
             link = report if report.exists() else row.run_dir
+            shown = os.path.relpath(row.run_dir, base) if base is not None else str(row.run_dir)
             cells[9] = (f'<a href="{_href(link, page)}">{html.escape("report" if link == report else "run folder")}</a>'
-                        f" <code>{html.escape(str(row.run_dir))}</code>")
+                        f' <code class="path" title="{html.escape(str(row.run_dir), quote=True)}">{_breakable(shown, "/")}</code>')
         if not judged.match:
             cells[5] = f'<span class="why" title="{html.escape(judged.message, quote=True)}">NO</span>'
-        tds = "".join(f'<td class="num">{c}</td>' if i in (2, 8) else f"<td>{c}</td>" for i, c in enumerate(cells))
+        tds = "".join(f'<td class="num">{c}</td>' if i in (2, 8) else f'<td class="wrap">{c}</td>' if COLUMNS[i] in _WRAPPED
+                      else f"<td>{c}</td>" for i, c in enumerate(cells))
         body.append(f'<tr class="{"match" if judged.match else "mismatch"}">{tds}</tr>')
         if not judged.match:
             body.append(f'<tr class="mismatch"><td colspan="{len(COLUMNS)}" class="why">{html.escape(judged.message)}</td></tr>')
@@ -215,7 +254,8 @@ def html_page(rows: list[Row], page: Path, title: str = "leasecheck summary") ->
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>\n"
         f"<h1>{html.escape(title)}</h1>\n<p>{html.escape(tally(rows))}</p>\n"
-        f"<table><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(body) + "\n</tbody></table>\n</body></html>\n"
+        + (f'<p>run folders in <code class="path" id="run-folders">{html.escape(str(base))}</code></p>\n' if base is not None else "")
+        + f"<table><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(body) + "\n</tbody></table>\n</body></html>\n"
     )
 
 

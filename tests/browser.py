@@ -81,6 +81,12 @@ def headless_chromium() -> Iterator[WebDriver]:
         driver.quit()
 
 
+def window_width(driver: WebDriver, width: int, height: int = HEIGHT) -> int:
+    """Resize the window to ``width`` x ``height``; the page's width in css px after (headless: the window is all viewport)."""
+    driver.set_window_size(width, height)
+    return int(driver.execute_script("return window.innerWidth;"))
+
+
 def console_errors(driver: WebDriver) -> list[str]:
     """The browser console's SEVERE entries since the last call (reading empties the log)."""
     entries: list[dict[str, Any]] = driver.get_log("browser")

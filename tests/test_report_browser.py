@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import BrowserMissing, chromium, console_errors, full_page_png
+from browser import BrowserMissing, chromium, console_errors, full_page_png, window_width
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+
+from leasecheck.outcomes import Expectation, write_expected
 
 REPO = Path(__file__).resolve().parent.parent
 #: how long a page may take to say it is ready: CI machines are busy, and this is no budget
@@ -225,6 +227,99 @@ def test_valid_run_report_shows_verdict_settings_and_plots(browser: WebDriver, t
     assert [u for u in fetched if not u.startswith("data:")] == []
     assert_clean(browser)
     keep_screenshot(browser, tmp_path / "report-valid.png")
+
+
+# ---------------------------------------------------------------- kills
+
+
+def kill_colour() -> list[int]:
+    """The colour a kill's line is drawn in: its fault colour, darkened (the page's shade(rgb(colour), 0.55))."""
+    from leasecheck.plots import FAULT_COLOURS
+
+    v = int(FAULT_COLOURS["kill"][1:], 16)
+    return [round(((v >> shift) & 255) * 0.55) for shift in (16, 8, 0)]
+
+
+def test_kill_instants_are_lines_through_the_timeline(browser: WebDriver, tmp_path: Path) -> None:
+    """A worker kill's band ends when its replacement starts, milliseconds later: the page draws each kill as an instant
+    over the ops, a line from the fault row through every lane and a cross on its victim's lane."""
+    run_dir = run_folder(tmp_path, "--time-limit", "6", "--seed", "5", "--nemesis", "kill", "--nemesis-interval", "1",
+                         "--evidence-wait", "20", expect=0)
+    with (run_dir / "history.jsonl").open() as f:
+        f.readline()
+        events = [json.loads(line) for line in f]
+    kills = [(ev["time"] / 1e6, ev["value"]["victims"]) for ev in events
+             if ev["process"] == "nemesis" and ev["f"] == "kill" and ev["value"].get("fault") == "kill"]
+    assert len(kills) >= 2, "the run killed workers"
+
+    open_report(browser, run_dir / "report.html")
+    drawn = js(browser, "lcReport.kills()")
+    assert [(k["kind"], k["t"], k["victims"]) for k in drawn] == [("kill", pytest.approx(t), v) for t, v in kills]
+    layout, view = js(browser, "lcReport.layout()"), js(browser, "lcReport.view()")
+    colour = kill_colour() + [255]
+    for k in drawn:
+        x = layout["gutter"] + (k["t"] - view["t0"]) * (layout["width"] - layout["gutter"]) / (view["t1"] - view["t0"])
+        assert k["x"] == round(x), "drawn where the kill happened"
+        # the line, in the fault row (under its marker) and down through every lane but its victim's (a cross there)
+        assert len(k["lanes"]) == len(k["victims"]), "each victim's lane is known"
+        ys = [layout["axis"] + layout["faultRow"] - 3] + [
+            layout["top"] + (lane + 0.5) * layout["laneH"] for lane in range(layout["lanes"]) if lane not in k["lanes"]]
+        for y in ys:
+            pixel = js(browser, f"lcReport.pixel({k['x'] - 0.5}, {y})")
+            assert max(abs(a - b) for a, b in zip(pixel, colour)) <= 2, f"kill at {k['t']:.1f} ms: pixel ({k['x']}, {y}) is {pixel}"
+    legend = browser.find_element(By.ID, "legend").text
+    assert f"kill \u00d7{len(kills)}" in legend, legend
+    assert_clean(browser)
+    keep_screenshot(browser, tmp_path / "report-kills.png")
+
+
+# ---------------------------------------------------------------- the summary page
+
+
+def test_summary_page_fits_a_1280_px_window(browser: WebDriver, tmp_path: Path) -> None:
+    """``leasecheck summary --html`` over runs downloaded deep into a CI workspace: no horizontal scroll, every cell whole."""
+    store = tmp_path / "downloaded-artifacts" / "leasecheck-nightly-matrix-shard-3-of-8-ubuntu-24.04-python3.12-run-11873465" / "store"
+    targets = ["leasecheck.targets.broken_sqlite:TtlOnlySqlite", "sqlite", "postgres-advisory-lock-with-fencing-token"]
+    runs = []
+    for i, target in enumerate(targets):
+        run = store / target / f"20261201T20300{i}.307943Z"
+        run.mkdir(parents=True)
+        invalid = i == 0
+        anomalies = [{"kind": "stale-commit", "node": "b7c1e0d2f3a4/run-12/node-15", "ops": list(range(100000, 100012)),
+                      "explanation": "a commit of epoch 3 after epoch 4 was granted"}] if invalid else []
+        (run / "results.json").write_text(json.dumps({
+            "target": target, "nemesis": ["pause", "kill", "clock-bump", "partition", "latency"], "seed": 123456 + i,
+            "valid": False if invalid else (True if i == 1 else "unknown"), "run_dir": str(run), "anomalies": anomalies,
+            "stats": {"anomalies": {"stale-commit": 12, "stale-effect": 3, "lost-commit": 1}} if invalid else {"anomalies": {}},
+            "reason": "the run did not test enough: kill-store never started" if i == 2 else None, "run": {"seconds": 31.25},
+        }))
+        if invalid:  # as leasecheck matrix leaves it for a known-broken variant
+            write_expected(run, Expectation("invalid", ("stale-commit",), "spec"))
+        if i == 1:
+            (run / "report.html").write_text("<!DOCTYPE html><title>report</title>")
+        runs.append(run)
+    page = tmp_path / "summary.html"
+    leasecheck("summary", str(tmp_path / "downloaded-artifacts"), "--html", str(page), cwd=tmp_path, expect=2)  # one unknown
+
+    assert window_width(browser, 1280) == 1280
+    browser.get(page.as_uri())
+    overflow = js(browser, "[document.documentElement.scrollWidth, window.innerWidth]")
+    assert overflow[0] <= overflow[1], f"the page scrolls sideways: {overflow[0]} px wide in a {overflow[1]} px window"
+    cells = js(browser, """[...document.querySelectorAll('th, td')].map(c => {
+        const r = c.getBoundingClientRect();
+        return {text: c.textContent, left: r.left, right: r.right, width: r.width, height: r.height,
+                scroll: c.scrollWidth, client: c.clientWidth};
+    })""")
+    assert len(cells) == 10 * (1 + len(runs)) + 1  # the header, a row per run, the unknown run's "why" line
+    for c in cells:
+        assert c["left"] >= 0 and c["right"] <= 1280 and c["width"] > 0 and c["height"] > 0, c
+        assert c["scroll"] <= c["client"], f"a cell's text is cut: {c}"
+    # each run folder is named from the folder they share, its full path a hover away
+    assert browser.find_element(By.ID, "run-folders").text == str(store)
+    paths = browser.find_elements(By.CSS_SELECTOR, "td code.path")
+    assert sorted((p.text, p.get_attribute("title")) for p in paths) == sorted((str(r.relative_to(store)), str(r)) for r in runs)
+    assert console_errors(browser) == []
+    keep_screenshot(browser, tmp_path / "summary-1280.png")
 
 
 # ---------------------------------------------------------------- a million ops

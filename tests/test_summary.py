@@ -21,7 +21,8 @@ from click.testing import CliRunner
 from junit_schema import read
 
 from leasecheck.cli import main
-from leasecheck.outcomes import Expectation, write_expected
+from leasecheck.outcomes import Expectation, Row, write_expected
+from leasecheck.summary import html_page, shared_folder
 
 QUICK = ["--time-limit", "4", "--ttl", "300", "--nemesis-interval", "0.8", "--nodes", "10", "--evidence-wait", "20"]
 
@@ -199,3 +200,19 @@ def test_nothing_to_summarise_is_exit_3(tmp_path: Path) -> None:
     assert code == 3 and "no run folders" in err
     code, _, err = cli(str(tmp_path / "nope"))
     assert code == 3 and "no such file" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_html_page_names_each_run_folder_from_the_folder_they_share(tmp_path: Path) -> None:
+    """CI downloads put runs deep in a workspace: the shared prefix is said once, the cells hold the rest (full path as their title),
+    and long cells may break (at separators first) so that the table fits the window (the browser test measures it)."""
+    store = tmp_path / "artifacts" / "shard-3-of-8" / "store"
+    runs = [store / "sqlite" / "20260101T000000.000000Z", store / "mypkg.lease:MyLease" / "20260101T000001.000000Z"]
+    rows = [Row(target, ("pause", "kill"), 1, "valid", run_dir=run) for target, run in zip(("sqlite", "mypkg.lease:MyLease"), runs)]
+    page = html_page(rows, tmp_path / "summary.html")
+    assert f'<p>run folders in <code class="path" id="run-folders">{store}</code></p>' in page
+    shown = re.findall(r'<code class="path" title="([^"]*)">(.*?)</code>', page)
+    assert [(title, text.replace("<wbr>", "")) for title, text in shown] == [(str(r), str(r.relative_to(store))) for r in runs]
+    assert "mypkg.<wbr>lease:<wbr>MyLease" in page and "pause,<wbr>kill" in page  # break opportunities in names and lists
+    assert "table { border-collapse: collapse; width: 100%; }" in page and "overflow-wrap: anywhere" in page
+    assert shared_folder(rows[:1]) == runs[0].parent  # one run: its folder's folder
+    assert shared_folder([Row("sqlite", (), 1, "valid", run_dir=Path("store/a")), Row("sqlite", (), 2, "valid", run_dir=runs[0])]) is None

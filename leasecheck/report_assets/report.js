@@ -26,6 +26,15 @@
     selectAnomaly: function (i) { if (S) guarded('selectAnomaly', selectAnomaly)(i); },
     opAt: function (index) { return S ? opInfo(positionOf(index)) : null; },
     setView: function (t0, t1) { if (S) { setView(t0, t1); drawNow(); } },
+    // the kills the last frame drew as instants: [{i (in faults), kind, t (ms), x (css px), colour, victims, lanes (theirs)}]
+    kills: function () { return S ? S.killsDrawn.slice() : []; },
+    // what the canvas holds at css pixel (x, y), as [r, g, b, a]
+    pixel: function (x, y) {
+      var d = L_.dpr || 1;
+      return Array.prototype.slice.call(L_.ctx.getImageData(Math.floor(x * d), Math.floor(y * d), 1, 1).data);
+    },
+    // the timeline's layout: where the fault rows and the lanes are, in css px
+    layout: function () { return S ? { gutter: GUT, axis: AXIS, faultRow: FROW, top: L_.top, laneH: L_.laneH, lanes: S.L, width: L_.w } : null; },
     fit: function () { if (S) { fit(); drawNow(); } }
   };
   var seen = {};
@@ -209,6 +218,8 @@
     M.faults.forEach(function (f) { if (faultKinds.indexOf(f.kind) < 0) faultKinds.push(f.kind); });
     var faultColour = {};
     faultKinds.forEach(function (k, n) { faultColour[k] = M.faultColours[k] || FAULT_FALLBACK[n % FAULT_FALLBACK.length]; });
+    var killKinds = (M.killKinds || []).filter(function (k) { return faultKinds.indexOf(k) >= 0; }), killColour = {};
+    killKinds.forEach(function (k) { var c = shade(rgb(faultColour[k]), 0.55); killColour[k] = 'rgb(' + c.join(',') + ')'; });
 
     S = {
       M: M, C: C, N: N, L: L, END: END, sev: sev, sevCss: sevCss, sevU32: sevU32, sevDark: sevDark, sevName: sevName,
@@ -216,6 +227,7 @@
       laneOff: laneOff, lanePos: lanePos, posLane: posLane, laneS: laneS, laneE: laneE, laneEmax: laneEmax,
       segJ: Int32Array.from(segJ), segProc: Float64Array.from(segProc), segOff: segOff, procLane: procLane, procEnd: procEnd,
       dataMin: dataMin, dataMax: dataMax, A: A, faultKinds: faultKinds, faultColour: faultColour,
+      killKinds: killKinds, killColour: killColour, killsDrawn: [],
       t0: 0, t1: 1, keep: null, sel: -1, hlIndices: [], hlPos: [], pinned: -1, hover: null,
       rendered: {}, canvas: $('timeline'), wrap: $('canvas-wrap'), lo: new Int32Array(L), hi: new Int32Array(L)
     };
@@ -353,6 +365,7 @@
     drawAnomalyTrack(ctx);
     var labels = drawOps(ctx);
     drawBarLabels(ctx, labels);
+    drawKills(ctx, top, lanesH);
     drawHighlights(ctx);
     drawGutter(ctx);
   }
@@ -391,6 +404,49 @@
         if (ctx.measureText(label).width > room) label = f.kind;
         if (ctx.measureText(label).width <= room) ctx.fillText(label, lx, y + (FROW - 4) / 2 + 0.5);
       }
+    });
+    ctx.restore();
+  }
+
+  // A kill is an instant: its band lasts only until the replacement starts, a fraction of a pixel. So each is
+  // drawn over the ops as a dark line from its fault row down through every lane, a down-pointing triangle in its
+  // row, and a cross on its victim's lane.
+  function drawKills(ctx, top, lanesH) {
+    var drawn = S.killsDrawn = [], laneH = L_.laneH;
+    if (!S.killKinds.length) return;
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(GUT, 0, L_.pw, L_.h);
+    ctx.clip();
+    S.M.faults.forEach(function (f, i) {
+      if (S.killKinds.indexOf(f.kind) < 0) return;
+      var x = Math.round(X(f.start));
+      if (x < GUT || x > L_.w) return;
+      var colour = S.killColour[f.kind], y = AXIS + S.faultKinds.indexOf(f.kind) * FROW;
+      ctx.fillStyle = colour;
+      ctx.fillRect(x - 1, y + 2, 2, top + lanesH - y - 2);
+      ctx.beginPath();
+      ctx.moveTo(x - 5, y + 1);
+      ctx.lineTo(x + 5, y + 1);
+      ctx.lineTo(x, y + FROW - 2);
+      ctx.closePath();
+      ctx.fill();
+      var r = Math.max(2, Math.min(4, laneH / 2 - 1)), lanes = [];
+      f.victims.forEach(function (v) {
+        var l = S.procLane.get(v);
+        if (l === undefined) return;
+        lanes.push(l);
+        var cy = top + l * laneH + laneH / 2;
+        [['#ffffff', 3.5], [colour, 1.6]].forEach(function (pen) {
+          ctx.strokeStyle = pen[0];
+          ctx.lineWidth = pen[1];
+          ctx.beginPath();
+          ctx.moveTo(x - r, cy - r); ctx.lineTo(x + r, cy + r);
+          ctx.moveTo(x + r, cy - r); ctx.lineTo(x - r, cy + r);
+          ctx.stroke();
+        });
+      });
+      drawn.push({ i: i, kind: f.kind, t: f.start, x: x, colour: colour, victims: f.victims.slice(), lanes: lanes });
     });
     ctx.restore();
   }
@@ -905,9 +961,10 @@
       items.push(el('span', { cls: 'sep', text: '|' }), el('span', { cls: 'lg-title', text: 'faults' }));
       S.faultKinds.forEach(function (k) {
         var n = S.M.faults.filter(function (f) { return f.kind === k; }).length;
-        items.push(el('span', null, [el('span', { cls: 'swatch', style: 'background:' + S.faultColour[k] }), k + ' \u00d7' + n]));
+        var kill = S.killKinds.indexOf(k) >= 0, swatch = kill ? 'swatch kill' : 'swatch';
+        items.push(el('span', null, [el('span', { cls: swatch, style: 'background:' + (kill ? S.killColour[k] : S.faultColour[k]) }), k + ' \u00d7' + n]));
       });
-      items.push(el('span', { cls: 'muted', text: '(victims\u2019 lanes tinted)' }));
+      items.push(el('span', { cls: 'muted', text: S.killKinds.length ? '(victims\u2019 lanes tinted; a kill: a line, \u2715 on its victim)' : '(victims\u2019 lanes tinted)' }));
     }
     items.push(el('span', { cls: 'sep', text: '|' }), el('span', null, [el('span', { cls: 'swatch', style: 'background:#ffcc00;outline:1.5px solid #111827' }), 'ops of the selected anomaly']));
     items.forEach(function (i) { box.appendChild(i); });
