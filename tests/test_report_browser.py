@@ -4,10 +4,12 @@ A reviewer opens the report from a CI artifact and starts from the anomalies, so
 the tests do what the reviewer does, on real runs: load the report of a run that
 caught a bug, read the anomaly list against ``results.json``, click an anomaly
 and check that the timeline moved to its cited ops and highlights exactly them;
-load a valid run's report; load a report of a million ops and check that it
-draws them all. What the page shows is read through the DOM and through the
+load a valid run's report; load a run with kills and read the canvas's pixels
+where each kill happened; load a report of a million ops and check that it
+draws them all; and load ``leasecheck summary``'s page in a 1280 px window and
+check that nothing is wider than the window. What the page shows is read through the DOM and through the
 page's own ``window.lcReport`` (the contract between the page and these tests:
-``view()``, ``highlighted()``, ``opAt()``...), never through timings: how fast
+``view()``, ``highlighted()``, ``opAt()``, ``kills()``, ``pixel()``...), never through timings: how fast
 the report paints is measured by ``bench/bench_report.py``.
 
 Each test keeps a screenshot in its tmp dir; with ``LEASECHECK_SCREENSHOT_DIR``
