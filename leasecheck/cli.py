@@ -352,11 +352,11 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
 
     With no options: the SQLite reference backend (no server needed) under
     process pauses for 30 s. Exit code: 0 valid, 1 anomalies, 2 unknown,
-    3 bad options, 4 the environment failed.
+    3 bad options, 4 the environment failed, 130 / 143 interrupted by
+    SIGINT / SIGTERM (1 if what was recorded by then proves an anomaly).
     """
     from leasecheck.report import console_for, print_run
-    from leasecheck.runner import BadOptions, RunOptions
-    from leasecheck.runner import run as run_test
+    from leasecheck.runner import BadOptions, Run, RunOptions
     from leasecheck.servers.base import EnvironmentFailure
     from leasecheck.targets.registry import TargetNotFound
     from leasecheck.workload import Workload
@@ -375,8 +375,10 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
 
     out = console_for(stderr=as_json)  # the seed and the progress: on stderr when stdout is JSON
     try:
+        test = Run(opts)  # every refusal before the banner: a run that never started has no seed to replay
         with progress_for(out, opts, seed) as progress:
-            result = run_test(opts, progress.update)
+            test.progress = progress.update
+            result = test.execute()
     except (BadOptions, TargetNotFound) as e:
         click.echo(f"leasecheck run: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)

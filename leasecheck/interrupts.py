@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -34,6 +35,8 @@ class Interrupts:
     def __init__(self) -> None:
         self.event = threading.Event()
         self.signal: signal.Signals | None = None
+        #: ``time.monotonic()`` when the first one arrived
+        self.at: float | None = None
         self._previous: dict[signal.Signals, Any] = {}
 
     @property
@@ -50,6 +53,7 @@ class Interrupts:
         """Take the interrupt path as if ``sig`` had arrived (a KeyboardInterrupt raised in a callback)."""
         if self.signal is None:
             self.signal = sig
+            self.at = time.monotonic()
         self.event.set()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:

@@ -18,6 +18,7 @@ from leasecheck.nemesis import clock
 from leasecheck.nemesis.catalogue import FaultKind, Need, UnknownFault, lookup, needing
 from leasecheck.nemesis.store_clock import required_uncertainty_ms
 from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES
+from leasecheck.targets.urls import url_problem
 from leasecheck.workload import Workload
 
 #: stores we run as servers (what the store faults pause, kill and proxy)
@@ -131,7 +132,19 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
         raise BadOptions("--nodes must be at least 1")
     if not 0 <= opts.dup_rate <= 1:
         raise BadOptions("--dup-rate must be between 0 and 1")
+    if (problem := store_folder_problem(Path(opts.store))) is not None:
+        raise BadOptions(f"--store {opts.store}: {problem}")
     return kinds
+
+
+def store_folder_problem(store: Path) -> str | None:
+    """Why ``store`` cannot hold run folders (a file is in the way), or None; it may not exist yet."""
+    for folder in (store, *store.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                return f"{folder} is a file, not a folder" if folder == store else f"{folder} (on its path) is a file"
+            return None
+    return None
 
 
 def check_store(opts: RunOptions, kinds: tuple[FaultKind, ...], store: str | None) -> None:
@@ -146,6 +159,13 @@ def check_store(opts: RunOptions, kinds: tuple[FaultKind, ...], store: str | Non
     if faketime and store in SERVER_STORES and store not in FAKETIME_STORES:
         raise BadOptions(f"{_they(faketime, 'runs', 'run')} the store under libfaketime, which leasecheck does for"
                          f" {' and '.join(FAKETIME_STORES)} servers only, not {store}")
+    own_server = [k.name for k in kinds if Need.SERVER in k.needs and Need.TOXIPROXY not in k.needs]
+    if opts.url and own_server:  # the store is the user's: no process of ours to pause, kill or skew
+        raise BadOptions(f"{_they(own_server, 'acts', 'act')} on a store server that leasecheck started itself, and"
+                         f" --url names a store of yours: drop --url (leasecheck then starts a throwaway"
+                         f" {store or 'store'} server) or choose faults that need no server of ours")
+    if opts.url and (problem := url_problem(store, opts.url)) is not None:
+        raise BadOptions(f"--url: {problem}")
     if store is None and not opts.url and not exec_target:  # an exec: child may need no store (LEASECHECK_URL empty)
         raise BadOptions(f"{opts.target} brings its own store (its class says store = None): pass the store's address"
                          " with --url URL (the adapter gets it as self.config.url)")

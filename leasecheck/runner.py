@@ -80,10 +80,12 @@ class Run:
         if issubclass(self.target_cls, ExecTarget) and opts.exec_store != "none":
             self.target_cls = self.target_cls.with_store(opts.exec_store)
         check_store(opts, self.kinds, self.target_cls.store)
+        if (problem := self.target_cls.ttl_problem(opts.ttl_ms)) is not None:
+            raise BadOptions(f"--target {opts.target}: {problem}")
         self.needs = needs(self.kinds)
         self.seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**31)
-        self.progress = progress
         self.run_id = new_run_id()  # in every node's name: runs that share a store never see each other's nodes
+        self.progress = progress
         self.timing = Timing.of(opts, skews_store=Need.FAKETIME in self.needs)
         self.deaths: queue.Queue[Slot] = queue.Queue()
         self.env: Environment | None = None
@@ -91,6 +93,7 @@ class Run:
         self.pool: WorkerPool | None = None
         self.interrupts = Interrupts()
         self.tail: HistoryTail | None = None
+        self.started: float | None = None
 
     def _spawn(self) -> Slot:
         assert self.pool is not None
@@ -109,7 +112,7 @@ class Run:
         handler = _log_to(self.run_dir / "leasecheck.log")
         write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "run_id": self.run_id, "argv": sys.argv})
         log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         self.clocks = ClockControl(self.run_dir / CLOCKS_DIR)  # removed at the end, or by ``leasecheck heal``
         stop = self.interrupts.event
         try:
@@ -322,6 +325,8 @@ class Run:
             evidence = (self.tail or HistoryTail(history)).poll()
             reached = checked.coverage or reached
             valid, reason = run_verdict(checked.valid, evidence, self.kinds, reached)
+            if self.interrupts.name is not None and valid is not False:  # what it lacked is not the news: it was cut short
+                reason = self._interrupted(reason)
             verdict = replace(checked, valid=valid)
         else:  # the recorder-overhead baseline: workers ran without recording, nothing to judge
             reason = "recording was off: no history to check"
@@ -337,6 +342,12 @@ class Run:
         if self.opts.record:
             self._write_report()
         return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
+
+    def _interrupted(self, lacked: str | None) -> str:
+        """The reason of an interrupted run without a proven anomaly: the signal and when, then what it lacked."""
+        at = self.interrupts.at
+        when = f" {at - self.started:.1f} s after the start" if at is not None and self.started is not None else ""
+        return f"interrupted by {self.interrupts.name}{when}" + (f"; by then {lacked}" if lacked else "")
 
     def _write_report(self) -> None:
         """report.html and the plots, next to results.json; a failure is logged and warned about, never a verdict."""

@@ -171,6 +171,11 @@ class Target(ABC):
     def __init__(self, config: TargetConfig) -> None:
         self.config = config
 
+    @classmethod
+    def ttl_problem(cls, ttl_ms: int) -> str | None:
+        """Why this backend cannot take leases of ``ttl_ms`` (one line), or None: asked before a run starts (exit 3)."""
+        return None
+
     @property
     def ttl_ms(self) -> int:
         return self.config.ttl_ms

@@ -17,6 +17,44 @@ import urllib.parse
 DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379, "zookeeper": 2181, "etcd": 2379}
 
 
+#: the URL schemes each store kind's clients take (a Postgres store also takes a libpq ``key=value`` DSN)
+SCHEMES = {
+    "postgres": ("postgresql", "postgres"), "redis": ("redis", "rediss", "unix"),
+    "zookeeper": ("zookeeper",), "etcd": ("etcd",),
+}
+
+
+def url_problem(store: str | None, url: str) -> str | None:
+    """What is wrong with ``url`` as the address of a ``store`` (a target's store kind), or None.
+
+    Only the grammar, before anything starts: whether the store answers there is
+    the run's to find out (an environment failure, exit 4). A file store (sqlite,
+    files) takes any path, an ``exec:`` child or a store of its own any string.
+    """
+    schemes = SCHEMES.get(store or "")
+    if schemes is None:
+        return None
+    if "://" in url:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme.lower() not in schemes:
+            return f"a {store} address starts with {' or '.join(s + '://' for s in schemes)}, not {parts.scheme}://"
+        if parts.scheme.lower() != "unix" and not parts.netloc and not urllib.parse.parse_qs(parts.query).get("host"):
+            return f"{url!r} names no host"
+        try:
+            parts.port  # noqa: B018 (a port that is not a number raises here)
+        except ValueError as e:
+            return f"{url!r}: {e}"
+        return None
+    if store == "postgres":
+        try:
+            if _dsn_fields(url):
+                return None
+        except ValueError:
+            pass
+        return f"{url!r} is neither a postgresql:// URL nor a libpq key=value connection string"
+    return f"{url!r} is not a {store} address: expected {schemes[0]}://HOST:PORT"
+
+
 def store_endpoint(url: str) -> tuple[str, int]:
     """The TCP (host, port) a ``postgresql://``, ``redis://`` URL or a libpq ``key=value`` DSN connects to.
 

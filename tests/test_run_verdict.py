@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -319,6 +320,8 @@ def test_a_signal_mid_run_heals_checks_and_exits_128_plus_signal(tmp_path: Path,
     obj = results(tmp_path)
     assert code == 128 + sig, (code, out[-2000:], err[-2000:])
     assert obj["interrupted"] == sig.name and obj["valid"] is not False and obj["seed"] == 4
+    # the reason is the interruption and when, not what the cut-short run lacked ("kill never started")
+    assert re.fullmatch(rf"interrupted by {sig.name} \d+\.\d s after the start(; by then .*)?", obj["reason"] or ""), obj["reason"]
     assert "seed" in out and "4" in out
     assert "interrupted" in err
     d = run_dir(tmp_path)

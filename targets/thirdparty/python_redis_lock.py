@@ -63,9 +63,15 @@ class PythonRedisLock(LockLease):
     #: the records' and locks' key prefix: no other adapter reads these nodes
     PREFIX: ClassVar[str] = "lc-prl"
 
+    @classmethod
+    def ttl_problem(cls, ttl_ms: int) -> str | None:
+        if ttl_ms < 1000 or ttl_ms % 1000:
+            return f"python-redis-lock expires in whole seconds: --ttl must be a multiple of 1000 ms, not {ttl_ms}"
+        return None
+
     def __init__(self, config: TargetConfig) -> None:
-        if config.ttl_ms % 1000:
-            raise ValueError(f"python-redis-lock expires in whole seconds: the ttl must be a multiple of 1000 ms, not {config.ttl_ms}")
+        if (problem := self.ttl_problem(config.ttl_ms)) is not None:
+            raise ValueError(problem)
         self.client = redis_client(config.url, config.timeout_s)
         super().__init__(config)
 
