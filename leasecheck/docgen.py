@@ -31,8 +31,8 @@ from pathlib import Path
 import click
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
-#: the synopsis is wrapped here, continuation lines indented
-WIDTH = 100
+#: the synopsis is wrapped here (what a page of the site shows without scrolling), continuation lines indented
+WIDTH = 80
 
 
 def _main() -> click.Group:
