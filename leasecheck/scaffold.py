@@ -173,7 +173,10 @@ class $cls(LockLease):
         seeds=(1, 2, 3),
         fix="",  # the advice a finding ends with
         time_limit=8.0,  # seconds per run
-        options={"ttl_ms": 1000, "nemesis_interval": 2.5},  # other `leasecheck run` options, as RunOptions fields
+        # other `leasecheck run` options, as RunOptions fields: a fault every 2 s (±1); workers that never
+        # stall on their own (so what a fault's victims did is what the fault published) and that always
+        # write on when woken past their lock (the zombie the pause fault is there to show)
+        options={"ttl_ms": 1000, "nemesis_interval": 2.0, "workload": {"stall_rate": 0.0, "zombie_rate": 1.0}},
     )
 
     #: the key prefix of the records (use it for the locks' keys too): no other adapter reads these nodes
