@@ -62,6 +62,22 @@ PROTOCOL_OPS = ("claim", "renew", "effect", "commit")
 
 
 @dataclass
+class _Span:
+    """One fault from its start until its heal, as :class:`Evidence` follows it: whom it hit, and whether it met them."""
+
+    fault: str
+    victims: frozenset[int]
+    #: a store-side fault, or a network fault on every worker: it hits every process
+    everyone: bool
+    #: a fault of the workers' own (a pause, a kill, a clock): a victim holding a lease is hit by it, op or not
+    on_workers: bool
+    exercised: bool = False
+
+    def hits(self, process: int) -> bool:
+        return self.everyone or process in self.victims
+
+
+@dataclass
 class Evidence:
     """What a history shows the run exercised, accumulated event by event."""
 
@@ -72,16 +88,28 @@ class Evidence:
     takeovers: int = 0
     #: every nemesis event, as (f, value)
     nemesis: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: the faults (by name) that met an op: see :meth:`unexercised`
+    exercised: set[str] = field(default_factory=set)
     _pending: dict[Any, tuple[str, str | None, dict[str, Any]]] = field(default_factory=dict)
     #: per node, the lease (epoch, or token when unfenced) of the latest ok claim not given back
     _holder: dict[str, Any] = field(default_factory=dict)
+    #: per worker process, the nodes it holds a lease on (from its ok claim until it commits or gives it back)
+    _holding: dict[Any, set[str]] = field(default_factory=dict)
+    #: the faults started and not yet healed
+    _open: list[_Span] = field(default_factory=list)
 
     def feed(self, ev: Event) -> None:
         if ev.process == NEMESIS:
-            self.nemesis.append((ev.f, ev.value if isinstance(ev.value, dict) else {}))
+            value = ev.value if isinstance(ev.value, dict) else {}
+            self.nemesis.append((ev.f, value))
+            self._follow_fault(ev.f, value)
             return
         if ev.type == "invoke":
             self._pending[ev.process] = (ev.f, ev.node, ev.value if isinstance(ev.value, dict) else {})
+            for span in self._open:  # an op in flight during the fault, by a process it hits
+                if not span.exercised and type(ev.process) is int and span.hits(ev.process):
+                    span.exercised = True
+                    self.exercised.add(span.fault)
             return
         f, node, invoked = self._pending.pop(ev.process, (ev.f, ev.node, {}))
         value = ev.value if isinstance(ev.value, dict) else {}
@@ -93,12 +121,57 @@ class Evidence:
                 if node in self._holder:
                     self.takeovers += 1
                 self._holder[node] = lease_key(value)
+                self._holding.setdefault(ev.process, set()).add(node)
             elif f == "commit":
                 self._holder.pop(node, None)
+                self._holding.get(ev.process, set()).discard(node)
         elif ev.type == "fail" and f == "claim" and value.get("reason") == "held":
             self.held += 1
-        if f == "release" and ev.type in ("ok", "info") and self._holder.get(node) == lease_key(invoked):
-            del self._holder[node]
+        if f == "release" and ev.type in ("ok", "info"):
+            self._holding.get(ev.process, set()).discard(node)
+            if self._holder.get(node) == lease_key(invoked):
+                del self._holder[node]
+
+    def _follow_fault(self, f: str, value: dict[str, Any]) -> None:
+        """Open a span at a fault's start (met at once if a process it hits has an op in flight or, for a
+        worker's fault, holds a lease); close it at its heal."""
+        name = value.get("fault")
+        kind = FAULTS.get(name) if isinstance(name, str) else None
+        if kind is not None and f == kind.events[0]:
+            victims = _processes(value)
+            network = Need.TOXIPROXY in kind.needs
+            store_side = Need.SERVER in kind.needs and not network
+            span = _Span(kind.name, victims, store_side or (network and (not victims or value.get("scope") == "all")),
+                         on_workers=Need.SERVER not in kind.needs)
+            busy = {p for p in self._pending if type(p) is int}
+            if span.on_workers:
+                busy |= {p for p, nodes in self._holding.items() if nodes}
+            if any(span.hits(p) for p in busy):
+                span.exercised = True
+                self.exercised.add(span.fault)
+            self._open.append(span)
+            return
+        replaced = value.get("replaces")
+        if kind is not None and f == kind.events[1]:
+            victims = _processes(value)
+            healed = [s for s in self._open if s.fault == kind.name]
+            match = next((s for s in healed if s.victims == victims), healed[0] if healed else None)
+        elif type(replaced) is int:  # the runner's replacement of a killed worker: the heal of that kill
+            match = next((s for s in self._open if s.on_workers and replaced in s.victims
+                          and FAULTS[s.fault].events[1] == f), None)
+        else:
+            return
+        if match is not None:
+            self._open.remove(match)
+
+    def unexercised(self, kinds: Sequence[FaultKind]) -> list[str]:
+        """The faults of ``kinds`` that started but never met the run: no op of a process they hit in flight
+        while they lasted (any process's, for a fault on everyone), nor, for a worker's own fault, a lease
+        its victim held. Such a fault tested nothing (a latency that fell between two ops), so it does
+        not count as exercised. Only faults whose events name them (``"fault"``) are followed."""
+        started = {v.get("fault") for f, v in self.nemesis if isinstance(v.get("fault"), str)}
+        return [f"{kind.name} never met an op (no op of a process it hit was in flight while it lasted)"
+                for kind in kinds if kind.name in started and kind.name not in self.exercised]
 
 
 def _of(kind: FaultKind, value: dict[str, Any]) -> bool:
@@ -143,7 +216,9 @@ def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage) -> list[
     missing = [f"no ok {f}" for f in PROTOCOL_OPS if not evidence.ok[f]]
     if not evidence.held and not evidence.takeovers:
         missing.append("no contended claim (none refused held, none granted over an earlier lease)")
-    return missing + fault_gaps(evidence, kinds) + coverage_gaps(cov, kinds)
+    faults = fault_gaps(evidence, kinds)
+    whole = [kind for kind in kinds if not any(gap.startswith(f"{kind.name} never") for gap in faults)]  # started and healed
+    return missing + faults + evidence.unexercised(whole) + coverage_gaps(cov, kinds)
 
 
 def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage) -> tuple[Validity, str | None]:
