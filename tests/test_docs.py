@@ -24,7 +24,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -156,38 +155,28 @@ def _leasecheck(*args: str, cwd: Path, expect: tuple[int, ...]) -> str:
     return r.stdout + r.stderr
 
 
-@cache
-def _scratch(name: str) -> Path:
-    import tempfile
-
-    return Path(tempfile.mkdtemp(prefix=f"leasecheck-docs-{name}-"))
-
-
-def _run_sample() -> str:
+def _run_sample(where: Path) -> str:
     """``leasecheck run --seed 42`` (30 s: the CLI's defaults reach every situation of the coverage line), with time
     to gather the evidence a valid verdict needs on a loaded machine."""
-    return _leasecheck("run", "--seed", "42", "--evidence-wait", "60", cwd=_scratch("run"), expect=(0,))
+    return _leasecheck("run", "--seed", "42", "--evidence-wait", "60", cwd=where, expect=(0,))
 
 
-def _matrix_smoke() -> str:
-    where = _scratch("matrix")
+def _matrix_smoke(where: Path) -> str:
     (where / "examples" / "matrix").mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "examples" / "matrix" / "smoke.toml", where / "examples" / "matrix" / "smoke.toml")
     return _leasecheck("matrix", "examples/matrix/smoke.toml", "--jobs", "2", "--junit", "junit.xml", cwd=where, expect=(0,))
 
 
-def _matrix_refused() -> str:
+def _matrix_refused(where: Path) -> str:
     """A nightly spec whose 7th entry asks for a store fault on SQLite: refused before anything runs."""
-    where = _scratch("refused")
     good = "".join(f'[[entry]]\nname = "reference {i}"\ntarget = "sqlite"\nnemesis = ["pause"]\nseeds = [{i}]\n\n' for i in range(1, 7))
     bad = '[[entry]]\nname = "broken sqlite"\ntarget = "sqlite-ttl-only"\nnemesis = ["pause,kill-store"]\nexpect = "invalid"\nseeds = [1]\n'
     (where / "nightly.toml").write_text('name = "nightly"\n\n' + good + bad)
     return _leasecheck("matrix", "nightly.toml", cwd=where, expect=(3,))
 
 
-def _pytest_sample() -> str:
+def _pytest_sample(where: Path) -> str:
     """The worked example of docs/pytest.md: its test file as the page has it, its AcmeLease a broken variant."""
-    where = _scratch("pytest")
     page = (DOCS / "pytest.md").read_text()
     test_file = re.search(r"```python\n(# test_acme_under_faults\.py\n.*?)```", page, re.S)
     assert test_file, "docs/pytest.md has no test_acme_under_faults.py block"
@@ -203,8 +192,8 @@ def _pytest_sample() -> str:
     return r.stdout + r.stderr
 
 
-def _check(*args: str) -> Callable[[], str]:
-    return lambda: _leasecheck("check", *args, cwd=REPO, expect=(1,))
+def _check(*args: str) -> Callable[[Path], str]:
+    return lambda where: _leasecheck("check", *args, cwd=REPO, expect=(1,))
 
 
 @dataclass(frozen=True)
@@ -212,7 +201,8 @@ class Source:
     """How a sample's real output is made: the command the page must show, and what runs it."""
 
     command: str
-    make: Callable[[], str]
+    #: runs it in a scratch folder, and gives its output (stdout, then stderr)
+    make: Callable[[Path], str]
     #: compare lines by their first words only (for output whose explanations vary with the anomalies found)
     loose: bool = False
 
@@ -229,9 +219,18 @@ SOURCES: dict[str, Source] = {
 }
 
 
-@cache
-def real_output(name: str) -> str:
-    return SOURCES[name].make()
+@pytest.fixture(scope="module")
+def real_output(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[str, Path]]:
+    """Each source's real output and the folder it ran in, made once per module."""
+    made: dict[str, tuple[str, Path]] = {}
+
+    def get(name: str) -> tuple[str, Path]:
+        if name not in made:
+            where = tmp_path_factory.mktemp(name)
+            made[name] = (SOURCES[name].make(where), where)
+        return made[name]
+
+    return get
 
 
 def test_every_output_sample_is_marked_and_has_a_source() -> None:
@@ -257,11 +256,11 @@ def test_the_shape_of_a_line() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
-def test_samples_show_only_lines_the_tool_prints(name: str) -> None:
+def test_samples_show_only_lines_the_tool_prints(name: str, real_output: Callable[[str], tuple[str, Path]]) -> None:
     shown = [s for s in samples() if s.name == name]
     assert shown, f"no page shows the sample {name!r}"
     source = SOURCES[name]
-    real = real_output(name).splitlines()
+    real = real_output(name)[0].splitlines()
     shapes = {shape(line) for line in real}
     labels = {label(line) for line in real}
     for sample in shown:
@@ -274,14 +273,13 @@ def test_samples_show_only_lines_the_tool_prints(name: str) -> None:
                         f"shaped: {shape(line)}\nthe real output:\n" + "\n".join(real))
 
 
-def test_the_run_folder_listing_names_what_a_run_leaves() -> None:
+def test_the_run_folder_listing_names_what_a_run_leaves(real_output: Callable[[str], tuple[str, Path]]) -> None:
     """docs/running.md's listing of a run folder: what a SQLite run always leaves is listed, and is there."""
     page = (DOCS / "running.md").read_text()
     listing = re.search(r"```\nstore/sqlite/[^\n]*/\n(.*?)```", page, re.S)
     assert listing, "docs/running.md has no run folder listing"
     listed = {line.split()[0] for line in listing.group(1).splitlines() if line.strip()}
-    real_output("run")
-    run_dir = (_scratch("run") / "store" / "latest").resolve()
+    run_dir = (real_output("run")[1] / "store" / "latest").resolve()
     always = {"history.jsonl", "results.json", "test.json", "report.html", "leasecheck.log", "faults.json", "mp-tempdir", "lease.sqlite3"}
     assert always <= listed, always - listed
     for name in always:
