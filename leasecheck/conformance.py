@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -96,8 +97,9 @@ def _claim_until_granted(t: Target, node: str, owner: str, timeout: float) -> Le
 
 
 def _fresh_node(scenario: str) -> str:
-    """A node name no other run of any scenario used: scenarios share one store."""
-    return f"{scenario}-{os.getpid()}-{time.monotonic_ns()}"
+    """A node name no other run of any scenario used: scenarios share one store (a team's LEASECHECK_URL, run
+    after run and from several CI machines at once: the random part keeps two machines' names apart)."""
+    return f"{scenario}-{os.getpid()}-{time.monotonic_ns()}-{secrets.token_hex(4)}"
 
 
 def _takeover_timeout(spec: TargetSpec) -> float:
