@@ -25,7 +25,7 @@ from typing import Any
 
 from leasecheck.checker.verdict import Anomaly, Validity, Verdict
 from leasecheck.options import RunOptions
-from leasecheck.targets.registry import TargetNotFound, available, load
+from leasecheck.targets.registry import TargetNotFound, available, load, not_installed, registered
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 from leasecheck.workload import Workload
 
@@ -61,18 +61,20 @@ class Unloadable:
 
 
 def audits() -> tuple[list[Audited], list[Unloadable]]:
-    """Every registered backend with an audit plan, and the audit adapters that failed to load."""
+    """Every registered backend with an audit plan, and the audit adapters that failed to load (or lack their library)."""
     found: list[Audited] = []
     broken: list[Unloadable] = []
-    for name, where in available().items():
-        try:
-            cls = load(name)
-        except TargetNotFound as e:
+    for name, where, cls in registered():
+        if isinstance(cls, TargetNotFound):
             if ".thirdparty." in where:  # only ours are known to be audits without importing them
-                broken.append(Unloadable(name, str(e)))
+                broken.append(Unloadable(name, str(cls)))
             continue
         plan = getattr(cls, "audit", None)
-        if isinstance(plan, AuditPlan):
+        if not isinstance(plan, AuditPlan):
+            continue
+        if (lacking := not_installed(cls)) is not None:
+            broken.append(Unloadable(name, f"{name!r} {lacking}"))
+        else:
             found.append(Audited(name, plan))
     return found, broken
 
@@ -110,7 +112,8 @@ def select(library: str, modes: tuple[str, ...] = ()) -> list[Audited]:
     if not chosen:
         missing = [b for b in broken if library in b.target]
         if missing:
-            raise LookupError(f"{missing[0].error} (pip install 'leasecheck[audit]')")
+            error = missing[0].error
+            raise LookupError(error if "pip install" in error else f"{error} (pip install 'leasecheck[audit]')")
         names = ", ".join(sorted({a.plan.library for a in found})) or "none"
         raise LookupError(f"no audit of {library!r} (audited libraries: {names}; see leasecheck audit --list;"
                           " or name an adapter of your own by module:Class)")

@@ -282,26 +282,32 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per backend, one per line.")
 def targets(as_json: bool) -> None:
-    """List the installed lease backends (reference, broken variants, third-party plug-ins)."""
-    from leasecheck.report import console_for, print_targets
-    from leasecheck.targets.registry import TargetNotFound, available, load
+    """List the registered lease backends (reference, broken variants, third-party plug-ins), and what each lacks.
+
+    Imports no client library: a backend whose library is missing is listed as
+    not installed, with the command that installs it.
+    """
+    from leasecheck.targets.registry import TargetNotFound, install_command, missing, registered
 
     rows: list[dict[str, object]] = []
-    for name, spec in available().items():
-        try:
-            cls = load(name)
-        except TargetNotFound as e:
-            rows.append({"name": name, "class": spec, "error": str(e)})
+    for name, spec, cls in registered():
+        if isinstance(cls, TargetNotFound):
+            rows.append({"name": name, "class": spec, "error": str(cls)})
             continue
+        lacking = missing(cls)
         rows.append({
             "name": name, "class": spec, "store": cls.store, "fenced": cls.fenced, "summary": cls.summary(),
             "bug": cls.bug, "expected": list(cls.expected), "exposed_by": list(cls.exposed_by),
             "exposed_by_workload": list(cls.exposed_by_workload),
+            "requires": list(cls.requires), "extra": cls.extra, "installed": not lacking,
+            **({"missing": list(lacking), "install": install_command(cls)} if lacking else {}),
         })
     if as_json:
         for row in rows:
             sys.stdout.buffer.write(msgspec.json.encode(row) + b"\n")
     else:
+        from leasecheck.report import console_for, print_targets
+
         print_targets(console_for(), rows)
 
 

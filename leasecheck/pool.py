@@ -132,7 +132,8 @@ class WorkerPool:
             forked = mp.get_context("forkserver").Process(target=worker_main, args=args, name=name, daemon=True)
             try:
                 if self._preload is None:
-                    preload = zygote.preloads(load(self.spec.target).__module__)  # exec: its module, with the class made on the fly
+                    cls = load(self.spec.target)
+                    preload = zygote.preloads(cls.__module__, cls.requires)  # exec: its module, with the class made on the fly
                     zygote.acquire(preload)
                     self._preload = preload  # acquired: stop() releases it
                 else:

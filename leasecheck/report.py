@@ -123,7 +123,7 @@ def coverage_of_results(saved: dict[str, Any]) -> tuple[Coverage, list[str]] | N
 
 
 def print_targets(console: Console, rows: list[dict]) -> None:
-    """The backends table of ``leasecheck targets``: references first, then broken variants."""
+    """The backends table of ``leasecheck targets``: references first, then broken variants; each says what it lacks."""
     table = Table(title="lease backends", title_justify="left")
     for col in ("name", "store", "fenced", "what it is"):
         table.add_column(col)
@@ -135,6 +135,8 @@ def print_targets(console: Console, rows: list[dict]) -> None:
         if row["bug"]:
             what = Text.assemble(row["summary"], "\n", ("expected: " + ", ".join(row["expected"]), "red"),
                                  f" under {', '.join([*row['exposed_by'], *row.get('exposed_by_workload', [])])}")
+        if row.get("missing"):
+            what = Text.assemble(what, "\n", (f"not installed (needs {', '.join(row['missing'])}): {row['install']}", "yellow"))
         table.add_row(row["name"], row["store"] or "-", "yes" if row["fenced"] else "no", what)
     console.print(table)
 

@@ -86,11 +86,12 @@ def _here() -> _Users:
 # -------------------------------------------------------------------- in the harness
 
 
-def preloads(target_module: str | None) -> list[str]:
+def preloads(target_module: str | None, requires: tuple[str, ...] = ()) -> list[str]:
     """The modules the forkserver imports before its first fork, in order.
 
     This module first (it sets the forkserver up, see :func:`_serve_warm`), the
-    worker's own modules, the backend's, and what the harness's ``__main__``
+    worker's own modules, the backend's, the client libraries it ``requires``
+    (its module imports them only where it uses them), and what the harness's ``__main__``
     imports: every forked child runs the main script or module again, as
     ``__mp_main__`` (as a spawned one does), which is cheap only if what it
     imports is already there — the ``leasecheck`` console script imports
@@ -99,6 +100,7 @@ def preloads(target_module: str | None) -> list[str]:
     names = [__name__, *WORKER_MODULES]
     if target_module:
         names.append(target_module)
+    names.extend(requires)
     names.extend(_main_imports())
     return list(dict.fromkeys(names))
 

@@ -167,6 +167,11 @@ class Target(ABC):
     #: deadline, held while its holder's process, connection or session lives (an OS file lock, a
     #: session advisory lock); the ttl-defined kinds (overlapping-lease, stuck-lease) do not apply.
     lease_expiry: ClassVar[LeaseExpiry] = "deadline"
+    #: The modules (import names) the backend's client needs, imported only where they are used,
+    #: and the extra of leasecheck that installs them: ``leasecheck targets`` lists a backend without
+    #: importing them, and a run of one that is missing says ``pip install 'leasecheck[EXTRA]'``.
+    requires: ClassVar[tuple[str, ...]] = ()
+    extra: ClassVar[str | None] = None
 
     def __init__(self, config: TargetConfig) -> None:
         self.config = config

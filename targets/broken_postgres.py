@@ -10,13 +10,14 @@ leasecheck.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
-
-import psycopg
-from psycopg import sql
+from typing import TYPE_CHECKING, Any
 
 from leasecheck.targets.base import Lease, Outcome, Refused, TargetConfig
 from leasecheck.targets.postgres_lease import PostgresLease
+
+if TYPE_CHECKING:  # imported where used, as in postgres_lease
+    import psycopg
+    from psycopg import sql
 
 
 class FenceInMemoryPostgres(PostgresLease):
@@ -83,6 +84,8 @@ class ClientClockPostgres(PostgresLease):
     exposed_by = ("clock-bump",)
 
     def _now(self) -> sql.Composable:
+        from psycopg import sql
+
         return sql.Literal(datetime.fromtimestamp(self.config.clock() / 1000.0, tz=UTC))
 
 
@@ -112,6 +115,8 @@ class GraceAfterFailoverPostgres(PostgresLease):
         self._connected_before = False
 
     def _connection(self) -> psycopg.Connection[Any]:
+        import psycopg
+
         before = self._conn
         conn = super()._connection()
         reconnecting = self._connected_before and conn is not before

@@ -26,13 +26,14 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
-
-import psycopg
-from psycopg import sql
+from typing import TYPE_CHECKING, Any
 
 from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
+
+if TYPE_CHECKING:  # psycopg is imported where it is used: listing the backends must not load it
+    import psycopg
+    from psycopg import sql
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS lease_nodes (
@@ -151,6 +152,8 @@ class PostgresLease(Target):
     name = "postgres"
     fenced = True
     store = "postgres"
+    requires = ("psycopg",)
+    extra = "postgres"
 
     def __init__(self, config: TargetConfig) -> None:
         super().__init__(config)
@@ -163,6 +166,8 @@ class PostgresLease(Target):
         """The open connection, made anew if there is none, the last one broke, or the server closed it."""
         if self._conn is not None and not self._conn.closed and not self._conn.broken and still_open(self._conn):
             return self._conn
+        import psycopg
+
         self._drop()
         timeout_ms = max(1, int(self.config.timeout_s * 1000))
         try:
@@ -175,6 +180,8 @@ class PostgresLease(Target):
         return self._conn
 
     def _drop(self) -> None:
+        import psycopg
+
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -184,6 +191,8 @@ class PostgresLease(Target):
 
     def _run(self, query: sql.SQL | sql.Composed | str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """One autocommit statement; its rows. Unavailable before sending, Indeterminate after."""
+        import psycopg
+
         conn = self._connection()
         try:
             with self._watchdog.guard(conn.pgconn.socket, self.deadline_s):
@@ -207,15 +216,21 @@ class PostgresLease(Target):
 
     def _now(self) -> sql.Composable:
         """Whose clock judges lease expiry: the server's, the same for every worker."""
+        from psycopg import sql
+
         return sql.SQL("clock_timestamp()")
 
     def _sql(self, template: str) -> sql.Composed:
         """``template`` with ``{now}`` replaced by the lease clock (see :meth:`_now`)."""
+        from psycopg import sql
+
         return sql.SQL(template).format(now=self._now())
 
     # -- the protocol ----------------------------------------------------------------------------
 
     def setup(self) -> None:
+        import psycopg
+
         conn = self._connection()
         try:
             with self._watchdog.guard(conn.pgconn.socket, self.deadline_s), conn.transaction():

@@ -40,15 +40,13 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from string import Template
-from typing import Any, ClassVar
-
-import redis
-from redis.backoff import NoBackoff
-from redis.commands.core import Script
-from redis.retry import Retry
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
+
+if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
+    from redis.commands.core import Script
 
 #: Lua: the server's clock in milliseconds. Every Redis backend here judges expiry by
 #: it (``TIME`` inside the script), never by a worker's clock, which a nemesis may skew.
@@ -159,6 +157,8 @@ class RedisScripts(Target):
     """
 
     store = "redis"
+    requires = ("redis",)
+    extra = "redis"
 
     #: Lua every script of the backend starts with
     PRELUDE: ClassVar[str] = NOW_MS
@@ -168,6 +168,10 @@ class RedisScripts(Target):
     DEFAULT_PREFIX: ClassVar[str] = "lc"
 
     def __init__(self, config: TargetConfig) -> None:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
         super().__init__(config)
         self.prefix: str = config.options.get("prefix", self.DEFAULT_PREFIX)
         self.client = redis.Redis.from_url(
@@ -196,6 +200,8 @@ class RedisScripts(Target):
         closed, e.g. after a restart); a failure here means nothing of ours
         reached the server.
         """
+        import redis
+
         pool = self.client.connection_pool
         try:
             pool.release(pool.get_connection())
@@ -209,6 +215,8 @@ class RedisScripts(Target):
         anything) propagates: it is a bug in this adapter or the server's
         configuration, and the runner records it as ``info``.
         """
+        import redis
+
         self._connected()
         try:
             return self.scripts[op](keys=self.keys(node), args=args, client=self.client)
@@ -227,6 +235,8 @@ class RedisScripts(Target):
 
     def setup(self) -> None:
         """Load the scripts now, so the first operations need no extra round trip."""
+        import redis
+
         self._connected()
         try:
             for script in self.scripts.values():

@@ -11,6 +11,11 @@ leasecheck's own backends are registered the same way, in its pyproject.toml.
 A backend in another language is a command: ``--target exec:COMMAND`` (see
 :mod:`leasecheck.targets.exec_target`).
 
+A backend's module imports its client library only where it uses it, and the
+class names it (``requires``, with the ``extra`` of leasecheck that installs
+it): listing the backends imports no client library, and loading one whose
+library is missing fails in one line that says what to install (:class:`NotInstalled`).
+
 ``module:Class`` is imported the way pytest finds a ``conftest.py``: the
 current directory is searched too (appended to ``sys.path``, so it never
 shadows an installed package), so ``leasecheck run --target acme_adapter:AcmeLock``
@@ -21,9 +26,11 @@ start in the same directory and load the class the same way.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from typing import Any
@@ -33,9 +40,48 @@ from leasecheck.targets.exec_target import EXEC_PREFIX, BadCommand, exec_target
 
 ENTRY_POINT_GROUP = "leasecheck.targets"
 
+#: leasecheck's extras by the client module each installs (pyproject.toml), so that an adapter
+#: whose own import lacks one (``import psycopg`` at the top of a team's module) is told the extra too
+EXTRA_OF_MODULE = {
+    "psycopg": "postgres", "redis": "redis", "docker": "docker",
+    "kazoo": "audit", "etcd3": "audit", "redis_lock": "audit", "portalocker": "audit", "filelock": "audit",
+    "sqlalchemy": "audit", "sqlalchemy_dlock": "audit",
+}
+
 
 class TargetNotFound(Exception):
     """A ``--target`` that names nothing loadable; ``str()`` says why in one line."""
+
+
+class NotInstalled(TargetNotFound):
+    """A backend whose client library is not installed; ``str()`` says what to install."""
+
+
+def missing(cls: type[Target]) -> tuple[str, ...]:
+    """The modules of ``cls.requires`` that are not installed: looked up, not imported (cheap)."""
+    return tuple(name for name in cls.requires if not _installed(name))
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module made unimportable
+        return False
+
+
+def install_command(cls: type[Target]) -> str:
+    """What installs ``cls``'s client libraries: ``pip install 'leasecheck[EXTRA]'`` for ours."""
+    if cls.extra:
+        return f"pip install 'leasecheck[{cls.extra}]'"
+    return f"install what provides {', '.join(missing(cls) or cls.requires)}"
+
+
+def not_installed(cls: type[Target]) -> str | None:
+    """What ``cls`` lacks and how to install it ("needs psycopg, which is not installed: pip install ..."), or None."""
+    lacking = missing(cls)
+    if not lacking:
+        return None
+    return f"needs {' and '.join(lacking)}, which {'is' if len(lacking) == 1 else 'are'} not installed: {install_command(cls)}"
 
 
 def available() -> dict[str, str]:
@@ -59,7 +105,9 @@ def _import(spec: str) -> type[Target]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise TargetNotFound(f"{spec!r}: cannot import {module_name} ({e})") from None
+        extra = EXTRA_OF_MODULE.get((e.name or "").partition(".")[0]) if isinstance(e, ModuleNotFoundError) else None
+        hint = f": pip install 'leasecheck[{extra}]'" if extra else ""
+        raise TargetNotFound(f"{spec!r}: cannot import {module_name} ({e}){hint}") from None
     except Exception as e:  # the adapter's module itself is broken: say so in one line
         raise TargetNotFound(f"{spec!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
     obj: object = module
@@ -70,25 +118,42 @@ def _import(spec: str) -> type[Target]:
     if not (isinstance(obj, type) and issubclass(obj, Target)):
         raise TargetNotFound(f"{spec!r}: {attr} is not a targets.Target subclass")
     if inspect.isabstract(obj):
-        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
-        raise TargetNotFound(f"{spec!r}: {attr} is abstract (it does not implement {missing}): name a concrete backend class")
+        unwritten = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
+        raise TargetNotFound(f"{spec!r}: {attr} is abstract (it does not implement {unwritten}): name a concrete backend class")
     if not isinstance(getattr(obj, "name", None), str):
         raise TargetNotFound(f"{spec!r}: {attr} has no name (set the class attribute name = \"...\")")
     return obj
 
 
+def registered() -> Iterator[tuple[str, str, type[Target] | TargetNotFound]]:
+    """Every registered backend: its name, ``module:Class``, and its class or why that cannot be imported.
+
+    Imports the backends' modules, never a client library (each module imports its
+    own where it uses it): what a backend lacks is :func:`missing`.
+    """
+    for name, where in available().items():
+        try:
+            yield name, where, _import(where)
+        except TargetNotFound as e:
+            yield name, where, e
+
+
 def load(spec: str) -> type[Target]:
-    """The backend class named by ``spec``: a registered name, ``module:Class``, or ``exec:COMMAND``."""
+    """The backend class named by ``spec``: a registered name, ``module:Class``, or ``exec:COMMAND``.
+
+    :class:`NotInstalled` if a client library it ``requires`` is missing.
+    """
     if spec.startswith(EXEC_PREFIX):
         try:
             return exec_target(spec.removeprefix(EXEC_PREFIX))
         except BadCommand as e:
             raise TargetNotFound(f"{spec!r}: {e}") from None
     registered = available()
-    if spec in registered:
-        return _import(registered[spec])
-    if ":" in spec:
-        return _import(spec)
+    if spec in registered or ":" in spec:
+        cls = _import(registered.get(spec, spec))
+        if (lacking := not_installed(cls)) is not None:
+            raise NotInstalled(f"{spec!r} {lacking}")
+        return cls
     names = ", ".join(registered) or "none installed"
     raise TargetNotFound(f"unknown target {spec!r} (registered: {names}; or give module:Class, or exec:COMMAND)")
 

@@ -197,6 +197,9 @@ def test_a_zygote_that_cannot_serve_leaves_the_run_to_spawn(tmp_path: Path, monk
 def test_preloads_are_the_worker_the_backend_and_what_the_main_script_imports(monkeypatch: pytest.MonkeyPatch) -> None:
     names = zygote.preloads("leasecheck.targets.postgres_lease")
     assert names[0] == "leasecheck.zygote" and names[1:3] == ["leasecheck.workload", "leasecheck.targets.postgres_lease"]
+    # the backend's module imports its client library only where it uses it: the zygote imports it after the module
+    with_client = zygote.preloads("leasecheck.targets.postgres_lease", ("psycopg",))
+    assert with_client[2:4] == ["leasecheck.targets.postgres_lease", "psycopg"]
     # the console script: ``from leasecheck.cli import main`` — a forked child re-runs it, so leasecheck.cli is preloaded
     script = types.ModuleType("__main__")
     script.__file__ = "/usr/bin/leasecheck"

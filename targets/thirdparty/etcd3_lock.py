@@ -31,11 +31,12 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # python-etcd3 0.12's generated protobuf modules predate protobuf 4's C++/upb runtime,
 # which refuses them ("Descriptors cannot be created directly"); the pure-Python
-# runtime still loads them. Set before etcd3 (and so protobuf) is imported.
+# runtime still loads them. Set before etcd3 (and so protobuf) is imported: here, so that
+# it holds wherever etcd3 is imported after this module (the workers' zygote preloads it).
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 # The harness forks store servers (kill-store's restart) and Toxiproxy while its own client
 # (the producer's) holds a gRPC channel; with gRPC's fork support on (grpcio's default) the
@@ -43,16 +44,13 @@ os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 # with code -6"). Workers are spawned, never forked, and no channel crosses a fork: turn it off.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-with warnings.catch_warnings():  # its generated code uses protobuf's deprecated descriptor API: their matter, not ours
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import etcd3
-    import etcd3.exceptions
-    import grpc
-
 from leasecheck.histories.vocabulary import READY, AnomalyKind
 from leasecheck.targets.base import Indeterminate, TargetConfig, Unavailable
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Record
+
+if TYPE_CHECKING:
+    import grpc
 
 #: gRPC retries a lost connection with exponential backoff up to 2 minutes by default;
 #: after a partition heals or the store restarts, the client must come back within a lease
@@ -76,8 +74,19 @@ ZOMBIE_WRITES: tuple[AnomalyKind, ...] = ("duplicate-commit", "lost-commit", "st
 AUDIT_OPTIONS: dict[str, Any] = {"ttl_ms": 1000, "clock_uncertainty_ms": 600.0, "nemesis_interval": 1.5}
 
 
+def _etcd3() -> Any:
+    """python-etcd3, imported on first use: listing the backends must load neither it nor gRPC."""
+    with warnings.catch_warnings():  # its generated code uses protobuf's deprecated descriptor API: their matter, not ours
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import etcd3
+        import etcd3.exceptions
+    return etcd3
+
+
 def _grpc_error(e: BaseException) -> grpc.RpcError | None:
     """The gRPC error behind an etcd3 exception (etcd3 raises its own class from inside the handler)."""
+    import grpc
+
     while e is not None and not isinstance(e, grpc.RpcError):
         e = e.__cause__ or e.__context__  # type: ignore[assignment]
     return e
@@ -98,6 +107,9 @@ def etcd_errors(what: str) -> Iterator[None]:
     channel has no connection to send it on; any other UNAVAILABLE (a socket
     closed mid-call) or a DEADLINE_EXCEEDED may come after the server applied it.
     """
+    etcd3 = _etcd3()
+    import grpc
+
     try:
         yield
     except etcd3.exceptions.ConnectionFailedError as e:
@@ -125,7 +137,7 @@ class Connection:
                 parts = urllib.parse.urlsplit(self.url)
                 if parts.scheme != "etcd" or not parts.hostname:
                     raise ValueError(f"an etcd3 target needs an etcd://HOST:PORT url, not {self.url!r}")
-                self._client = etcd3.client(
+                self._client = _etcd3().client(
                     parts.hostname, parts.port or 2379, timeout=self.timeout_s, grpc_options=GRPC_OPTIONS,
                 )
             return self._client
@@ -237,6 +249,8 @@ class Etcd3Lock(LockLease):
     name = "etcd3-lock"
     fenced = False
     store = "etcd"
+    requires = ("etcd3",)
+    extra = "audit"
     audit = AuditPlan(
         library="etcd3",
         mode="documented",

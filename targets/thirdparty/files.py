@@ -27,8 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
-import filelock
-
+# filelock is imported where it is used (listing the backends must not load it)
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Record, Records
@@ -141,8 +140,10 @@ class FileLockLease(LockLease):
     store = "files"
     #: no ttl: the lock is held while the holder's process lives (the ttl-defined kinds do not apply)
     lease_expiry = "holder"
-    #: the lock class under audit (``FileLock`` is ``UnixFileLock`` on Linux)
-    LOCK: ClassVar[type[filelock.BaseFileLock]] = filelock.FileLock
+    requires = ("filelock",)
+    extra = "audit"
+    #: the lock class under audit, by its name in filelock (``FileLock`` is ``UnixFileLock`` on Linux)
+    LOCK: ClassVar[str] = "FileLock"
     #: suffix of the lock files, so two adapters on one folder never share a lock
     SUFFIX: ClassVar[str] = ".lock"
 
@@ -168,7 +169,9 @@ class FileLockLease(LockLease):
 
 
     def acquire(self, node: str, owner: str) -> Held | None:
-        lock = self.LOCK(self.lock_path(node), timeout=0)
+        import filelock
+
+        lock: filelock.BaseFileLock = getattr(filelock, self.LOCK)(self.lock_path(node), timeout=0)
         try:
             lock.acquire()
         except filelock.Timeout:
@@ -187,7 +190,7 @@ class SoftFileLockLease(FileLockLease):
     """filelock's ``SoftFileLock`` (a marker file; a dead holder's marker is taken over) as its README uses it."""
 
     name = "filelock-soft"
-    LOCK = filelock.SoftFileLock
+    LOCK = "SoftFileLock"
     SUFFIX = ".softlock"
 
     audit = AuditPlan(

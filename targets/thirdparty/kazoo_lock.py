@@ -58,12 +58,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, SessionExpiredError
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KeeperState
-from kazoo.retry import KazooRetry
-
+# kazoo is imported where it is used (listing the backends must not load it)
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, Lease, Refused, TargetConfig, Unavailable
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
@@ -71,8 +66,6 @@ from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Record
 from leasecheck.targets.urls import store_endpoint
 
 ROOT = "/leasecheck"
-#: the client states in which kazoo fails a request at once, without queueing or sending it
-UNSENDABLE = (KeeperState.EXPIRED_SESSION, KeeperState.CLOSED, KeeperState.AUTH_FAILED)
 #: kazoo's connection retry backs off up to an hour by default; after a partition or a
 #: store restart the client must be back within a lease, as a tuned production client is
 RECONNECT = {"max_tries": None, "delay": 0.05, "backoff": 2, "max_delay": 0.5}
@@ -107,6 +100,9 @@ def zk_errors(what: str, single: bool = True) -> Iterator[None]:
     expired session is Unavailable; a ConnectionLoss, our own wait timing out
     or anything after several requests (a lock's acquire) is Indeterminate.
     """
+    from kazoo.exceptions import KazooException, SessionExpiredError
+    from kazoo.handlers.threading import KazooTimeoutError
+
     try:
         yield
     except SessionExpiredError as e:
@@ -134,6 +130,10 @@ class ZkConnection:
     @property
     def client(self) -> Any:
         """The started client; Unavailable if no session could be opened (nothing was sent)."""
+        from kazoo.client import KazooClient
+        from kazoo.handlers.threading import KazooTimeoutError
+        from kazoo.retry import KazooRetry
+
         with self._lock:
             if self._client is None:
                 host, port = store_endpoint(self.url)
@@ -160,8 +160,11 @@ class ZkConnection:
         session kazoo already knows is lost refuses every request unsent (SessionExpiredError at once,
         while it opens a new session): say so first, as Unavailable.
         """
+        from kazoo.protocol.states import KeeperState
+
         client = self.client
-        if client.client_state in UNSENDABLE:
+        # the client states in which kazoo fails a request at once, without queueing or sending it
+        if client.client_state in (KeeperState.EXPIRED_SESSION, KeeperState.CLOSED, KeeperState.AUTH_FAILED):
             raise Unavailable(f"the kazoo client sends nothing in state {client.client_state}")
         return getattr(client, f"{method}_async")(*args, **kwargs).get(timeout=self.timeout_s)
 
@@ -201,6 +204,8 @@ class ZkRecords:
                 client.ensure_path(f"{ROOT}/{folder}")
 
     def add_nodes(self, nodes: list[str]) -> None:
+        from kazoo.exceptions import NodeExistsError
+
         client = self.conn.client
         ready = json.dumps({"status": READY}).encode()
         with zk_errors("add_nodes", single=False):  # every create in flight at once; an existing znode is kept as it is
@@ -214,6 +219,8 @@ class ZkRecords:
 
     def _load(self, node: str) -> tuple[dict[str, Any] | None, int]:
         """The record's fields and the znode's version (-1: no znode)."""
+        from kazoo.exceptions import NoNodeError
+
         with zk_errors("get"):
             try:
                 data, stat = self.conn.request("get", self.record_path(node))
@@ -227,6 +234,8 @@ class ZkRecords:
 
     def _store(self, node: str, fields: dict[str, Any], version: int | None) -> bool:
         """Write the record (create it if ``version`` is -1); False if it changed under us (retry)."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError
+
         data = json.dumps(fields).encode()
         with zk_errors("put"):
             try:
@@ -252,6 +261,8 @@ class ZkRecords:
                 return True
 
     def append_effect(self, node: str, token: str, payload: str, fence: int | None = None) -> bool:
+        from kazoo.exceptions import BadVersionError
+
         entry = json.dumps({"token": token, "payload": payload, "fence": fence}).encode()
         entry_path = f"{self.effects_path(node)}/e-"
         if fence is None:
@@ -298,6 +309,8 @@ class KazooLock(LockLease):
     name = "kazoo-lock"
     fenced = False
     store = "zookeeper"
+    requires = ("kazoo",)
+    extra = "audit"
     records: ZkRecords
     #: did the claim in progress get the lock (so a later Unavailable cannot say "nothing happened")
     _granted: bool = False
@@ -354,6 +367,9 @@ class KazooLock(LockLease):
         A session kazoo knows is gone is None (its ephemeral znodes went with it); an unknown answer
         (ConnectionLoss, no reply in time) is Indeterminate.
         """
+        from kazoo.exceptions import KazooException, SessionExpiredError
+        from kazoo.handlers.threading import KazooTimeoutError
+
         conn = self.records.conn
         try:
             stat = conn.request("exists", f"{lock.path}/{lock.node}")

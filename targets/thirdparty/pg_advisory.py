@@ -37,19 +37,17 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any
-
-import psycopg
-from sqlalchemy import Connection, Engine, create_engine, text
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import NullPool
-from sqlalchemy_dlock import create_sadlock
+from typing import TYPE_CHECKING, Any
 
 from leasecheck.histories.vocabulary import READY, AnomalyKind
 from leasecheck.targets.base import Indeterminate, TargetConfig, Unavailable
 from leasecheck.targets.postgres_lease import Watchdog, still_open
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Record, Records
+
+if TYPE_CHECKING:  # psycopg and SQLAlchemy are imported where they are used: listing the backends must not load them
+    import psycopg
+    from sqlalchemy import Connection, Engine
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS dlock_nodes (node text PRIMARY KEY, status text NOT NULL DEFAULT 'READY',"
@@ -71,6 +69,10 @@ def make_engine(config: TargetConfig) -> Engine:
     ``statement_timeout``. No pool: a lock lives exactly as long as its
     connection, so each one is opened and closed on purpose.
     """
+    import psycopg
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
     timeout_ms = max(1, int(config.timeout_s * 1000))
 
     def connect() -> psycopg.Connection[Any]:
@@ -97,6 +99,8 @@ class Connections:
         self.deadline_s = config.timeout_s + 1.0
 
     def open(self) -> Connection:
+        from sqlalchemy.exc import DBAPIError
+
         try:
             return self.engine.connect()
         except DBAPIError as e:
@@ -105,6 +109,8 @@ class Connections:
     @staticmethod
     def alive(conn: Connection | None) -> bool:
         """Open, and not hung up on by the server (a restart, a proxy that closed it): checked before sending."""
+        import psycopg
+
         if conn is None or conn.closed or conn.invalidated:
             return False
         driver = conn.connection.driver_connection
@@ -112,6 +118,10 @@ class Connections:
 
     def execute(self, conn: Connection, statement: str, params: dict[str, Any] | None = None) -> list[Any]:
         """One statement on ``conn``; its rows (none for a statement that returns none)."""
+        import psycopg
+        from sqlalchemy import text
+        from sqlalchemy.exc import DBAPIError
+
         try:
             with self.watchdog.guard(self._fd(conn), self.deadline_s):
                 result = conn.execute(text(statement), params or {})
@@ -141,6 +151,8 @@ class Connections:
 
     @staticmethod
     def _fd(conn: Connection) -> int:
+        import psycopg
+
         driver = conn.connection.driver_connection
         assert isinstance(driver, psycopg.Connection)
         return driver.pgconn.socket
@@ -264,6 +276,8 @@ class SqlalchemyDlock(LockLease):
     name = "sqlalchemy-dlock"
     fenced = False
     store = "postgres"
+    requires = ("psycopg", "sqlalchemy", "sqlalchemy_dlock")
+    extra = "audit"
     #: no ttl: the lock is held while the holder's session lives (the ttl-defined kinds do not apply)
     lease_expiry = "holder"
 
@@ -297,6 +311,9 @@ class SqlalchemyDlock(LockLease):
 
 
     def acquire(self, node: str, owner: str) -> Held | None:
+        from sqlalchemy.exc import DBAPIError
+        from sqlalchemy_dlock import create_sadlock
+
         conn = self._spare if self.db.alive(self._spare) else None
         self._spare = None
         if conn is None:

@@ -41,10 +41,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import portalocker
-import redis
-from portalocker.exceptions import AlreadyLocked
-
 from leasecheck.targets.base import TargetConfig, Unavailable
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Records
@@ -57,6 +53,8 @@ class PortalockerRedisLock(LockLease):
     name = "portalocker-redis"
     store = "redis"
     fenced = False
+    requires = ("redis", "portalocker")
+    extra = "audit"
     #: "locking through Redis pubsub instead of expiring keys": held while the holder's subscription lives
     lease_expiry = "holder"
 
@@ -88,6 +86,9 @@ class PortalockerRedisLock(LockLease):
         return RedisRecords(self.client, self.PREFIX)
 
     def acquire(self, node: str, owner: str) -> Held | None:
+        import portalocker
+        from portalocker.exceptions import AlreadyLocked
+
         unavailable_s = self.ttl_ms / 1000
         lock = portalocker.RedisLock(
             f"{self.PREFIX}:{node}", connection=self.client, fail_when_locked=True, timeout=2 * unavailable_s,
@@ -110,6 +111,8 @@ class PortalockerRedisLock(LockLease):
         long after the last heartbeat a ``stuck-lease``): it is a claim that never
         reached a holder, ``Unavailable``.
         """
+        import redis
+
         try:
             self.client.ping()
         except (redis.ConnectionError, redis.TimeoutError) as e:

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import redis_lock
-
 from leasecheck.targets.base import TargetConfig
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Records
@@ -43,6 +41,8 @@ class PythonRedisLock(LockLease):
     name = "python-redis-lock"
     store = "redis"
     fenced = False
+    requires = ("redis", "redis_lock")
+    extra = "audit"
     #: "held for as long as the Python process is running": no deadline while the holder runs
     lease_expiry = "holder"
 
@@ -79,6 +79,8 @@ class PythonRedisLock(LockLease):
         return RedisRecords(self.client, self.PREFIX)
 
     def acquire(self, node: str, owner: str) -> Held | None:
+        import redis_lock
+
         lock = redis_lock.Lock(self.client, f"{self.PREFIX}:{node}", expire=self.ttl_ms // 1000, auto_renewal=True)
         with mapped_errors(self.client, "lock.acquire"):
             if not lock.acquire(blocking=False):
@@ -86,6 +88,8 @@ class PythonRedisLock(LockLease):
         return Held(lock, lock.id)
 
     def extend(self, held: Held) -> bool:
+        import redis_lock
+
         with mapped_errors(self.client, "lock.extend"):
             try:
                 held.lock.extend()
@@ -98,6 +102,8 @@ class PythonRedisLock(LockLease):
             return bool(held.lock.get_owner_id() == held.lock.id)
 
     def unlock(self, held: Held) -> None:
+        import redis_lock
+
         with mapped_errors(self.client, "lock.release"):
             try:
                 held.lock.release()  # stops the renewal thread first

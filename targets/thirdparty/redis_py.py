@@ -11,15 +11,15 @@ the ``pause`` audit publishes; redis-py gives no fencing token to fix it with.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from redis.exceptions import LockError
-from redis.lock import Lock
+from typing import TYPE_CHECKING, ClassVar
 
 from leasecheck.targets.base import TargetConfig
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Records
 from leasecheck.targets.thirdparty.redis_records import RedisRecords, mapped_errors, redis_client
+
+if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
+    from redis.lock import Lock
 
 
 class RedisPyLock(LockLease):
@@ -28,6 +28,8 @@ class RedisPyLock(LockLease):
     name = "redis-py-lock"
     store = "redis"
     fenced = False
+    requires = ("redis",)
+    extra = "audit"
 
     audit: ClassVar[AuditPlan | None] = AuditPlan(
         library="redis",
@@ -61,6 +63,8 @@ class RedisPyLock(LockLease):
         return Held(lock, token.decode() if isinstance(token, bytes) else str(token))
 
     def extend(self, held: Held) -> bool:
+        from redis.exceptions import LockError
+
         lock: Lock = held.lock
         with mapped_errors(self.client, "lock.extend"):
             try:
@@ -74,6 +78,8 @@ class RedisPyLock(LockLease):
             return bool(lock.owned())
 
     def unlock(self, held: Held) -> None:
+        from redis.exceptions import LockError
+
         lock: Lock = held.lock
         with mapped_errors(self.client, "lock.release"):
             try:

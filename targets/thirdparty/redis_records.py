@@ -25,16 +25,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-from redis.typing import EncodableT
+from typing import TYPE_CHECKING, Any
 
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, Unavailable
 from leasecheck.targets.thirdparty.lockbase import Record
+
+if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
+    import redis
+    from redis.typing import EncodableT
 
 #: Lua, KEYS: record; ARGV: fence, changes (JSON, null removes a field). 1 if applied, 0 if a larger fence wrote.
 FENCED_PUT = r"""
@@ -67,6 +66,10 @@ def redis_client(url: str, timeout_s: float) -> redis.Redis:
     retry nothing; RESP2 makes the pool check a pooled connection is alive
     before handing it out.
     """
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     return redis.Redis.from_url(
         url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0),
         protocol=2, decode_responses=True,
@@ -82,6 +85,8 @@ def mapped_errors(client: redis.Redis, what: str) -> Iterator[None]:
     connection or timeout error may come after the command was sent
     (:class:`Indeterminate`); LOADING refuses before running anything.
     """
+    import redis
+
     pool = client.connection_pool
     try:
         pool.release(pool.get_connection())
