@@ -13,21 +13,27 @@ Definitions (times are the history's ``time``, ns):
 
 * the *proving ops* of a ``stale-renew``, ``stale-commit`` or ``stale-effect``
   are its stale op alone (the last op it cites: the others only show that a
-  newer lease existed); of every other kind, all the ops it cites;
+  newer lease existed); of every other kind, all the ops it cites, and for a
+  ``lost-commit`` whose read shows another lease, also that lease's ok commit
+  (the latest of the node invoked before the read completed): a zombie's
+  commit over the newer one is the fault's doing when the zombie was its victim;
 * the *end* of an anomaly is the latest completion among its cited ops (never,
   when one of them never completed);
-* a proving op's *span* runs from the invoke of the ok claim that granted its
+* a proving op's *lease start* is the invoke of the ok claim that granted its
   lease (for a renew, effect, commit or release: the latest claim of its node
   with its epoch, or its token when unfenced, invoked before it, its own
   process's first; for a claim, a read, or a lease no ok claim granted: its own
-  invoke) to the anomaly's end: the lease's whole life, in which its holder
-  could have stalled, been stopped or been cut off (a zombie that wakes from a
-  pause acts again, often several times, before the stale op), and until the
-  anomaly was proven;
-* a fault window *hit* a proving op when it overlaps the op's span (a start at
-  or before the span's end, an end at or after its start) and names the op's
-  process as a victim, or hits every process (a store-side fault; a network
-  fault on everyone).
+  invoke). From there to the op's completion (never, for an op that never
+  completed) is the time in which its holder could have stalled, been stopped
+  or been cut off (a zombie that wakes from a pause often acts several times
+  before its stale op);
+* a fault on named victims *hit* a proving op when one of them is the op's
+  process and the fault overlaps the op's lease start to its completion (a
+  start at or before that completion, an end at or after the lease start):
+  what befell the process after its op was done cannot have made the op;
+* a fault on every process (a store-side fault; a network fault on everyone)
+  *hit* a proving op when it overlaps the op's lease start to the anomaly's end:
+  a store that restarts between a commit and the read that lost it did.
 
 An anomaly whose proving ops no window hit *stalled on its own*: no fault
 touched its processes, so the workload's own stall (or the backend by itself)
@@ -74,9 +80,12 @@ class FaultWindow:
     def until(self) -> float:
         return INF if self.end is None else self.end
 
-    def hits(self, process: int, start: float, end: float) -> bool:
-        """Did this fault touch ``process`` at some moment of [start, end]?"""
-        return (self.everyone or process in self.victims) and self.start <= end and self.until >= start
+    def hits(self, process: int, start: float, done: float, end: float) -> bool:
+        """Did this fault touch ``process``'s op, from its lease ``start`` until it was ``done`` (a fault on
+        named victims) or until the anomaly's ``end`` (a fault on everyone)?"""
+        if self.everyone:
+            return self.start <= end and self.until >= start
+        return process in self.victims and self.start <= done and self.until >= start
 
 
 #: faults(nemesis events) -> every fault window of the history, with its victims
@@ -123,6 +132,36 @@ def lease_starts(ops: Iterable[Op], wanted: Iterable[Op]) -> dict[int, int]:
     return out
 
 
+def _shown(read: Op) -> Any:
+    """The lease a read shows, named as :func:`_lease` names an op's (None: it shows none)."""
+    e, token = read.result.get("epoch"), read.result.get("token")
+    if type(e) is int:
+        return ("epoch", e)
+    return ("token", freeze(token)) if token is not None else None
+
+
+def overwriting_commits(ops: Iterable[Op], reads: Iterable[Op]) -> dict[int, Op]:
+    """For each read (by index), the ok commit of the lease it shows: the latest of its node invoked before the read completed."""
+    wanted: defaultdict[str, list[Op]] = defaultdict(list)
+    for r in reads:
+        if _shown(r) is not None:
+            wanted[r.node].append(r)
+    if not wanted:
+        return {}
+    commits: defaultdict[tuple[str, Any], list[Op]] = defaultdict(list)
+    for op in ops:
+        if op.f == "commit" and op.type == "ok" and op.node in wanted:
+            commits[op.node, _lease(op)].append(op)
+    out: dict[int, Op] = {}
+    for node, rs in wanted.items():
+        for r in rs:
+            done = INF if r.complete_time is None else r.complete_time
+            before = [c for c in commits.get((node, _shown(r)), ()) if c.invoke_time < done]
+            if before:
+                out[r.index] = max(before, key=lambda c: (c.invoke_time, c.index))
+    return out
+
+
 def _s(t: float) -> float | None:
     return None if t == INF else round(t / 1e9, 6)
 
@@ -144,16 +183,24 @@ def _processes(pairs: Sequence[tuple[int, int]]) -> str:
 
 def attribute_one(
     anomaly: Anomaly, cited: Mapping[int, Op], starts: Mapping[int, int], windows: Sequence[FaultWindow],
+    overwrote: Op | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
-    """(the faults that hit the anomaly's proving ops, as JSON; one sentence saying so, or that none did)."""
+    """(the faults that hit the anomaly's proving ops, as JSON; one sentence saying so, or that none did).
+
+    ``overwrote``: for a ``lost-commit``, the commit of the lease its read shows (a proving op too).
+    """
     ops = [cited[i] for i in anomaly.ops if i in cited]
     end: float = max((INF if o.complete_time is None else o.complete_time for o in ops), default=INF)
     proving = [cited[i] for i in proving_ops(anomaly) if i in cited]
+    extra = ""
+    if overwrote is not None and overwrote.index not in anomaly.ops:
+        proving.append(overwrote)
+        extra = f" Op {overwrote.index} is the commit of the lease that op {ops[-1].index} shows."
     hits: dict[FaultWindow, list[tuple[int, int]]] = {}
     for op in proving:
         start = starts.get(op.index, op.invoke_time)
         for w in windows:
-            if w.hits(op.process, start, end):
+            if w.hits(op.process, start, INF if op.complete_time is None else op.complete_time, end):
                 hits.setdefault(w, []).append((op.process, op.index))
     faults: list[dict[str, Any]] = []
     words: list[str] = []
@@ -167,21 +214,28 @@ def attribute_one(
             who = _processes(pairs)
             words.append(f"{who} {'was' if who.startswith('process ') else 'were'} {w.did} by `{w.fault}` {_when(w)}")
     if words:
-        return faults, "Fault: " + "; ".join(words) + "."
+        return faults, "Fault: " + "; ".join(words) + "." + extra
     who = _processes([(op.process, op.index) for op in proving])
     if anomaly.kind in _STALE:
         return faults, f"No fault touched {who} from the claim of its lease to the stale op: it stalled on its own."
-    return faults, f"No fault touched {who} from the claim of {'its' if who.startswith('process ') else 'their'} lease to the anomaly's last op: it happened without a fault."
+    their = "its" if who.startswith("process ") else "their"
+    return faults, f"No fault touched {who} from the claim of {their} lease to the anomaly's last op: it happened without a fault.{extra}"
 
 
 def attribute(verdict: Verdict, ops: Iterable[Op], windows: Sequence[FaultWindow]) -> None:
     """Give every listed anomaly of ``verdict`` its ``faults`` and ``attribution`` (``ops``: the whole history's)."""
     if not verdict.anomalies:
         return
-    wanted = {i for a in verdict.anomalies for i in proving_ops(a)}
-    starts = lease_starts(ops, [verdict.cited[i] for i in sorted(wanted) if i in verdict.cited])
+    nodes = {a.node for a in verdict.anomalies}
+    grants = [op for op in ops if op.type == "ok" and op.f in ("claim", "commit") and op.node in nodes]
+    cited = verdict.cited
+    lost = [cited[a.ops[-1]] for a in verdict.anomalies if a.kind == "lost-commit" and a.ops and a.ops[-1] in cited]
+    overwrote = overwriting_commits(grants, [r for r in lost if r.f == "read"])
+    wanted = [cited[i] for i in sorted({i for a in verdict.anomalies for i in proving_ops(a)}) if i in cited]
+    starts = lease_starts(grants, [*wanted, *overwrote.values()])
     for a in verdict.anomalies:
-        a.faults, a.attribution = attribute_one(a, verdict.cited, starts, windows)
+        shown = overwrote.get(a.ops[-1]) if a.kind == "lost-commit" and a.ops else None
+        a.faults, a.attribution = attribute_one(a, cited, starts, windows, shown)
 
 
 def attribution_of(anomaly: Mapping[str, Any]) -> str | None:
@@ -190,4 +244,5 @@ def attribution_of(anomaly: Mapping[str, Any]) -> str | None:
     return words if isinstance(words, str) and words else None
 
 
-__all__ = ["FaultWindow", "FaultsOf", "attribute", "attribute_one", "attribution_of", "lease_starts", "proving_ops"]
+__all__ = ["FaultWindow", "FaultsOf", "attribute", "attribute_one", "attribution_of", "lease_starts",
+           "overwriting_commits", "proving_ops"]

@@ -213,6 +213,11 @@ def print_audit_result(console: Console, r: Any) -> None:
         line.append(f"; first anomaly after {r.first_anomaly_s} s: {r.proof['kind']} on {r.proof['node']}, ops {r.proof['ops']}")
     if r.reason:
         line.append(f"; {r.reason}")
+    if r.without_fault:
+        first = r.without_fault_proof
+        line.append(f"; invalid without the fault (the workload's own stall): {', '.join(r.without_fault)}"
+                    f" ({r.without_fault_count} anomal{'y' if r.without_fault_count == 1 else 'ies'}"
+                    + (f"; first: {first['kind']} on {first['node']}, ops {first['ops']})" if first else ")"))
     line.append("; as published" if r.matches else f"; NOT as published ({r.published.expected})",
                 style="" if r.matches else "bold red")
     console.print(line, highlight=False)

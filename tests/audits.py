@@ -30,7 +30,7 @@ def assert_published(target: str, nemesis: str, tmp_path: Path, seed: int | None
     assert result.matches, (
         f"{target} under {nemesis} (seed {result.seed}): {result.verdict} {list(result.kinds)}"
         f" (reason: {result.reason}), published: {published.expected} {list(published.kinds)};"
-        f" first anomaly {result.proof}; run folder {result.run_dir}"
+        f" first anomaly {result.proof}; invalid without the fault: {list(result.without_fault)}; run folder {result.run_dir}"
     )
     if result.verdict == "invalid":  # a finding must come with its proof
         assert result.proof is not None and result.proof["ops"] and result.first_anomaly_s is not None

@@ -374,3 +374,182 @@ def test_the_verdict_schema_knows_the_attribution_and_refuses_a_half_one(tmp_pat
                    {k: v for k, v in a.items() if k != "attribution"},
                    {**a, "stalled_on_its_own": "no"}):
         assert list(check.iter_errors({**verdict, "anomalies": [broken]})), broken
+
+
+def test_a_kill_after_the_victims_op_completed_did_not_make_it(tmp_path: Path) -> None:
+    """A worker killed after its commit was acknowledged, then the read that shows the commit lost: the store's doing, not the kill's."""
+    h = History(tmp_path / "h.jsonl")
+    h.op(0, "claim", A, {"owner": "w0"}, 0, 1, result={"epoch": 1})
+    h.op(0, "commit", A, {"epoch": 1, "result": "r"}, 10, 11)  # op 2
+    h.nemesis("kill", {"fault": "kill", "victims": [0]}, 20)
+    h.nemesis("start", {"victims": [2], "replaces": 0}, 21)
+    h.op(1, "read", A, {}, 100, 101, result={"status": "RUNNING", "epoch": 1, "owner": "w0"})  # op 6
+    [a] = only(h.verdict(), "lost-commit")
+    assert a["ops"] == [2, 6] and a["faults"] == [] and a["stalled_on_its_own"] is True
+    assert a["attribution"] == (
+        "No fault touched processes 0 and 1 (ops 2, 6) from the claim of their lease to the anomaly's last op: "
+        "it happened without a fault."
+    )
+
+
+# ------------------------------------------------------------------ audits: per fault, what its victims did
+
+
+def audit_history(path: Path, zombie_paused: bool) -> Path:
+    """A run under ``pause`` that tested everything a pause run must (ok claim, renew, effect and commit; a
+    takeover; a claim after expiry; the pause started and healed), with one stale commit on node b by process 2:
+    paused by the nemesis or, with ``zombie_paused`` false, stalled on its own (the pause hit process 0 instead)."""
+    h = History(path)
+    victim = 2 if zombie_paused else 0
+    h.op(0, "claim", A, {"owner": "w0"}, 0, 1, result={"epoch": 1})
+    h.op(0, "renew", A, {"epoch": 1}, 10, 11)
+    h.op(0, "effect", A, {"epoch": 1, "payload": "p"}, 12, 13)
+    h.op(2, "claim", B, {"owner": "w2"}, 14, 15, result={"epoch": 1})  # op 6
+    h.nemesis("pause", {"fault": "pause", "victims": [victim]}, 20)
+    h.op(1, "claim", A, {"owner": "w1"}, 200, 201, result={"epoch": 2})  # over an expired lease
+    h.op(3, "claim", B, {"owner": "w3"}, 210, 211, result={"epoch": 2})  # op 11
+    h.nemesis("resume", {"fault": "pause", "victims": [victim]}, 250)
+    h.op(1, "commit", A, {"epoch": 2, "result": "r-w1"}, 260, 261)
+    h.op(2, "commit", B, {"epoch": 1, "result": "r-w2"}, 270, 271)  # op 16: stale
+    h.w.close()
+    return path
+
+
+@pytest.mark.parametrize("zombie_paused", [True, False], ids=["victim", "own-stall"])
+def test_an_audit_publishes_per_fault_only_what_the_faults_victims_did(tmp_path: Path, zombie_paused: bool) -> None:
+    from leasecheck.audit import fault_verdict
+    from leasecheck.run_verdict import fault_windows
+
+    history = audit_history(tmp_path / "h.jsonl", zombie_paused)
+    verdict = check_source(history, windows=fault_windows, faults=fault_victims)
+    [a] = verdict.anomalies
+    assert (a.kind, a.node, a.ops) == ("stale-commit", B, [11, 16])
+    judged = fault_verdict(verdict, None, "pause", history)
+    if zombie_paused:
+        assert (judged.verdict, judged.reason, judged.anomalies, judged.without_fault) == ("invalid", None, [a], [])
+    else:  # the run tested all a pause run must, and the pause's victims did nothing wrong
+        assert (judged.verdict, judged.reason, judged.anomalies, judged.without_fault) == ("valid", None, [], [a])
+
+
+def test_an_audit_whose_only_anomalies_stalled_on_their_own_is_judged_like_a_run_without_them(tmp_path: Path) -> None:
+    """Nothing of the pause's own (it never healed): unknown with the run verdict's reason, not invalid, not valid."""
+    from leasecheck.audit import fault_verdict
+    from leasecheck.run_verdict import fault_windows
+
+    history = audit_history(tmp_path / "h.jsonl", zombie_paused=False)
+    lines = [line for line in history.read_text().splitlines() if '"resume"' not in line]
+    for i, line in enumerate(lines[1:]):  # renumber the events, as a history without the heal would be
+        lines[i + 1] = json.dumps({**json.loads(line), "index": i})
+    history.write_text("\n".join(lines) + "\n")
+    verdict = check_source(history, windows=fault_windows, faults=fault_victims)
+    judged = fault_verdict(verdict, None, "pause", history)
+    assert judged.verdict == "unknown" and judged.reason == "the run did not test enough: pause never healed"
+    assert [a.kind for a in judged.without_fault] == ["stale-commit"]
+
+
+# ------------------------------------------------------------------ a real run
+
+
+def test_a_real_run_under_pause_attributes_every_anomaly_to_the_pause_or_to_nothing(tmp_path: Path) -> None:
+    """``leasecheck run`` of a broken variant under ``pause``: each anomaly in results.json is attributed, and
+    exactly as recomputed here from the raw history (the pause windows of its events, the stale op's lease)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "leasecheck", "run", "--target", "sqlite-fence-at-commit", "--nemesis", "pause",
+         "--seed", "3", "--time-limit", "10", "--ttl", "300", "--nemesis-interval", "1", "--store", "store", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    results = json.loads(done.stdout)
+    run_dir = Path(results["run_dir"])
+    events = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()[1:]]
+    opened: dict[int, int] = {}
+    windows: list[tuple[int, int, int]] = []  # (victim, start, end), from the raw pause / resume events
+    for ev in events:
+        if ev["process"] == "nemesis" and ev["f"] in ("pause", "resume"):
+            [victim] = ev["value"]["victims"]
+            if ev["f"] == "pause":
+                opened[victim] = ev["time"]
+            else:
+                windows.append((victim, opened.pop(victim), ev["time"]))
+    windows += [(victim, start, 2**63) for victim, start in opened.items()]
+    assert windows, "the run never paused a worker"
+    invokes = {ev["index"]: ev for ev in events if ev["type"] == "invoke"}
+    done_at: dict[int, int] = {}
+    pending: dict[Any, int] = {}
+    for ev in events:
+        if ev["process"] != "nemesis":
+            if ev["type"] == "invoke":
+                pending[ev["process"]] = ev["index"]
+            else:
+                done_at[pending.pop(ev["process"])] = ev["time"]
+
+    def lease_start(i: int) -> int:
+        op = invokes[i]
+        claims = [c for c in invokes.values() if c["f"] == "claim" and c["node"] == op["node"] and c["index"] < i
+                  and c["process"] == op["process"] and c["index"] in done_at]
+        return max(c["time"] for c in claims) if claims else op["time"]
+
+    anomalies = results["anomalies"]
+    assert anomalies and all({"faults", "stalled_on_its_own", "attribution"} <= set(a) for a in anomalies)
+    attributed = 0
+    for a in anomalies:
+        assert a["kind"] in ("stale-effect", "stale-commit", "stale-renew"), a  # what this variant gets wrong
+        stale = a["ops"][-1]
+        process = invokes[stale]["process"]
+        expected = [(victim, start, end) for victim, start, end in windows
+                    if victim == process and start <= done_at[stale] and end >= lease_start(stale)]
+        got = [(f["process"], round(f["start_s"] * 1e9), round(f["end_s"] * 1e9) if f["end_s"] is not None else 2**63)
+               for f in a["faults"]]
+        assert [(v, round(s / 1e3), round(e / 1e3) if e != 2**63 else e) for v, s, e in expected] == \
+            [(v, round(s / 1e3), round(e / 1e3) if e != 2**63 else e) for v, s, e in got], a
+        assert all(f["fault"] == "pause" and f["op"] == stale and f["everyone"] is False for f in a["faults"])
+        assert a["stalled_on_its_own"] is (not a["faults"])
+        attributed += bool(a["faults"])
+        if a["faults"]:
+            assert a["attribution"].startswith(f"Fault: process {process} (op {stale}) was paused by `pause` ")
+        else:
+            assert a["attribution"].startswith(f"No fault touched process {process} (op {stale})")
+    assert attributed, "no anomaly of this run was the pause's doing: pick a seed whose pause made a zombie"
+
+
+def test_an_audit_result_reports_the_workloads_own_stalls_apart(tmp_path: Path) -> None:
+    """JSON, AUDITS.md's row and the terminal line: valid under the fault, invalid without it, with the first proof."""
+    from rich.console import Console
+
+    from leasecheck.audit import AuditResult
+    from leasecheck.report import print_audit_result
+    from leasecheck.targets.thirdparty.audit import FaultAudit
+
+    proof = {"kind": "stale-commit", "node": B, "ops": [11, 16]}
+    r = AuditResult("etcd3-lock", "etcd3", "0.12.0", "documented", "kill", 1, "valid", (), None, tmp_path,
+                    FaultAudit("kill", "valid"), without_fault=("stale-commit", "stale-effect"),
+                    without_fault_count=3, without_fault_proof=proof)
+    assert r.matches
+    assert r.to_json()["without_fault"] == {"kinds": ["stale-commit", "stale-effect"], "anomalies": 3, "proof": proof}
+    assert "| kill | 1 | valid; invalid without the fault (stale-commit, stale-effect: the workload's own stall) | - |" in r.markdown_row()
+    console = Console(record=True, width=400)
+    print_audit_result(console, r)
+    assert ("etcd3 0.12.0 [documented] kill seed 1: valid; invalid without the fault (the workload's own stall): "
+            f"stale-commit, stale-effect (3 anomalies; first: stale-commit on {B}, ops [11, 16]); as published") \
+        in console.export_text()
+    clean = AuditResult("etcd3-lock", "etcd3", "0.12.0", "documented", "pause", 1, "valid", (), None, tmp_path,
+                        FaultAudit("pause", "valid"))
+    assert clean.to_json()["without_fault"] is None and "without" not in clean.markdown_row()
+
+
+def test_a_commit_lost_to_a_paused_zombies_commit_is_the_pauses_doing(tmp_path: Path) -> None:
+    """The read shows the zombie's lease: its commit (not cited by the lost-commit) is a proving op too."""
+    h = History(tmp_path / "h.jsonl")
+    h.op(0, "claim", A, {"owner": "w0"}, 0, 1, result={"epoch": 1})
+    h.nemesis("pause", {"fault": "pause", "victims": [0]}, 10)
+    h.op(1, "claim", A, {"owner": "w1"}, 200, 201, result={"epoch": 2})  # op 3
+    h.op(1, "commit", A, {"epoch": 2, "result": "r-w1"}, 210, 211)  # op 5
+    h.nemesis("resume", {"fault": "pause", "victims": [0]}, 250)
+    h.op(0, "commit", A, {"epoch": 1, "result": "r-w0"}, 260, 261)  # op 8: the zombie's, over it
+    h.op(2, "read", A, {}, 300, 301, result={"status": "SUCCEEDED", "epoch": 1, "owner": "w0", "result": "r-w0"})  # op 10
+    v = h.verdict()
+    [lost] = only(v, "lost-commit")
+    assert lost["ops"] == [5, 10]
+    assert lost["faults"] == [{"fault": "pause", "process": 0, "op": 8, "start_s": 0.01, "end_s": 0.25, "everyone": False}]
+    assert lost["attribution"] == "Fault: process 0 (op 8) was paused by `pause` 0.010–0.250 s. Op 8 is the commit of the lease that op 10 shows."
+    assert [a["faults"][0]["op"] for a in only(v, "stale-commit") + only(v, "duplicate-commit")] == [8, 8]

@@ -41,7 +41,8 @@ class RedisPyLock(LockLease):
         fix="A lock that expires by Redis' clock cannot stop a paused holder: carry a fencing token "
             "(e.g. an INCR drawn at acquire) into every write and have the store refuse older ones.",
         time_limit=8.0,
-        options={"ttl_ms": 1000, "nemesis_interval": 2.5},
+        # every holder a pause outlives goes on as a zombie: the pause's own finding, whatever the workload's stalls do
+        options={"ttl_ms": 1000, "nemesis_interval": 2.5, "workload": {"zombie_rate": 1.0}},
     )
 
     #: the records' key prefix: no other adapter reads these nodes
