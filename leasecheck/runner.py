@@ -55,7 +55,7 @@ from leasecheck.store_network import StoreNetwork
 from leasecheck.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
 from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
 from leasecheck.targets.exec_target import ExecTarget
-from leasecheck.targets.registry import TargetSpec, load
+from leasecheck.targets.registry import TargetSpec, load, server_not_installed
 from leasecheck.worker_logs import WORKERS_DIR, Journal
 
 log = logging.getLogger("leasecheck.run")
@@ -80,6 +80,8 @@ class Run:
         if issubclass(self.target_cls, ExecTarget) and opts.exec_store != "none":
             self.target_cls = self.target_cls.with_store(opts.exec_store)
         check_store(opts, self.kinds, self.target_cls.store)
+        if not opts.url and (lacking := server_not_installed(self.target_cls.store)) is not None:
+            raise BadOptions(f"--target {opts.target}: {lacking}")  # a team's adapter need not declare psycopg to be told
         if (problem := self.target_cls.ttl_problem(opts.ttl_ms)) is not None:
             raise BadOptions(f"--target {opts.target}: {problem}")
         self.needs = needs(self.kinds)

@@ -34,7 +34,7 @@ from leasecheck.environment import Environment, prepare
 from leasecheck.errors import EnvironmentFailure
 from leasecheck.run_files import remove_leftovers
 from leasecheck.targets.base import Lease, NodeState, Refused, Target
-from leasecheck.targets.registry import TargetSpec, load
+from leasecheck.targets.registry import TargetSpec, load, server_not_installed
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease
 
 #: the store to use instead of starting one (also what ``--target exec:`` children are given)
@@ -87,6 +87,8 @@ class Stores:
             return prepare(cls, directory, None).url
         if kind in self._failed:
             raise self._failed[kind]
+        if (lacking := server_not_installed(kind)) is not None:
+            raise EnvironmentFailure(lacking)
         if kind not in self._servers:
             home = self.directory / f"{kind}-server"
             home.mkdir(parents=True, exist_ok=True)

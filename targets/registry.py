@@ -49,6 +49,11 @@ EXTRA_OF_MODULE = {
 }
 
 
+#: the client library leasecheck itself needs to start a store's server (it asks the server whether it is
+#: ready through it: leasecheck.servers.readiness), and the extra that installs it
+SERVER_CLIENTS: dict[str, tuple[str, str]] = {"postgres": ("psycopg", "postgres"), "redis": ("redis", "redis")}
+
+
 class TargetNotFound(Exception):
     """A ``--target`` that names nothing loadable; ``str()`` says why in one line."""
 
@@ -82,6 +87,16 @@ def not_installed(cls: type[Target]) -> str | None:
     if not lacking:
         return None
     return f"needs {' and '.join(lacking)}, which {'is' if len(lacking) == 1 else 'are'} not installed: {install_command(cls)}"
+
+
+def server_not_installed(store: str | None) -> str | None:
+    """Why leasecheck cannot start a ``store`` server here (the client library it asks it with is missing), or None."""
+    if store not in SERVER_CLIENTS:
+        return None
+    module, extra = SERVER_CLIENTS[store]
+    if _installed(module):
+        return None
+    return f"starting a {store} server needs {module}, which is not installed: pip install 'leasecheck[{extra}]'"
 
 
 def available() -> dict[str, str]:

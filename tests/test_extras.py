@@ -177,6 +177,45 @@ def test_an_adapter_whose_own_import_lacks_a_client_is_told_the_extra(tmp_path: 
     assert err.endswith(": pip install 'leasecheck[postgres]'") and err.count("\n") == 0
 
 
+TEAM_ADAPTER = textwrap.dedent(
+    '''
+    from leasecheck.targets.sqlite_lease import SqliteLease
+
+    class TeamLease(SqliteLease):
+        """A team's Postgres adapter, as `new-target --store-kind postgres` writes it: no requires declared."""
+        name, store = "team", "postgres"
+    '''
+)
+
+
+def test_a_run_that_must_start_a_server_without_its_client_exits_3_naming_the_extra(tmp_path: Path) -> None:
+    """leasecheck asks a Postgres server it started whether it is ready through psycopg: seen as an internal error, exit 4."""
+    (tmp_path / "team_pg.py").write_text(TEAM_ADAPTER)
+    rc, out, err, modules = leasecheck("run", "--target", "team_pg:TeamLease", "--store", str(tmp_path / "st"),
+                                       without=("psycopg",), cwd=tmp_path)
+    assert rc == 3, err
+    assert err == ("leasecheck run: --target team_pg:TeamLease: starting a postgres server needs psycopg, which is not installed: "
+                   "pip install 'leasecheck[postgres]'")
+    assert not (tmp_path / "st").exists() and "leasecheck.servers.postgres" not in modules
+
+
+def test_the_plugins_stores_say_which_extra_a_server_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `new-target`'s generated test shows ("no store for ...: ...") instead of ModuleNotFoundError: No module named 'psycopg'."""
+    from leasecheck.errors import EnvironmentFailure
+    from leasecheck.targets.sqlite_lease import SqliteLease
+    from leasecheck.testing import Stores
+
+    class TeamLease(SqliteLease):
+        name, store = "team", "redis"
+
+    monkeypatch.delenv("LEASECHECK_URL", raising=False)
+    monkeypatch.setitem(sys.modules, "redis", None)
+    with Stores(tmp_path / "servers") as stores, pytest.raises(EnvironmentFailure) as failed:
+        stores.url(TeamLease, tmp_path)
+    assert str(failed.value) == "starting a redis server needs redis, which is not installed: pip install 'leasecheck[redis]'"
+    assert stores.started == {}
+
+
 # ------------------------------------------------------------------ what each backend declares, and the extras
 
 
