@@ -86,7 +86,8 @@ def not_installed(cls: type[Target]) -> str | None:
     lacking = missing(cls)
     if not lacking:
         return None
-    return f"needs {' and '.join(lacking)}, which {'is' if len(lacking) == 1 else 'are'} not installed: {install_command(cls)}"
+    names = lacking[0] if len(lacking) == 1 else f"{', '.join(lacking[:-1])} and {lacking[-1]}"
+    return f"needs {names}, which {'is' if len(lacking) == 1 else 'are'} not installed: {install_command(cls)}"
 
 
 def server_not_installed(store: str | None) -> str | None:

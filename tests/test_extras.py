@@ -197,6 +197,7 @@ def test_a_run_that_must_start_a_server_without_its_client_exits_3_naming_the_ex
     assert err == ("leasecheck run: --target team_pg:TeamLease: starting a postgres server needs psycopg, which is not installed: "
                    "pip install 'leasecheck[postgres]'")
     assert not (tmp_path / "st").exists() and "leasecheck.servers.postgres" not in modules
+    assert "replay" not in out + err  # refused before the banner
 
 
 def test_the_plugins_stores_say_which_extra_a_server_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
