@@ -123,14 +123,14 @@ def test_run_junit_failure_lists_the_runs_anomalies(tmp_path: Path) -> None:
 
 
 def test_run_junit_unknown_is_an_error_with_its_reason(tmp_path: Path) -> None:
-    """A pause scheduled after the time limit never happens: the run is unknown, and says why."""
+    """One worker and no duplicate deliveries never contend: the run is unknown, and says why."""
     out = tmp_path / "run.xml"
-    r = leasecheck("run", "--seed", "5", "--time-limit", "2", "--nemesis-interval", "1000", "--store", "store",
-                   "--junit", str(out), cwd=tmp_path)
+    r = leasecheck("run", "--seed", "5", "--time-limit", "2", "--nemesis", "none", "--concurrency", "1", "--dup-rate", "0",
+                   "--store", "store", "--junit", str(out), cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     _, [case] = read(out)
     assert case.outcome == "error" and case.type == "leasecheck.unknown"
-    assert case.message.startswith("unknown: the run did not test enough") and "pause never started" in case.message
+    assert case.message.startswith("unknown: the run did not test enough") and "no contended claim" in case.message
 
 
 def test_run_junit_is_written_when_interrupted(tmp_path: Path) -> None:
