@@ -1,0 +1,399 @@
+"""The worked examples of docs/journeys/ run end to end, from the pages themselves.
+
+Each test reads its page and does what the page says, with the page's own text: it
+writes the files the page shows, makes the edits it describes and runs its commands,
+in a fresh folder, as a newcomer would. The blocks it uses are marked, in the style of
+tests/test_docs.py:
+
+- ``<!-- journey: NAME -->`` before a fenced block: a block this test uses. A ``bash``
+  block is run as it is (one ``bash -e`` script, the journey's folder as its working
+  directory); a ``python`` block is a file the test writes, or code it puts in place of
+  a part of one.
+- ``<!-- journey-output: NAME -->`` before a ``text`` block: what a command printed.
+  Every line of it must have the shape of a line the real output has (test_docs'
+  :func:`shape`: numbers, paths, run ids and the names of kinds and faults may differ;
+  ``...`` skips), or, for outputs whose explanations vary with the anomalies found, the
+  first words of one (:func:`label`).
+
+A page's marked names are exactly the ones its test uses: a block dropped, renamed or
+added fails the test, and so does a command that no longer does what the page says.
+
+The pages' runs are shortened, and the pages say so: 5 s of workload per run
+(``--time-limit 5 --evidence-wait 30`` added to ``leasecheck run``, ``--leasecheck-time-limit 5`` given to
+pytest through ``PYTEST_ADDOPTS``) and one seed per audit (``--seeds 1``). Playing the
+team's own database is a Postgres that leasecheck's code starts (the session's
+``postgres_server``), with a role and a database of the team's.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import shlex
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+from test_docs import label, shape
+from test_new_target import _failed, _passed
+
+from leasecheck.scaffold import LOCK_DUTIES, LOCK_SCENARIOS
+from leasecheck.servers.base import LocalServer
+from leasecheck.servers.postgres import find_bin_dir
+
+REPO = Path(__file__).resolve().parent.parent
+JOURNEYS = REPO / "docs" / "journeys"
+#: a command of a journey (a run, an audit, a pytest session of runs): generous, a loaded CI machine is slow
+TIMEOUT_S = 600
+#: seconds of workload per run, instead of the pages' 30 s (leasecheck run) and 10 s (the pytest plugin)
+SHORT_RUN_S = 5
+#: seconds a shortened `leasecheck run` may go on until every fault started (as the pytest plugin's runs do)
+EVIDENCE_WAIT_S = 30
+#: what the pages' stale writes are: the kinds sherlock's pause finding names
+STALE = {"stale-effect", "stale-commit", "duplicate-commit", "lost-commit"}
+
+#: a folder to write every command's real output to (to take a page's samples again): LEASECHECK_JOURNEY_OUTPUTS=DIR
+KEEP_OUTPUTS = "LEASECHECK_JOURNEY_OUTPUTS"
+
+_MARKED = re.compile(r"<!-- journey(?P<output>-output)?: (?P<name>[\w.-]+) -->\n```(?P<lang>\w*)\n(?P<body>.*?)```", re.S)
+
+
+@dataclass
+class Page:
+    """A journey page's marked blocks, and which of them the test has used."""
+
+    path: Path
+    blocks: dict[str, tuple[str, str]] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+
+    @classmethod
+    def read(cls, name: str) -> Page:
+        page = cls(JOURNEYS / name)
+        for m in _MARKED.finditer(page.path.read_text(encoding="utf-8")):
+            kind = page.outputs if m.group("output") else page.blocks
+            assert m.group("name") not in kind, f"{page}: two blocks marked {m.group('name')!r}"
+            if m.group("output"):
+                assert m.group("lang") == "text", f"{page}: output {m.group('name')!r} is not a text block"
+                page.outputs[m.group("name")] = m.group("body")
+            else:
+                page.blocks[m.group("name")] = (m.group("lang"), m.group("body"))
+        return page
+
+    def __str__(self) -> str:
+        return str(self.path.relative_to(REPO)) if self.path.is_relative_to(REPO) else str(self.path)
+
+    def block(self, name: str, lang: str) -> str:
+        assert name in self.blocks, f"{self}: no block marked <!-- journey: {name} -->"
+        found, body = self.blocks[name]
+        assert found == lang, f"{self}: block {name!r} is {found or 'plain'}, not {lang}"
+        self.used.add(name)
+        return body
+
+    def output(self, name: str) -> list[str]:
+        assert name in self.outputs, f"{self}: no output marked <!-- journey-output: {name} -->"
+        self.used.add(f"output {name}")
+        return self.outputs[name].splitlines()
+
+    @property
+    def marked(self) -> set[str]:
+        return set(self.blocks) | {f"output {n}" for n in self.outputs}
+
+    def all_used(self, names: set[str] | None = None) -> None:
+        """The test used ``names`` (default: every marked block), no more and no less."""
+        expected = self.marked if names is None else names
+        assert self.used == expected, (f"{self}: marked but not used: {sorted(expected - self.used)};"
+                                       f" used but not expected: {sorted(self.used - expected)}")
+
+
+def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A newcomer's shell: ours without the outer pytest's variables, pytest sessions kept in ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COLUMNS", "LEASECHECK_"))}
+    addopts = f"-p no:cacheprovider --basetemp {shlex.quote(str(tmp_path / 'basetemp'))} --leasecheck-time-limit {SHORT_RUN_S}"
+    env.update(PYTEST_ADDOPTS=addopts, **extra)
+    return env
+
+
+def shortened(script: str) -> str:
+    """The page's commands as the test runs them: runs of 5 s, audits of one seed."""
+    lines = []
+    for line in script.splitlines():
+        if line.startswith("leasecheck run ") and "--time-limit" not in line:
+            line += f" --time-limit {SHORT_RUN_S} --evidence-wait {EVIDENCE_WAIT_S}"
+        if line.startswith("leasecheck audit ") and "--seeds" not in line:
+            line += " --seeds 1"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def run(page: Page, name: str, cwd: Path, env: dict[str, str], expect: int = 0, extra: str = "") -> str:
+    """Run the page's bash block ``name`` (shortened; ``extra`` appended to its last line); its stdout and stderr."""
+    script = shortened(page.block(name, "bash")).rstrip("\n") + extra
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    out = done.stdout + done.stderr
+    if keep := os.environ.get(KEEP_OUTPUTS):  # re-taking the pages' samples: every command's real output
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        with (Path(keep) / f"{page.path.stem}.{name}.txt").open("a") as f:
+            f.write(f"$ {script}\n{out}\n")
+    assert done.returncode == expect, f"{page}: block {name!r} exited {done.returncode}, not {expect}:\n{script}\n{out}"
+    return out
+
+
+#: parts of a line that one seed's run prints and another's does not: an audit's "invalid without the fault"
+#: clause, a table cell's list of kinds (any length), pytest's wall clock after a minute, the situations a
+#: short run's coverage line says it never reached (a page shows a whole run, the test runs a short one)
+_WITHOUT_FAULT = re.compile(r"; invalid without the fault \([^)]*\)(?:: [^(]*\([^)]*\))?|; never: .*$")
+_CODE_LIST = re.compile(r"`[\w-]+`(?:, `[\w-]+`)*")
+_WALL_CLOCK = re.compile(r" \(\d+:\d\d:\d\d\)$")
+
+
+#: an anomaly's attribution line: a fault hit its processes, or none did; which one depends on the run's timing
+_ATTRIBUTION = re.compile(r"^(\s*)(?:Fault: .*|No fault touched .*)$")
+
+
+def normalised(line: str) -> str:
+    """``line`` without what varies between seeds of one command (so a page may show seeds the test does not run)."""
+    line = _ATTRIBUTION.sub(r"\1(attribution)", line.rstrip())
+    return _WALL_CLOCK.sub("", _CODE_LIST.sub("`KINDS`", _WITHOUT_FAULT.sub("", line)))
+
+
+def same_shape(page: Page, name: str, real: str, loose: bool = False) -> None:
+    """Every line of the page's output ``name`` has the shape of a line of ``real`` (or its first words, if loose)."""
+    lines = [normalised(line) for line in real.splitlines()]
+    shapes, labels = {shape(line) for line in lines}, {label(line) for line in lines}
+    for line in map(normalised, page.output(name)):
+        if not line.strip() or line.strip() == "...":
+            continue
+        ok = shape(line) in shapes or (loose and label(line) in labels)
+        assert ok, f"{page}: output {name!r} shows a line the command did not print:\n  {line}\nshaped: {shape(line)}\nthe real output:\n{real}"
+
+
+def replace_method(source: str, method: str, new: str) -> str:
+    """``source`` with the method ``method`` (up to the next method or the class's end) replaced by ``new``."""
+    found = re.search(rf"\n    def {method}\(.*?(?=\n    def |\n\S|\Z)", source, re.S)
+    assert found, f"no method {method} in the adapter"
+    return source[:found.start()] + "\n" + new.rstrip("\n") + source[found.end():]
+
+
+def own_database(server: LocalServer) -> str:
+    """A role ``acme`` and a database of its own on ``server``: the team's database, as ACME_URL names it."""
+    name = f"acme_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = 'acme'").fetchone():
+            conn.execute("CREATE ROLE acme LOGIN")
+        conn.execute(f"CREATE DATABASE {name} OWNER acme")
+    return server.url.replace("postgres@", "acme@").rsplit("/", 1)[0] + f"/{name}"
+
+
+def unchanged(plan: str) -> list[str]:
+    """An AuditPlan's code lines but the pause fault's and the fix (what the finding changes), comments left out."""
+    code = [re.sub(r"\s+#.*$", "", line) for line in plan.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [line for line in code if 'FaultAudit("pause"' not in line and "fix=" not in line]
+
+
+def run_folders(store: Path) -> list[Path]:
+    return sorted(p.parent for p in store.glob("*/*/test.json"))
+
+
+def ops_of(run_dir: Path) -> dict[int, dict]:
+    """The run's history: its ops by index (the header line has none)."""
+    lines = (run_dir / "history.jsonl").read_text().splitlines()
+    return {op["index"]: op for op in map(json.loads, lines[1:]) if "index" in op}
+
+
+def nodes_of(run_dir: Path) -> set[str]:
+    return {op["node"] for op in ops_of(run_dir).values() if op.get("node")}
+
+
+# -- (a) a team's own Postgres lease, gated in pytest against its own database ------------------------------
+
+#: the blocks of docs/journeys/postgres-lease-in-pytest.md each of its two tests uses
+POSTGRES_GREEN = {
+    "scaffold", "output scaffold", "adapter-test", "output adapter-test-unwritten", "acme_lease.py",
+    "output adapter-test", "adapter-test-url", "output adapter-test-url", "run", "output run", "refused",
+    "output refused", "test_acme_under_faults.py", "gate", "output gate", "history-header",
+    "output history-header", "rows", "output rows",
+}
+POSTGRES_RED = {"scaffold", "output scaffold", "acme_lease.py", "the-bug", "test_acme_under_faults.py", "gate-red",
+                "output gate-red"}
+
+
+def postgres_journey(tmp_path: Path, server: LocalServer) -> tuple[Page, Path, dict[str, str]]:
+    """The page's first steps: the scaffold, its test failing once per method, the adapter written."""
+    page = Page.read("postgres-lease-in-pytest.md")
+    env = environment(tmp_path, ACME_URL=own_database(server))
+    out = run(page, "scaffold", tmp_path, env)
+    same_shape(page, "scaffold", out)
+    folder = tmp_path / "acme-jobs"
+    assert (folder / "acme_lease.py").is_file() and (folder / "test_acme_lease.py").is_file(), out
+    assert 'store = "postgres"' in (folder / "acme_lease.py").read_text()
+    return page, folder, env
+
+
+def test_a_teams_postgres_lease_is_gated_in_pytest_on_its_own_database_run_after_run(
+        tmp_path: Path, postgres_server: LocalServer) -> None:
+    page, folder, env = postgres_journey(tmp_path, postgres_server)
+
+    out = run(page, "adapter-test", folder, env, expect=1)  # before the adapter is written
+    same_shape(page, "adapter-test-unwritten", out)
+    assert "test_method_is_written[renew]" in _failed(out), out
+
+    (folder / "acme_lease.py").write_text(page.block("acme_lease.py", "python"))
+    out = run(page, "adapter-test", folder, env)
+    same_shape(page, "adapter-test", out)
+    assert _passed(out) == 18 and not _failed(out), out  # 8 methods written, 10 scenarios held
+    assert re.search(r"adapter tests used a postgres server of their own \(postgresql://[^)]*127\.0\.0\.1", out), out
+    out = run(page, "adapter-test-url", folder, env)
+    same_shape(page, "adapter-test-url", out)
+    assert f"adapter tests used LEASECHECK_URL ({env['ACME_URL']}; no server started)" in out and _passed(out) == 18, out
+
+    out = run(page, "run", folder, env)
+    same_shape(page, "run", out)
+    assert re.search(r"^verdict\s+valid\s*$", out, re.M), out
+    out = run(page, "refused", folder, env, expect=3)
+    same_shape(page, "refused", out)
+
+    (folder / "test_acme_under_faults.py").write_text(page.block("test_acme_under_faults.py", "python"))
+    for _ in range(2):  # the gate twice, on the same database: valid every time
+        out = run(page, "gate", folder, env)
+        same_shape(page, "gate", out)
+        assert "1 passed" in out and "3 runs (3 valid)" in out, out
+
+    out = run(page, "history-header", folder, env)
+    same_shape(page, "history-header", out)
+    header = json.loads(out)
+    assert re.fullmatch(r"[0-9a-f]{12}", header["run_id"]), header
+    env["PATH"] = f"{find_bin_dir()}{os.pathsep}{env['PATH']}"  # psql, beside the server's programs
+    out = run(page, "rows", folder, env)
+    same_shape(page, "rows", out)
+
+    # seven runs shared one database (the run, then seeds 1-3 twice): each its own run id, its own nodes
+    folders = run_folders(folder / "store")
+    assert len(folders) == 7, folders
+    run_ids = [json.loads((d / "test.json").read_text())["run_id"] for d in folders]
+    assert len(set(run_ids)) == 7, run_ids
+    for run_id, run_dir in zip(run_ids, folders):
+        assert json.loads((run_dir / "results.json").read_text())["valid"] is True, run_dir
+        assert all(node.startswith(f"{run_id}/run-") for node in nodes_of(run_dir)), run_dir
+        assert re.search(rf"^ {run_id}\s+\|", out, re.M), f"no rows of run {run_id} in the table:\n{out}"
+    page.all_used(POSTGRES_GREEN)
+
+
+def test_a_teams_postgres_lease_with_a_commit_bug_fails_the_gate_with_the_proof(
+        tmp_path: Path, postgres_server: LocalServer) -> None:
+    page, folder, env = postgres_journey(tmp_path, postgres_server)
+    adapter = replace_method(page.block("acme_lease.py", "python"), "commit", page.block("the-bug", "python"))
+    assert "AND epoch = %s" in page.blocks["acme_lease.py"][1] and "the bug" in adapter
+    (folder / "acme_lease.py").write_text(adapter)
+    (folder / "test_acme_under_faults.py").write_text(page.block("test_acme_under_faults.py", "python"))
+    out = run(page, "gate-red", folder, env, expect=1)
+    same_shape(page, "gate-red", out, loose=True)
+    assert "FAILED test_acme_under_faults.py::test_acme_lease_under_pauses_and_kills" in out, out
+    assert "stale-commit on node" in out and "replay:     cd " in out, out
+    # each seed's proof: its ops are in the history of the run folder it names, on the node it names
+    for seed in re.split(r"\n(?=seed \d+: )", out)[1:]:
+        proof = re.search(r"^  (\S+) on node (\S+), ops \[([\d, ]+)\]:", seed, re.M)
+        folder_line = re.search(r"^  run folder: (\S+)$", seed, re.M)
+        assert proof and folder_line, seed
+        ops = ops_of(Path(folder_line.group(1)))
+        for index in map(int, proof.group(3).split(", ")):
+            assert ops[index]["node"] == proof.group(2), (index, ops.get(index))
+    page.all_used(POSTGRES_RED)
+
+
+# -- (b) a lock library nobody audited yet: sherlock, through new-target --lock to audit module:Class -------
+
+
+def test_a_lock_library_is_audited_from_new_target_to_its_published_finding(tmp_path: Path) -> None:
+    page = Page.read("audit-a-lock-library.md")
+    installed = importlib.metadata.version("sherlock")
+    assert installed == "0.4.1", f"the page audits sherlock 0.4.1, {installed} is installed: pip install sherlock==0.4.1"
+    env = environment(tmp_path)
+
+    out = run(page, "scaffold", tmp_path, env)
+    same_shape(page, "scaffold", out)
+    folder = tmp_path / "sherlock-audit"
+    adapter, test = folder / "sherlock_lock.py", "test_sherlock_lock.py"
+    assert adapter.is_file() and (folder / test).is_file(), out
+
+    out = run(page, "adapter-test", folder, env, expect=1)
+    same_shape(page, "adapter-test-unwritten", out, loose=True)
+    assert _failed(out, test) == {f"test_method_is_written[{m}]" for m in LOCK_DUTIES} | {
+        f"test_scenario[{s}]" for s in LOCK_SCENARIOS}, out
+    assert "leasecheck: adapter tests used a redis server of their own (" in out, out
+
+    # the page's edits: the import, then the three methods in place of the scaffold's
+    text = adapter.read_text()
+    comment = re.search(r"^# import sherlock\b.*$", text, re.M)
+    assert comment, "the scaffold has no `# import sherlock` line to replace"
+    text = text[:comment.start()] + page.block("import", "python").strip("\n") + text[comment.end():]
+    text = text[:text.index("    def acquire(")] + page.block("methods", "python")
+    assert "expire=self.ttl_ms // 1000" in text
+    adapter.write_text(text.replace("expire=self.ttl_ms // 1000", "expire=self.ttl_ms / 1000"))  # the page's float
+    out = run(page, "adapter-test", folder, env, expect=1)
+    same_shape(page, "adapter-test-float", out, loose=True)
+    assert "redis.exceptions.ResponseError: value is not an integer or out of range" in out, out
+    assert "test_method_is_written[acquire]" in _failed(out, test), out
+    adapter.write_text(text)
+    out = run(page, "adapter-test", folder, env)
+    same_shape(page, "adapter-test", out)
+    assert _passed(out) == 1 + len(LOCK_DUTIES) + len(LOCK_SCENARIOS) and not _failed(out, test), out
+
+    out = run(page, "audit", folder, env, expect=1)  # the plan as scaffolded says "valid": sherlock is not
+    same_shape(page, "audit", out)
+    pause = re.search(r"^sherlock 0\.4\.1 \[documented\] pause seed 1: invalid \(([^)]*)\);.*NOT as published \(valid\)$", out, re.M)
+    assert pause and set(pause.group(1).split(", ")) <= STALE, out
+    assert re.search(r"^sherlock 0\.4\.1 \[documented\] kill seed 1: valid; as published$", out, re.M), out
+
+    # the finding written into the plan: the library now behaves as published
+    text = adapter.read_text()
+    plan = re.search(r"^    audit: ClassVar\[AuditPlan \| None\] = AuditPlan\(\n.*?^    \)\n", text, re.M | re.S)
+    assert plan, "the scaffold has no `audit = AuditPlan(...)` to replace"
+    written = page.block("plan", "python")
+    assert unchanged(written) == unchanged(plan.group(0)), "the page's plan differs from the scaffold's beyond the finding"
+    adapter.write_text(text[:plan.start()] + written + text[plan.end():])
+    out = run(page, "as-published", folder, env)
+    same_shape(page, "as-published", out)
+    assert "| sherlock | 0.4.1 | documented | pause | 1 | invalid" in out, out
+
+    # a run's replay command, from --json: it is the page's, and its proof is in the run's history
+    replay = page.block("replay", "bash").strip()
+    out = run(page, "replay", folder, env, expect=1, extra=" --json")
+    row = json.loads(out.splitlines()[0])
+    assert row["command"] == replay, row["command"]
+    assert row["target"] == "sherlock_lock:SherlockLock" and row["version"] == "0.4.1" and row["matches"] is True, row
+    assert row["verdict"] == "invalid" and set(row["kinds"]) & {"stale-effect", "stale-commit"}, row
+    ops = ops_of(Path(row["run_dir"]))
+    assert row["proof"]["ops"] and all(ops[i]["node"] == row["proof"]["node"] for i in row["proof"]["ops"]), row["proof"]
+
+    # a class without a plan: the Postgres lease of the other journey
+    (folder / "acme_lease.py").write_text(Page.read("postgres-lease-in-pytest.md").block("acme_lease.py", "python"))
+    out = run(page, "no-plan", folder, env, expect=3)
+    same_shape(page, "no-plan", out)
+    assert len(out.strip().splitlines()) == 1, out
+    page.all_used()
+
+
+def test_every_marked_block_of_the_postgres_page_is_used_by_a_test() -> None:
+    page = Page.read("postgres-lease-in-pytest.md")
+    assert page.marked == POSTGRES_GREEN | POSTGRES_RED, page.marked ^ (POSTGRES_GREEN | POSTGRES_RED)
+
+
+def test_a_page_that_drifts_fails_its_journey(tmp_path: Path) -> None:
+    """The markers hold: an output line the tool does not print, a block renamed or left unused, is named."""
+    page = Page(tmp_path / "page.md", outputs={"x": "wrote acme_lease.py\nwrote acme.toml\n"})
+    with pytest.raises(AssertionError, match=r"wrote acme\.toml"):
+        same_shape(page, "x", "wrote acme_lease.py\nwrote test_acme_lease.py\n")
+    page.blocks["left"] = ("bash", "true\n")
+    with pytest.raises(AssertionError, match="left"):
+        page.all_used()
+    with pytest.raises(AssertionError, match="no block marked"):
+        page.block("renamed", "bash")
+    assert shortened("leasecheck run --target x\nleasecheck audit m:C\nleasecheck audit m:C --seeds 2") == (
+        f"leasecheck run --target x --time-limit {SHORT_RUN_S} --evidence-wait {EVIDENCE_WAIT_S}\nleasecheck audit m:C --seeds 1\nleasecheck audit m:C --seeds 2")
