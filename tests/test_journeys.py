@@ -323,7 +323,7 @@ def test_a_lock_library_is_audited_from_new_target_to_its_published_finding(tmp_
     assert adapter.is_file() and (folder / test).is_file(), out
 
     out = run(page, "adapter-test", folder, env, expect=1)
-    same_shape(page, "adapter-test-unwritten", out, loose=True)
+    same_shape(page, "adapter-test-unwritten", out)
     assert _failed(out, test) == {f"test_method_is_written[{m}]" for m in LOCK_DUTIES} | {
         f"test_scenario[{s}]" for s in LOCK_SCENARIOS}, out
     assert "leasecheck: adapter tests used a redis server of their own (" in out, out
@@ -347,8 +347,11 @@ def test_a_lock_library_is_audited_from_new_target_to_its_published_finding(tmp_
 
     out = run(page, "audit", folder, env, expect=1)  # the plan as scaffolded says "valid": sherlock is not
     same_shape(page, "audit", out)
-    pause = re.search(r"^sherlock 0\.4\.1 \[documented\] pause seed 1: invalid \(([^)]*)\);.*NOT as published \(valid\)$", out, re.M)
+    pause = re.search(r"^sherlock 0\.4\.1 \[documented\] pause seed 1: invalid \(([^)]*)\); first anomaly after [\d.]+ s: "
+                      r"(\S+) on (\S+), ops \[([\d, ]+)\];.*NOT as published \(valid\)\n  (\S+)$", out, re.M)
     assert pause and set(pause.group(1).split(", ")) <= STALE, out
+    ops = ops_of(Path(pause.group(5)))  # the proof printed is in the history of the run folder printed under it
+    assert all(ops[int(i)]["node"] == pause.group(3) for i in pause.group(4).split(", ")), pause.group(0)
     assert re.search(r"^sherlock 0\.4\.1 \[documented\] kill seed 1: valid; as published$", out, re.M), out
 
     # the finding written into the plan: the library now behaves as published
@@ -367,7 +370,8 @@ def test_a_lock_library_is_audited_from_new_target_to_its_published_finding(tmp_
     out = run(page, "replay", folder, env, expect=1, extra=" --json")
     row = json.loads(out.splitlines()[0])
     assert row["command"] == replay, row["command"]
-    assert row["target"] == "sherlock_lock:SherlockLock" and row["version"] == "0.4.1" and row["matches"] is True, row
+    assert row["library"] == "sherlock" and row["version"] == "0.4.1" and row["target"] == "sherlock_lock:SherlockLock", row
+    assert row["matches"] is True and row["published"]["verdict"] == "invalid", row
     assert row["verdict"] == "invalid" and set(row["kinds"]) & {"stale-effect", "stale-commit"}, row
     ops = ops_of(Path(row["run_dir"]))
     assert row["proof"]["ops"] and all(ops[i]["node"] == row["proof"]["node"] for i in row["proof"]["ops"]), row["proof"]
