@@ -278,10 +278,16 @@ def test_a_connection_the_server_closed_is_replaced_before_the_next_op_is_sent(
 ) -> None:
     """After a restart the next op goes out on a fresh connection: a certain outcome, not an ``info``."""
     a = make()
+    claimed = time.monotonic()
     lease = a.try_claim(node, "a")
     assert isinstance(lease, Lease)
     server.restart()
-    assert a.renew(lease) is None, "the renew must reach the restarted server, not die on the dead connection"
+    renew_invoked = time.monotonic()
+    outcome = a.renew(lease)  # an Unavailable / Indeterminate here: it died on the dead connection
+    if renew_invoked - claimed < TTL_MS / 1000 - 0.05:  # the lease was surely live when the renew went out
+        assert outcome is None, "the renew must reach the restarted server, not die on the dead connection"
+    else:  # a restart slower than the ttl (a loaded machine): the server's answer is still a certain one
+        assert outcome in (None, Refused("expired")), outcome
 
 
 def _alive(pid: int) -> bool:
