@@ -99,6 +99,10 @@ _LIST = re.compile(r"W(?: x?N)?(?:,\s?W(?: x?N)?)*")
 _REPEAT = re.compile(r"([^\w\s])\1+")
 
 
+#: the end of a coverage line that names the situations a run never reached: which ones varies with the run's timing
+_NEVER = re.compile(r"; never: .*$")
+
+
 def shape(line: str) -> str:
     """A line with what varies from run to run made generic.
 
@@ -109,7 +113,7 @@ def shape(line: str) -> str:
     stays is the line's words and layout: the shape a tool's line has whatever
     happened in the run.
     """
-    s = _PATH.sub("PATH", line.rstrip())
+    s = _PATH.sub("PATH", _NEVER.sub("", line.rstrip()))
     s = _HEX.sub("H", s)
     s = _WORD.sub("W", s)
     s = _NUM.sub("N", s)
