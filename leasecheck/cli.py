@@ -335,7 +335,9 @@ def _faults(nemesis: str) -> tuple[str, ...]:
 @click.option("--nemesis", default="pause", show_default=True, help="Comma-separated faults (see `leasecheck nemeses`); 'none' for none.")
 @click.option("--nemesis-interval", type=Finite(min=0, min_open=True), default=5.0, show_default=True, help="Seconds between faults (± half, from the seed).")
 @click.option("--time-limit", type=Finite(min=0, min_open=True), default=30.0, show_default=True, help="Seconds of workload before the final phase.")
-@click.option("--evidence-wait", "evidence_wait_s", type=Finite(min=0), default=0.0, show_default=True, help="After --time-limit, go on up to this many seconds more while the run lacks what the run verdict needs (ok claim/renew/effect/commit, a contended claim, every fault started and healed, the situations each fault requires).")
+@click.option("--evidence-wait", "evidence_wait_s", type=Finite(min=0), default=0.0, show_default=True, help="After --time-limit, go on up to this many seconds more while the run lacks what the run verdict needs (ok claim/renew/effect/commit, a contended claim, every fault started and healed, the situations each fault requires and those of --require).")
+@click.option("--require", "require", multiple=True, metavar="SITUATION",
+              help="A coverage situation the run must reach (repeatable; see docs/coverage.md): it goes on up to --evidence-wait while one is missing, and is unknown if one never happened.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=5, show_default=True, help="Worker processes.")
 @click.option("--ttl", "ttl_ms", type=click.IntRange(min=10), default=1000, show_default=True, help="Lease duration in milliseconds.")
 @click.option("--nodes", type=click.IntRange(min=1), default=20, show_default=True, help="Nodes per run (run-N/node-I).")
@@ -350,7 +352,7 @@ def _faults(nemesis: str) -> tuple[str, ...]:
 @click.option("--coverage", "coverage_counts", is_flag=True, help="End the summary with how often the run reached each situation (docs/coverage.md).")
 @click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
               help="Also write the verdict as JUnit XML to FILE (anomalies a failure; unknown, interrupted or a failed environment an error).")
-def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_interval: float, time_limit: float, evidence_wait_s: float, concurrency: int,
+def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_interval: float, time_limit: float, evidence_wait_s: float, require: tuple[str, ...], concurrency: int,
         ttl_ms: int, nodes: int, dup_rate: float, rate: float, seed: int | None, store_dir: str,
         clock_uncertainty_ms: float, store_skew_ms: float | None, environment: str, as_json: bool, coverage_counts: bool,
         junit_file: str | None) -> None:
@@ -372,7 +374,7 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
         seed = random.SystemRandom().randrange(2**31)
     opts = RunOptions(
         target=target, url=url, exec_store=exec_store, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
-        evidence_wait_s=evidence_wait_s,
+        evidence_wait_s=evidence_wait_s, require=tuple(require),
         concurrency=concurrency, ttl_ms=ttl_ms, nodes=nodes, dup_rate=dup_rate, seed=seed, store=store_dir,
         clock_uncertainty_ms=clock_uncertainty_ms, store_skew_ms=store_skew_ms, env=environment,
         workload=Workload(rate=rate),

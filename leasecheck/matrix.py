@@ -233,7 +233,7 @@ def _check_run(target: str, nemesis: tuple[str, ...], options: dict[str, Any], w
         raise SpecError(f"{where}: {_one_line(e.format_message())}") from None
     opts = RunOptions(
         target=target, url=p["url"], exec_store=p["exec_store"], nemesis=nemesis, nemesis_interval=p["nemesis_interval"],
-        time_limit=p["time_limit"], evidence_wait_s=p["evidence_wait_s"], concurrency=p["concurrency"], ttl_ms=p["ttl_ms"],
+        time_limit=p["time_limit"], evidence_wait_s=p["evidence_wait_s"], require=tuple(p["require"]), concurrency=p["concurrency"], ttl_ms=p["ttl_ms"],
         nodes=p["nodes"], dup_rate=p["dup_rate"], seed=0, clock_uncertainty_ms=p["clock_uncertainty_ms"],
         store_skew_ms=p["store_skew_ms"], env=p["environment"], workload=Workload(rate=p["rate"]),
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.checker import Verdict
+from leasecheck.histories.vocabulary import SITUATIONS
 from leasecheck.nemesis import clock
 from leasecheck.nemesis.catalogue import FaultKind, Need, UnknownFault, lookup, needing
 from leasecheck.nemesis.store_clock import required_uncertainty_ms
@@ -47,6 +48,11 @@ class RunOptions:
     #: what the run verdict needs (an ok claim, renew, effect, commit, a contended claim, every
     #: fault started and healed); 0: stop at the time limit, and the verdict says what was missing
     evidence_wait_s: float = 0.0
+    #: coverage situations the run must reach (``--require``): it goes on past the time limit (up to
+    #: ``evidence_wait_s``) while one is missing, and is ``unknown`` if one never happened, as it is for the
+    #: situations each fault requires. Why: a test that asserts a situation was reached waits on the
+    #: history showing it, not on the machine being fast enough to show it within the time limit
+    require: tuple[str, ...] = ()
     concurrency: int = 5
     ttl_ms: int = 1000
     nodes: int = 20
@@ -128,6 +134,9 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
         raise BadOptions("--time-limit and --nemesis-interval must be positive")
     if opts.evidence_wait_s < 0:
         raise BadOptions("--evidence-wait must not be negative")
+    unknown = [s for s in opts.require if s not in SITUATIONS]
+    if unknown:
+        raise BadOptions(f"--require {unknown[0]}: no such situation (one of {', '.join(SITUATIONS)})")
     if opts.nodes < 1:
         raise BadOptions("--nodes must be at least 1")
     if not 0 <= opts.dup_rate <= 1:

@@ -211,23 +211,30 @@ def coverage_gaps(cov: Coverage, kinds: Sequence[FaultKind]) -> list[str]:
     return out
 
 
-def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage) -> list[str]:
+def required_gaps(cov: Coverage, require: Sequence[str]) -> list[str]:
+    """The situations the run was told to reach (``--require``) that never happened, in words."""
+    never = cov.missing(require)
+    return [f"--require: {', '.join(never)} never happened"] if never else []
+
+
+def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage, require: Sequence[str] = ()) -> list[str]:
     """Everything the run verdict finds missing, in words; empty when the run tested the protocol."""
     missing = [f"no ok {f}" for f in PROTOCOL_OPS if not evidence.ok[f]]
     if not evidence.held and not evidence.takeovers:
         missing.append("no contended claim (none refused held, none granted over an earlier lease)")
     faults = fault_gaps(evidence, kinds)
     whole = [kind for kind in kinds if not any(gap.startswith(f"{kind.name} never") for gap in faults)]  # started and healed
-    return missing + faults + evidence.unexercised(whole) + coverage_gaps(cov, kinds)
+    return missing + faults + evidence.unexercised(whole) + coverage_gaps(cov, kinds) + required_gaps(cov, require)
 
 
-def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage) -> tuple[Validity, str | None]:
+def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage,
+                require: Sequence[str] = ()) -> tuple[Validity, str | None]:
     """(validity, reason) of a run from the checker's validity, the history's evidence and its coverage.
 
     An anomaly wins (a vacuous but anomalous run is invalid: the anomaly is proven);
     a vacuous run is ``unknown`` with the reason naming what is missing, never valid.
     """
-    missing = gaps(evidence, kinds, cov)
+    missing = gaps(evidence, kinds, cov, require)
     if checked is False:
         return False, None
     if missing:
@@ -348,9 +355,10 @@ def history_coverage(source: str | os.PathLike[str] | Iterable[bytes | str]) -> 
     return coverage_source(source, fault_windows)
 
 
-def applicable(kinds: Sequence[FaultKind]) -> list[str]:
-    """The situations a run with these faults should reach: the workload's, and each fault's own, in vocabulary order."""
-    wanted = set(WORKLOAD_SITUATIONS) | {s for kind in kinds for s in kind.situations}
+def applicable(kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> list[str]:
+    """The situations a run with these faults should reach: the workload's, each fault's own and those it was told
+    to reach (``--require``), in vocabulary order."""
+    wanted = set(WORKLOAD_SITUATIONS) | {s for kind in kinds for s in kind.situations} | set(require)
     return [s for s in SITUATIONS if s in wanted]
 
 
@@ -362,14 +370,15 @@ def header_faults(header: Header) -> tuple[FaultKind, ...]:
     return tuple(FAULTS[name] for name in names if isinstance(name, str) and name in FAULTS)
 
 
-def coverage_json(cov: Coverage, kinds: Sequence[FaultKind]) -> dict[str, Any]:
-    """results.json's ``coverage``: every count, what applies to the run, what of that never happened, and why it applies."""
-    wanted = applicable(kinds)
+def coverage_json(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> dict[str, Any]:
+    """results.json's ``coverage``: every count, what applies to the run, what of that never happened, and why it
+    applies (by fault; ``--require`` for those the run was told to reach)."""
+    wanted = applicable(kinds, require)
     return {
         "counts": cov.to_json(),
         "applicable": wanted,
         "missing": cov.missing(wanted),
-        "required": {kind.name: list(kind.situations) for kind in kinds},
+        "required": {kind.name: list(kind.situations) for kind in kinds} | ({"--require": list(require)} if require else {}),
     }
 
 

@@ -252,13 +252,13 @@ class Run:
         deadline, cap = now + self.opts.time_limit, now + self.opts.time_limit + self.opts.evidence_wait_s
         self.tail = HistoryTail(self.run_dir / "history.jsonl")
         # a whole-history count, recomputed now and then; only worth it when a fault requires a situation
-        situations = CoverageTail(self.run_dir / "history.jsonl") if any(k.situations for k in self.kinds) else None
+        situations = CoverageTail(self.run_dir / "history.jsonl") if self.opts.require or any(k.situations for k in self.kinds) else None
         extended = False
         while not self.interrupts.event.is_set():
             now = time.monotonic()
             if now >= deadline:
                 reached = situations.poll() if situations is not None and now < cap else Coverage()
-                missing = gaps(self.tail.poll(), self.kinds, reached) if now < cap else []
+                missing = gaps(self.tail.poll(), self.kinds, reached, self.opts.require) if now < cap else []
                 if not missing:
                     break
                 if not extended:
@@ -326,7 +326,7 @@ class Run:
             checked = check_source(history, budget=self.opts.check_budget, windows=fault_windows, faults=fault_victims)
             evidence = (self.tail or HistoryTail(history)).poll()
             reached = checked.coverage or reached
-            valid, reason = run_verdict(checked.valid, evidence, self.kinds, reached)
+            valid, reason = run_verdict(checked.valid, evidence, self.kinds, reached, self.opts.require)
             if self.interrupts.name is not None and valid is not False:  # what it lacked is not the news: it was cut short
                 reason = self._interrupted(reason)
             verdict = replace(checked, valid=valid)
@@ -339,7 +339,7 @@ class Run:
         write_json(self.run_dir / "results.json", {
             **verdict.to_json(), "reason": reason, "target": self.opts.target, "nemesis": list(self.opts.nemesis),
             "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
-            "coverage": coverage_json(reached, self.kinds),
+            "coverage": coverage_json(reached, self.kinds, self.opts.require),
         })
         if self.opts.record:
             self._write_report()

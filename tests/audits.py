@@ -22,8 +22,11 @@ def published_cases(*targets: str) -> list[tuple[str, str]]:
     return [(target, nemesis) for target in targets for nemesis in plan_faults(target)]
 
 
-#: how many of a plan's seeds a published finding may take to be proven again (see :func:`assert_published`)
-FINDING_SEEDS = 3
+#: how many of a plan's seeds a published finding may take to be proven again (see :func:`assert_published`): all
+#: five a plan publishes. Three were not enough beside load: a fresh-clone CI run found etcd3-lock's pause-store
+#: finding valid on seeds 1-3 (the store so slow that seeds 2 and 3 were still short of a contended claim 8 s past
+#: their time limit); seed 1 came out valid in each of three runs beside two CPU-bound processes, seed 2 invalid
+FINDING_SEEDS = 5
 
 
 def assert_published(target: str, nemesis: str, tmp_path: Path, seed: int | None = None) -> AuditResult:

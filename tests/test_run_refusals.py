@@ -31,6 +31,7 @@ CASES = {
                             "kill-store acts on a store server that leasecheck started itself"),
     "pause-store-with-url": (["--target", "redis", "--url", "redis://127.0.0.1:1/0", "--nemesis", "pause,pause-store"],
                              "pause-store acts on a store server"),
+    "require-no-such-situation": (["--require", "claim-twice"], "--require claim-twice: no such situation"),
     "ttl-the-library-cannot-take": (["--target", "etcd3-lock", "--ttl", "500"], "etcd leases last whole seconds"),
 }
 

@@ -223,6 +223,16 @@ def test_a_fault_whose_situation_never_happened_makes_the_run_unknown() -> None:
     assert verdict_of(h, ()) == (True, None)  # the workload's own situations never make a run unknown
 
 
+def test_a_required_situation_that_never_happened_makes_the_run_unknown() -> None:
+    """``--require``: a situation the caller needs the run to reach counts like a fault's own (here: never reached)."""
+    h = History().protocol().expiry()
+    cov = history_coverage(h.lines)[1]
+    assert run_verdict(True, evidence_of(h.lines), (), cov, ("claim-after-expiry",)) == (True, None)
+    valid, reason = run_verdict(True, evidence_of(h.lines), (), cov, ("claim-after-expiry", "claim-race-ready"))
+    assert (valid, reason) == ("unknown", "the run did not test enough: --require: claim-race-ready never happened")
+    assert run_verdict(False, evidence_of(h.lines), (), cov, ("claim-race-ready",)) == (False, None)
+
+
 def test_an_interrupted_run_never_exits_0_and_an_anomaly_still_exits_1() -> None:
     def result(valid: bool | str, interrupted: str | None) -> RunResult:
         return RunResult(Path("."), 1, Verdict(valid, [], {}), {}, None, interrupted)
@@ -362,6 +372,21 @@ def test_evidence_wait_goes_on_until_every_fault_started_and_healed(tmp_path: Pa
     ))
     obj = json.loads(out)
     assert code == 0 and obj["valid"] is True and obj["reason"] is None, (obj.get("reason"), err[-2000:])
+    assert_clean(tmp_path, err)
+
+
+def test_require_goes_on_while_a_situation_is_missing_and_says_which_never_happened(tmp_path: Path) -> None:
+    """A run told to reach a situation no fault of it brings about goes on for --evidence-wait, then is unknown naming it."""
+    code, out, err = finish(leasecheck(
+        tmp_path, "--time-limit", "1", "--evidence-wait", "1", "--nemesis", "none", "--ttl", "300", "--seed", "3",
+        "--require", "lease-expires-during-store-fault", "--json",
+    ))
+    obj = json.loads(out)
+    assert code == 2 and obj["valid"] == "unknown", (obj.get("reason"), err[-2000:])
+    assert obj["reason"].endswith("--require: lease-expires-during-store-fault never happened"), obj["reason"]
+    assert "time limit reached; going on up to" in (Path(obj["run_dir"]) / "leasecheck.log").read_text()
+    assert obj["coverage"]["required"] == {"--require": ["lease-expires-during-store-fault"]}
+    assert "lease-expires-during-store-fault" in obj["coverage"]["missing"]
     assert_clean(tmp_path, err)
 
 
