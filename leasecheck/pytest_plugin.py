@@ -45,6 +45,7 @@ RUN_FLAGS: dict[str, str] = {
     "exec_store": "--exec-store",
     "nemesis_interval": "--nemesis-interval",
     "evidence_wait": "--evidence-wait",
+    "require": "--require",
     "concurrency": "--concurrency",
     "ttl": "--ttl",
     "nodes": "--nodes",
@@ -188,8 +189,10 @@ def run_args(target: str, nemesis: str, seed: int, time_limit: float, options: M
     """The arguments of ``leasecheck`` for one run (without ``--store`` and ``--json``, which only the plugin needs)."""
     args = ["run", "--target", target, "--nemesis", nemesis, "--seed", str(seed), "--time-limit", _flag_value(time_limit)]
     for key, value in options.items():
-        if value is not None:
-            args += [RUN_FLAGS[key], _flag_value(value)]
+        if value is None:
+            continue
+        for one in (value if isinstance(value, list | tuple) else [value]):  # a repeatable flag (require) takes a list
+            args += [RUN_FLAGS[key], _flag_value(one)]
     return args
 
 

@@ -28,6 +28,7 @@ from leasecheck.pytest_plugin import (
     LeasecheckResult,
     describe_run,
     replay_command,
+    run_args,
     verdict_name,
 )
 
@@ -76,6 +77,12 @@ def test_every_run_option_is_a_flag_of_leasecheck_run() -> None:
     own = {"--target", "--nemesis", "--seed", "--time-limit", "--store", "--json", "--coverage", "--junit"}
     assert flags - own - set(RUN_FLAGS.values()) == set()
     assert all(flag == "--" + key.replace("_", "-") for key, flag in RUN_FLAGS.items())
+
+
+def test_a_list_repeats_its_flag_and_a_float_reads_as_typed() -> None:
+    args = run_args("sqlite", "pause", 3, 10.0, {"require": ["claim-race-ready", "claim-after-expiry"], "ttl": 500, "url": None})
+    assert args == ["run", "--target", "sqlite", "--nemesis", "pause", "--seed", "3", "--time-limit", "10",
+                    "--require", "claim-race-ready", "--require", "claim-after-expiry", "--ttl", "500"]
 
 
 def test_the_replay_command_has_the_store_and_the_folders_the_run_imports_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
