@@ -201,20 +201,23 @@ def fault_gaps(evidence: Evidence, kinds: Sequence[FaultKind]) -> list[str]:
     return gaps
 
 
-def coverage_gaps(cov: Coverage, kinds: Sequence[FaultKind]) -> list[str]:
-    """The situations each requested fault exists for that never happened: ``"pause: claim-after-expiry never happened"``."""
-    out = []
-    for kind in kinds:
-        never = cov.missing(kind.situations)
-        if never:
-            out.append(f"{kind.name}: {', '.join(never)} never happened")
+def required(kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> dict[str, tuple[str, ...]]:
+    """The situations a run must reach, by why: each requested fault's name (the situations it exists for), and
+    ``--require`` (those the run was told to reach)."""
+    out = {kind.name: tuple(kind.situations) for kind in kinds}
+    if require:
+        out["--require"] = tuple(require)
     return out
 
 
-def required_gaps(cov: Coverage, require: Sequence[str]) -> list[str]:
-    """The situations the run was told to reach (``--require``) that never happened, in words."""
-    never = cov.missing(require)
-    return [f"--require: {', '.join(never)} never happened"] if never else []
+def coverage_gaps(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> list[str]:
+    """The situations of :func:`required` that never happened: ``"pause: claim-after-expiry never happened"``."""
+    out = []
+    for why, situations in required(kinds, require).items():
+        never = cov.missing(situations)
+        if never:
+            out.append(f"{why}: {', '.join(never)} never happened")
+    return out
 
 
 def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage, require: Sequence[str] = ()) -> list[str]:
@@ -224,7 +227,7 @@ def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage, require:
         missing.append("no contended claim (none refused held, none granted over an earlier lease)")
     faults = fault_gaps(evidence, kinds)
     whole = [kind for kind in kinds if not any(gap.startswith(f"{kind.name} never") for gap in faults)]  # started and healed
-    return missing + faults + evidence.unexercised(whole) + coverage_gaps(cov, kinds) + required_gaps(cov, require)
+    return missing + faults + evidence.unexercised(whole) + coverage_gaps(cov, kinds, require)
 
 
 def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage,
@@ -358,7 +361,7 @@ def history_coverage(source: str | os.PathLike[str] | Iterable[bytes | str]) -> 
 def applicable(kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> list[str]:
     """The situations a run with these faults should reach: the workload's, each fault's own and those it was told
     to reach (``--require``), in vocabulary order."""
-    wanted = set(WORKLOAD_SITUATIONS) | {s for kind in kinds for s in kind.situations} | set(require)
+    wanted = set(WORKLOAD_SITUATIONS) | {s for situations in required(kinds, require).values() for s in situations}
     return [s for s in SITUATIONS if s in wanted]
 
 
@@ -378,7 +381,7 @@ def coverage_json(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[s
         "counts": cov.to_json(),
         "applicable": wanted,
         "missing": cov.missing(wanted),
-        "required": {kind.name: list(kind.situations) for kind in kinds} | ({"--require": list(require)} if require else {}),
+        "required": {why: list(situations) for why, situations in required(kinds, require).items()},
     }
 
 

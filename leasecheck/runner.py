@@ -49,7 +49,7 @@ from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.options import BadOptions, RunOptions, RunResult, Timing, check_store, validate
 from leasecheck.pool import WorkerPool
 from leasecheck.run_files import CLOCKS_DIR, note_mp_tempdir, remove_leftovers
-from leasecheck.run_verdict import CoverageTail, HistoryTail, coverage_json, fault_windows, gaps, run_verdict
+from leasecheck.run_verdict import CoverageTail, HistoryTail, coverage_json, fault_windows, gaps, required, run_verdict
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.store_network import StoreNetwork
 from leasecheck.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
@@ -251,8 +251,8 @@ class Run:
         now = time.monotonic()
         deadline, cap = now + self.opts.time_limit, now + self.opts.time_limit + self.opts.evidence_wait_s
         self.tail = HistoryTail(self.run_dir / "history.jsonl")
-        # a whole-history count, recomputed now and then; only worth it when a fault requires a situation
-        situations = CoverageTail(self.run_dir / "history.jsonl") if self.opts.require or any(k.situations for k in self.kinds) else None
+        # a whole-history count, recomputed now and then; only worth it when the run must reach a situation
+        situations = CoverageTail(self.run_dir / "history.jsonl") if any(required(self.kinds, self.opts.require).values()) else None
         extended = False
         while not self.interrupts.event.is_set():
             now = time.monotonic()
