@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.histories import read_history
-from leasecheck.options import RunOptions
-from leasecheck.runner import run
+from leasecheck.run.options import RunOptions
+from leasecheck.run.runner import run
 from leasecheck.targets.registry import available, load
 
 #: what a user gets, and the quick settings (only what differs from RunOptions' defaults)

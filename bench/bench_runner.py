@@ -53,12 +53,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import machine_note, table
-from leasecheck.runner import RunOptions, run
+from leasecheck.run.runner import RunOptions, run
+from leasecheck.run.workload import Workload
 from leasecheck.servers.base import LocalServer
 from leasecheck.targets.postgres_lease import PostgresLease
 from leasecheck.targets.redis_lease import RedisLease
 from leasecheck.targets.sqlite_lease import SqliteLease
-from leasecheck.workload import Workload
 
 #: the folder each worker writes its op stamps into (set by this script, inherited by spawned workers)
 STAMPS_ENV = "LEASECHECK_BENCH_STAMPS"

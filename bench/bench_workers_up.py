@@ -10,7 +10,7 @@ drifting machine hurts both alike:
 - ``spawn``: each worker a fresh interpreter importing the workload and the
   backend's client library (psycopg, redis) itself — what the pool did before;
 - ``forkserver``: one zygote per run imports them once and forks every worker
-  (:mod:`leasecheck.zygote`); its own start is inside the measured time.
+  (:mod:`leasecheck.run.zygote`); its own start is inside the measured time.
 
 Next to each wall time, the CPU seconds it took: the harness's (every thread)
 and its workers' and forkserver's (from /proc), which a busy machine inflates far
@@ -34,10 +34,10 @@ from pathlib import Path
 
 from bench.bench_runner import _url_for, start_servers, stop_servers
 from bench.harness import machine_note, table
-from leasecheck.pool import WorkerPool
-from leasecheck.runner import RunOptions, run
+from leasecheck.run.pool import WorkerPool
+from leasecheck.run.runner import RunOptions, run
+from leasecheck.run.workload import Workload
 from leasecheck.servers.base import LocalServer
-from leasecheck.workload import Workload
 
 METHODS = ("spawn", "forkserver")
 TARGET_S = 3.0  # 64 workers

@@ -39,7 +39,7 @@ from typing import Any
 import msgspec
 
 from leasecheck.histories import vocabulary
-from leasecheck.simstore import MS
+from leasecheck.kit.simstore import MS
 
 #: every anomaly kind of docs/contracts/anomaly-kinds.md (a planter makes each on a fenced node)
 KINDS: tuple[str, ...] = vocabulary.KINDS

@@ -1,8 +1,8 @@
 """Histories shaped like real ``leasecheck run`` output, from the same correct store.
 
 ``bench.gen``'s default shape keeps 100 nodes per run busy for hundreds of ops
-each. A real run is different: leasecheck's workload (``leasecheck/workload.py``)
-takes a node from an at-least-once queue (``leasecheck/hub.py``), claims it,
+each. A real run is different: leasecheck's workload (``leasecheck/run/workload.py``)
+takes a node from an at-least-once queue (``leasecheck/run/hub.py``), claims it,
 executes for a fraction of a ttl (a quarter of the executions for 1.2-2.5 ttl,
 heartbeating every ttl/3), writes 1-3 effects, and commits, or releases, or its
 process crashes; the queue duplicates deliveries and hands out nodes again
@@ -13,9 +13,9 @@ node, nodes retired as their run finishes, and only the nodes of the last few
 runs live at any time.
 
 This module simulates that workload, with the knobs of
-``leasecheck.workload.Workload``'s defaults and the hub's queue (copied here, so
+``leasecheck.run.workload.Workload``'s defaults and the hub's queue (copied here, so
 that a change there does not silently change the bytes of a cached history),
-against ``leasecheck.simstore.SimStore``, in the discrete-event frame of
+against ``leasecheck.kit.simstore.SimStore``, in the discrete-event frame of
 ``bench.gen``: every op is linearized strictly inside its interval and answered
 as the correct store answers there, so the history is valid by construction
 (no anomaly kind of docs/contracts/anomaly-kinds.md, the time-based ones included: see ``bench.gen``).
@@ -31,12 +31,12 @@ from collections import deque
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from leasecheck.simstore import MS, SimStore
+from leasecheck.kit.simstore import MS, SimStore
 
 if TYPE_CHECKING:
     from bench.gen import Config, EventSink, GenStats
 
-# leasecheck.workload.Workload's defaults
+# leasecheck.run.workload.Workload's defaults
 _LONG_RATE = 0.25  # an execution runs 1.2-2.5 ttl (else 0.05-0.8 ttl)
 _RELEASE_RATE = 0.08  # the lease is given back instead of committed
 _WORKER_CRASH_RATE = 0.02  # the worker process dies at the end of an execution
@@ -49,7 +49,7 @@ _READ_RATE = 0.15  # a loop iteration also reads a node the worker held lately
 _MAX_EFFECTS = 3
 _ZOMBIE_ACTS = ("renew", "effect", "read", "commit", "release")
 _ZOMBIE_WAIT_TTLS = 4.0  # the longest a zombie waits for its node to be taken over
-# the queue (leasecheck.hub.Deliveries, leasecheck.options: dup_rate 0.1, visibility 1.5 ttl)
+# the queue (leasecheck.run.hub.Deliveries, leasecheck.run.options: dup_rate 0.1, visibility 1.5 ttl)
 _DUP_RATE = 0.1  # a delivery is duplicated: the copy goes to the very next consumer
 _EXTENDED_SHARE = 0.5  # deliveries whose heartbeats extend the visibility
 _VISIBILITY_TTLS = 1.5
@@ -289,7 +289,7 @@ class RealShapeSimulation:
                 t += self._rand(_THINK_NS)
         self.now = t
 
-    # -- the worker's script (leasecheck.workload.Worker, in simulated time) -------
+    # -- the worker's script (leasecheck.run.workload.Worker, in simulated time) -------
 
     def _work(self, w: RealWorker) -> Script:
         rng = self.rng

@@ -27,11 +27,11 @@ import msgspec
 # rest is imported by the command that needs it.
 from leasecheck.checker import DEFAULT_BUDGET, check_source
 from leasecheck.histories import HistoryError
-from leasecheck.storedir import failed_start
+from leasecheck.rundir.storedir import failed_start
 
 if TYPE_CHECKING:
     from leasecheck.checker import Verdict
-    from leasecheck.outcomes import Row
+    from leasecheck.verdict.outcomes import Row
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_BAD_INPUT = 0, 1, 2, 3
 #: the test environment failed (a server would not start, ...): not a verdict on the backend
@@ -77,7 +77,7 @@ def _worst(codes: list[int]) -> int:
 def _output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """An output file option (--junit, --html): refused before anything runs if it cannot be written (exit 3)."""
     if value is not None:
-        from leasecheck.junit import unwritable
+        from leasecheck.report.junit import unwritable
 
         why = unwritable(value)
         if why:
@@ -86,8 +86,8 @@ def _output_file(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 
 def _write_junit(path: str, suite: str, rows: list[Row], properties: dict[str, str] | None = None) -> None:
-    """Write JUnit XML (leasecheck.junit); a file that cannot be written after all is one line and exit 3."""
-    from leasecheck import junit
+    """Write JUnit XML (leasecheck.report.junit); a file that cannot be written after all is one line and exit 3."""
+    from leasecheck.report import junit
 
     try:
         junit.write(path, [junit.Suite(suite, rows, properties or {})])
@@ -98,7 +98,7 @@ def _write_junit(path: str, suite: str, rows: list[Row], properties: dict[str, s
 
 def _check_row(path: str, verdict: Verdict | None, seconds: float, error: str | None = None) -> Row:
     """The JUnit row of one checked history: named by its path, classed by the target its header names."""
-    from leasecheck.outcomes import Row
+    from leasecheck.verdict.outcomes import Row
 
     meta = verdict.header.meta if verdict is not None and verdict.header is not None else {}
     target = str(meta.get("target") or "check")
@@ -224,11 +224,11 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
     (results.json says "status": "error") is named on stderr and skipped;
     given alone, it is exit 3.
     """
-    from leasecheck.attribution import fault_victims
-    from leasecheck.run_verdict import applicable, fault_windows, header_faults  # the catalogue: only when checking
+    from leasecheck.verdict.attribution import fault_victims
+    from leasecheck.verdict.run_verdict import applicable, fault_windows, header_faults  # the catalogue: only when checking
 
     if not as_json:
-        from leasecheck.report import console_for, print_coverage, print_verdict
+        from leasecheck.report.terminal import console_for, print_coverage, print_verdict
 
         out = console_for()
     codes: list[int] = []
@@ -306,7 +306,7 @@ def targets(as_json: bool) -> None:
         for row in rows:
             sys.stdout.buffer.write(msgspec.json.encode(row) + b"\n")
     else:
-        from leasecheck.report import console_for, print_targets
+        from leasecheck.report.terminal import console_for, print_targets
 
         print_targets(console_for(), rows)
 
@@ -363,11 +363,11 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
     3 bad options, 4 the environment failed, 130 / 143 interrupted by
     SIGINT / SIGTERM (1 if what was recorded by then proves an anomaly).
     """
-    from leasecheck.report import console_for, print_run
-    from leasecheck.runner import BadOptions, Run, RunOptions
+    from leasecheck.report.terminal import console_for, print_run
+    from leasecheck.run.runner import BadOptions, Run, RunOptions
+    from leasecheck.run.workload import Workload
     from leasecheck.servers.base import EnvironmentFailure
     from leasecheck.targets.registry import TargetNotFound
-    from leasecheck.workload import Workload
 
     faults = _faults(nemesis)
     if seed is None:  # chosen here, so that it is printed before anything can hang or crash
@@ -379,7 +379,7 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
         clock_uncertainty_ms=clock_uncertainty_ms, store_skew_ms=store_skew_ms, env=environment,
         workload=Workload(rate=rate),
     )
-    from leasecheck.progress import progress_for
+    from leasecheck.report.progress import progress_for
 
     out = console_for(stderr=as_json)  # the seed and the progress: on stderr when stdout is JSON
     try:
@@ -394,14 +394,14 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
         note = _last_note(e)
         click.echo(f"leasecheck run: the environment failed: {_one_line(str(e))}" + (f" ({note})" if note else ""), err=True)
         if junit_file:
-            from leasecheck.outcomes import Row
+            from leasecheck.verdict.outcomes import Row
 
             failed = Row(target, faults, seed, "error", reason=f"the environment failed: {_one_line(str(e))}")
             _write_junit(junit_file, "leasecheck run", [failed], {"target": target, "nemesis": ",".join(faults) or "none", "seed": str(seed)})
         sys.exit(EXIT_ENVIRONMENT)
     if junit_file:  # also for an unknown verdict and an interrupted run: results.json says which
-        from leasecheck.junit import run_properties
-        from leasecheck.outcomes import read_run
+        from leasecheck.report.junit import run_properties
+        from leasecheck.verdict.outcomes import read_run
 
         row = read_run(result.run_dir)
         _write_junit(junit_file, "leasecheck run", [row], run_properties(row))
@@ -439,8 +439,8 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
     the ops that prove it. Exit code: docs/contracts/exit-codes.md's, for the worst run (1 if any
     run found anomalies); with --as-published, 0 iff every run is as published.
     """
-    from leasecheck.audit import MARKDOWN_HEADER, AuditResult, audits, run_audit, select
-    from leasecheck.report import console_for, print_audit_plans, print_audit_result
+    from leasecheck.ci.audit import MARKDOWN_HEADER, AuditResult, audits, run_audit, select
+    from leasecheck.report.terminal import console_for, print_audit_plans, print_audit_result
 
     console = console_for(stderr=as_json)
     if list_only or library is None:
@@ -511,7 +511,7 @@ def new_target(name: str | None, store: str | None, library: str | None, directo
     starts one (LEASECHECK_URL instead, when set). With --lock LIBRARY: a lock
     library's adapter and its test, to audit with `leasecheck audit MODULE:CLASS`.
     """
-    from leasecheck.scaffold import ScaffoldError, names_for, write
+    from leasecheck.kit.scaffold import ScaffoldError, names_for, write
 
     try:
         paths = write(name, Path(directory), force, store=store, lock=library)
@@ -543,7 +543,7 @@ def report(path: str, output: str | None) -> None:
     results.json has its history checked for the report. Exit 0 once written,
     3 on a history that is not one (one line: file, line, what).
     """
-    from leasecheck.html_report import write_report
+    from leasecheck.report.html import write_report
 
     failed = failed_start(Path(path)) if Path(path).is_dir() else None
     if failed is not None:
@@ -570,7 +570,7 @@ def heal(path: str) -> None:
     """
     from leasecheck.nemesis.catalogue import import_fault_modules
     from leasecheck.nemesis.heal import heal_record
-    from leasecheck.storedir import BadFaultsFile, load_faults, save_faults
+    from leasecheck.rundir.storedir import BadFaultsFile, load_faults, save_faults
 
     import_fault_modules()  # each registers how to undo its records (docker's only if the extra is installed)
     run_dir = Path(path)
@@ -588,11 +588,11 @@ def heal(path: str) -> None:
         click.echo(f"{rec.get('kind')}: {heal_record(rec)}")
     if records:
         save_faults(run_dir, [])
-    from leasecheck.run_files import remove_leftovers, remove_mp_tempdir
+    from leasecheck.rundir.files import remove_leftovers, remove_mp_tempdir
 
     for name in remove_leftovers(run_dir):  # what a killed harness left: worker clocks, server data
         click.echo(f"removed {run_dir / name}")
-    from leasecheck.worker_logs import harness_alive
+    from leasecheck.rundir.worker_logs import harness_alive
 
     mp_temp = None if harness_alive(run_dir) else remove_mp_tempdir(run_dir)  # a killed harness's forkserver socket folder
     if mp_temp is not None:
@@ -601,8 +601,8 @@ def heal(path: str) -> None:
 
 
 def _recover(run_dir: Path) -> None:
-    """A run whose harness was killed: append to its history what only the worker logs hold (leasecheck.worker_logs)."""
-    from leasecheck.worker_logs import WORKERS_DIR, recover
+    """A run whose harness was killed: append to its history what only the worker logs hold (leasecheck.rundir.worker_logs)."""
+    from leasecheck.rundir.worker_logs import WORKERS_DIR, recover
 
     added = recover(run_dir)
     if added is not None:
@@ -639,7 +639,7 @@ def install_toxiproxy() -> None:
     cannot be built.
     """
     from leasecheck.servers.base import EnvironmentFailure
-    from leasecheck.tools import install_toxiproxy as build
+    from leasecheck.servers.tools import install_toxiproxy as build
 
     try:
         path = build(say=lambda line: click.echo(f"leasecheck install-toxiproxy: {line}", err=True))
@@ -650,7 +650,7 @@ def install_toxiproxy() -> None:
 
 
 def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:
-    from leasecheck.matrix import parse_shard
+    from leasecheck.ci.matrix import parse_shard
 
     try:
         return parse_shard(value) if value is not None else None
@@ -680,7 +680,7 @@ def matrix(spec: str, jobs: int, shard_of: tuple[int, int] | None, store_dir: st
     cell's environment failed, 1 if a cell did not match, 2 if only unknowns
     did not; interrupted: 1 if a finished cell did not match, else 128 + the signal.
     """
-    from leasecheck.matrix import command
+    from leasecheck.ci.matrix import command
 
     if as_json and markdown:
         raise click.UsageError("--json and --markdown both take stdout: give one")
@@ -706,7 +706,7 @@ def summary(paths: tuple[str, ...], markdown_out: bool, html_file: str | None, a
     or with --spec what the spec says, or else valid. Same exit code as
     `leasecheck matrix`; 3 when no run folder is found.
     """
-    from leasecheck.summary import command
+    from leasecheck.ci.summary import command
 
     if as_json and markdown_out:
         raise click.UsageError("--json and --markdown both take stdout: give one")

@@ -2,7 +2,7 @@
 # Install Shopify's toxiproxy server, at leasecheck's pinned version, with this machine's Go.
 #
 # A wrapper for CI and checkouts: the recipe and the one pinned version live in
-# leasecheck/tools.py, behind `leasecheck install-toxiproxy`, so a pip user and
+# leasecheck/servers/tools.py, behind `leasecheck install-toxiproxy`, so a pip user and
 # a developer get the same binary in the same place: the per-user cache
 # $XDG_CACHE_HOME/leasecheck/bin (default ~/.cache/leasecheck/bin), where
 # leasecheck looks after PATH. Does nothing when that binary already is the

@@ -9,7 +9,7 @@ with exactly that anomaly kind, citing the planted operation.
 Several workers, each an OS-process-like client with one operation outstanding at
 a time, claim nodes, renew, write effects to the protected resource, commit,
 release and read. Every operation takes effect at one linearization point strictly
-inside (invoke, completion), where the store (``leasecheck.simstore.SimStore``,
+inside (invoke, completion), where the store (``leasecheck.kit.simstore.SimStore``,
 the one the benchmarks' generator uses too) applies it exactly like the lease
 model of docs/contracts/lease-model.md, plus the time rules of a real store (a lease expires ttl after
 its last claim or renew, give or take the clock uncertainty). Crashed operations
@@ -34,7 +34,7 @@ from typing import Any, cast
 from hypothesis import strategies as st
 
 from leasecheck.histories.format import EffectFence
-from leasecheck.simstore import MS, SimStore, StoreClock
+from leasecheck.kit.simstore import MS, SimStore, StoreClock
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 

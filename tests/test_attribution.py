@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from leasecheck.attribution import fault_victims
 from leasecheck.checker import check_source
 from leasecheck.checker.attribution import FaultWindow, attribute_one, lease_starts
 from leasecheck.checker.explain import outcome
@@ -27,6 +26,7 @@ from leasecheck.checker.verdict import Anomaly
 from leasecheck.histories import HistoryReader
 from leasecheck.histories.format import Header
 from leasecheck.histories.writer import HistoryWriter
+from leasecheck.verdict.attribution import fault_victims
 
 MS = 1_000_000
 A, B = "run-1/a", "run-1/b"
@@ -366,8 +366,8 @@ def test_the_report_shows_each_anomalys_attribution(tmp_path: Path) -> None:
 
 
 def test_the_pytest_plugin_says_whom_a_fault_hit() -> None:
-    from leasecheck.pytest_plugin import Anomaly as Shown
-    from leasecheck.pytest_plugin import LeasecheckResult, describe_run
+    from leasecheck.ci.pytest_plugin import Anomaly as Shown
+    from leasecheck.ci.pytest_plugin import LeasecheckResult, describe_run
 
     anomaly = {"kind": "stale-commit", "node": A, "ops": [3, 6], "explanation": "op 6 was stale.", "attribution": PAUSED}
     result = LeasecheckResult("t", 4, "invalid", None, (Shown.from_json(anomaly),), Path("run"), Path("run/report.html"),
@@ -430,8 +430,8 @@ def audit_history(path: Path, zombie_paused: bool) -> Path:
 
 @pytest.mark.parametrize("zombie_paused", [True, False], ids=["victim", "own-stall"])
 def test_an_audit_publishes_per_fault_only_what_the_faults_victims_did(tmp_path: Path, zombie_paused: bool) -> None:
-    from leasecheck.audit import fault_verdict
-    from leasecheck.run_verdict import fault_windows
+    from leasecheck.ci.audit import fault_verdict
+    from leasecheck.verdict.run_verdict import fault_windows
 
     history = audit_history(tmp_path / "h.jsonl", zombie_paused)
     verdict = check_source(history, windows=fault_windows, faults=fault_victims)
@@ -446,8 +446,8 @@ def test_an_audit_publishes_per_fault_only_what_the_faults_victims_did(tmp_path:
 
 def test_an_audit_whose_only_anomalies_stalled_on_their_own_is_judged_like_a_run_without_them(tmp_path: Path) -> None:
     """Nothing of the pause's own (it never healed): unknown with the run verdict's reason, not invalid, not valid."""
-    from leasecheck.audit import fault_verdict
-    from leasecheck.run_verdict import fault_windows
+    from leasecheck.ci.audit import fault_verdict
+    from leasecheck.verdict.run_verdict import fault_windows
 
     history = audit_history(tmp_path / "h.jsonl", zombie_paused=False)
     lines = [line for line in history.read_text().splitlines() if '"resume"' not in line]
@@ -529,8 +529,8 @@ def test_an_audit_result_reports_the_workloads_own_stalls_apart(tmp_path: Path) 
     """JSON, AUDITS.md's row and the terminal line: valid under the fault, invalid without it, with the first proof."""
     from rich.console import Console
 
-    from leasecheck.audit import AuditResult
-    from leasecheck.report import print_audit_result
+    from leasecheck.ci.audit import AuditResult
+    from leasecheck.report.terminal import print_audit_result
     from leasecheck.targets.thirdparty.audit import FaultAudit
 
     proof = {"kind": "stale-commit", "node": B, "ops": [11, 16]}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from leasecheck.audit import audits, select
+from leasecheck.ci.audit import audits, select
 from leasecheck.targets.thirdparty.audit import AuditPlan
 
 CLI = [sys.executable, "-m", "leasecheck"]

@@ -191,7 +191,7 @@ def test_check_of_a_store_glob_skips_folders_inside_a_run(tmp_path: Path) -> Non
 
 
 def test_a_run_folder_name_stays_a_valid_file_name_for_any_target() -> None:
-    from leasecheck.storedir import MAX_FOLDER, folder_name
+    from leasecheck.rundir.storedir import MAX_FOLDER, folder_name
 
     assert folder_name("sqlite") == "sqlite"
     assert folder_name("acme_lock:AcmeLock") == "acme_lock_AcmeLock"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from leasecheck.columns import F_NAMES, OUTCOMES, REASONS, read_columns
 from leasecheck.histories import HistoryError, HistoryReader, read_history
+from leasecheck.report.columns import F_NAMES, OUTCOMES, REASONS, read_columns
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "histories" / "examples"
 GOOD = sorted(p for p in EXAMPLES.glob("*.jsonl") if not p.name.startswith("bad-input-"))

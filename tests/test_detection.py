@@ -14,8 +14,8 @@ import pytest
 from variants import DETECTION, VariantRun, variant_params
 
 from leasecheck.histories import read_history
-from leasecheck.runner import RunOptions, run
-from leasecheck.storedir import load_faults
+from leasecheck.run.runner import RunOptions, run
+from leasecheck.rundir.storedir import load_faults
 
 TTL_MS = 300
 
@@ -86,7 +86,7 @@ def test_reference_backend_is_valid_under_faults(tmp_path: Path, target: str, fa
         from leasecheck.nemesis.container import run_label
 
         # this run's label only: another Docker run may be going on beside it (pytest -n 2);
-        # the run id is the run directory's name, as leasecheck/environment.py derives it
+        # the run id is the run directory's name, as leasecheck/run/environment.py derives it
         run_id = r.run_dir.name.replace(":", "").replace(".", "-").lower()
         left = docker.from_env().containers.list(all=True, filters={"label": run_label(run_id)})
         assert left == [], "the run's containers must be gone"

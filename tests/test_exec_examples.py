@@ -32,10 +32,10 @@ from typing import Any
 import pytest
 
 from leasecheck.histories import read_history
-from leasecheck.runner import RunOptions, RunResult, run
+from leasecheck.run.runner import RunOptions, RunResult, run
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, free_port
 from leasecheck.servers.redis import RedisServer
-from leasecheck.tools import INSTALL_COMMAND, find_toxiproxy
+from leasecheck.servers.tools import INSTALL_COMMAND, find_toxiproxy
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "exec-targets"

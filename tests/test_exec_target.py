@@ -29,7 +29,7 @@ import psutil
 import pytest
 
 from leasecheck.histories import read_history
-from leasecheck.options import BadOptions, RunOptions, check_store, validate
+from leasecheck.run.options import BadOptions, RunOptions, check_store, validate
 from leasecheck.targets.base import Indeterminate, Lease, Refused, TargetConfig, Unavailable
 from leasecheck.targets.exec_target import ExecTarget, Hello, exec_target
 from leasecheck.targets.registry import TargetNotFound, TargetSpec, load

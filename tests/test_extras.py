@@ -203,8 +203,8 @@ def test_a_run_that_must_start_a_server_without_its_client_exits_3_naming_the_ex
 def test_the_plugins_stores_say_which_extra_a_server_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What `new-target`'s generated test shows ("no store for ...: ...") instead of ModuleNotFoundError: No module named 'psycopg'."""
     from leasecheck.errors import EnvironmentFailure
+    from leasecheck.kit.testing import Stores
     from leasecheck.targets.sqlite_lease import SqliteLease
-    from leasecheck.testing import Stores
 
     class TeamLease(SqliteLease):
         name, store = "team", "redis"

@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from leasecheck.columns import Columns, read_columns
 from leasecheck.histories import Header
-from leasecheck.report_inputs import replay_command
+from leasecheck.report.columns import Columns, read_columns
+from leasecheck.report.inputs import replay_command
 
 REPO = Path(__file__).resolve().parent.parent
 #: the page's typed arrays, as array typecodes (all little-endian in the file)

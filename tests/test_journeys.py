@@ -43,7 +43,7 @@ import pytest
 from test_docs import label, shape
 from test_new_target import _failed, _passed
 
-from leasecheck.scaffold import LOCK_DUTIES, LOCK_SCENARIOS
+from leasecheck.kit.scaffold import LOCK_DUTIES, LOCK_SCENARIOS
 from leasecheck.servers.base import LocalServer
 from leasecheck.servers.postgres import find_bin_dir
 

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from junit_schema import properties, read
 
 from leasecheck.cli import main
-from leasecheck.junit import MAX_LISTED, Suite, write
-from leasecheck.outcomes import Expectation, Row
+from leasecheck.report.junit import MAX_LISTED, Suite, write
+from leasecheck.verdict.outcomes import Expectation, Row
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "histories" / "examples"
 EXPECTED = json.loads((EXAMPLES / "expected.json").read_text())

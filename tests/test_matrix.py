@@ -25,9 +25,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from junit_schema import properties, read
 
+from leasecheck.ci.matrix import Cell, SpecError, load_spec, shard
 from leasecheck.cli import main
-from leasecheck.matrix import Cell, SpecError, load_spec, shard
-from leasecheck.outcomes import EXPECTED_FILE, Expectation
+from leasecheck.verdict.outcomes import EXPECTED_FILE, Expectation
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "examples" / "matrix" / "smoke.toml"

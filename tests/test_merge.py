@@ -2,9 +2,9 @@
 
 Workers stamp their own events (CLOCK_MONOTONIC) and send them without waiting;
 the harness writes them in time order once no live worker can still send an
-earlier one (:mod:`leasecheck.merge`). Each worker also logs what it stamps, so
+earlier one (:mod:`leasecheck.run.merge`). Each worker also logs what it stamps, so
 that a harness SIGKILLed mid-run leaves a history that ``leasecheck check RUN_DIR``
-completes from the logs (:mod:`leasecheck.worker_logs`).
+completes from the logs (:mod:`leasecheck.rundir.worker_logs`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 from test_run import _harness, _wait_for_paused_worker, _wait_gone, check_cli
 
-from leasecheck import hub as hub_module
 from leasecheck.histories import Header, HistoryWriter, read_history
-from leasecheck.hub import Deliveries, Recorder
-from leasecheck.merge import Merge
-from leasecheck.worker_logs import JOURNAL, WORKERS_DIR, Journal, WorkerLog, recover
-from leasecheck.workload import Hub, Recording
+from leasecheck.run import hub as hub_module
+from leasecheck.run.hub import Deliveries, Recorder
+from leasecheck.run.merge import Merge
+from leasecheck.run.workload import Hub, Recording
+from leasecheck.rundir.worker_logs import JOURNAL, WORKERS_DIR, Journal, WorkerLog, recover
 
 
 def _events(path: Path) -> list[dict[str, Any]]:

@@ -20,8 +20,8 @@ from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.faults import PauseProcess
 from leasecheck.nemesis.heal import UNDO
 from leasecheck.nemesis.schedule import Nemesis
-from leasecheck.options import BadOptions, RunOptions, check_store, validate
-from leasecheck.storedir import load_faults, save_faults
+from leasecheck.run.options import BadOptions, RunOptions, check_store, validate
+from leasecheck.rundir.storedir import load_faults, save_faults
 from leasecheck.waiting import wait_for
 
 

@@ -32,14 +32,14 @@ from leasecheck.nemesis.heal import heal_record
 from leasecheck.nemesis.network import Bandwidth, Latency, Partition
 from leasecheck.nemesis.proxies import Network
 from leasecheck.nemesis.toxiproxy import ToxiproxyClient
+from leasecheck.run.store_network import route
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.servers.tools import install_toxiproxy
 from leasecheck.servers.toxiproxy import ToxiproxyServer, find_toxiproxy_server
-from leasecheck.store_network import route
 from leasecheck.targets.base import Indeterminate, Lease, Target, TargetConfig, Unavailable
 from leasecheck.targets.postgres_lease import PostgresLease
 from leasecheck.targets.redis_lease import RedisLease
 from leasecheck.targets.urls import store_endpoint, with_endpoint
-from leasecheck.tools import install_toxiproxy
 
 #: the backends' client timeout here: short, so a hang costs a second or two
 TIMEOUT_S = 1.0

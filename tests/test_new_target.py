@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from leasecheck.scaffold import DUTIES, LOCK_DUTIES, LOCK_SCENARIOS
+from leasecheck.kit.scaffold import DUTIES, LOCK_DUTIES, LOCK_SCENARIOS
 from leasecheck.servers.base import LocalServer
 
 CLI = [sys.executable, "-m", "leasecheck"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from leasecheck.histories.format import Header
 from leasecheck.histories.writer import HistoryWriter
-from leasecheck.report import SHOWN_PER_KIND
+from leasecheck.report.terminal import SHOWN_PER_KIND
 
 #: the refusals one node gets (the checker lists at most 100 per node and kind)
 REFUSALS = 80

@@ -27,8 +27,8 @@ from matplotlib.image import imread
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from leasecheck.columns import Columns, read_columns
-from leasecheck.plots import (
+from leasecheck.report.columns import Columns, read_columns
+from leasecheck.report.plots import (
     DPI,
     FAULT_COLOURS,
     FIGSIZE,

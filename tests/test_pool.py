@@ -1,4 +1,4 @@
-"""Workers forked from the run's zygote (leasecheck.zygote, leasecheck.pool): fast, and nothing else changed.
+"""Workers forked from the run's zygote (leasecheck.run.zygote, leasecheck.run.pool): fast, and nothing else changed.
 
 What a forked worker must keep from the spawned one it replaced: it is its own
 process and the recorded pid is its own; it starts with SIGINT and SIGTERM
@@ -29,9 +29,9 @@ from typing import Any
 import psutil
 import pytest
 
-from leasecheck import zygote
-from leasecheck.pool import ResolvedSpec
-from leasecheck.runner import Run, RunOptions, run
+from leasecheck.run import zygote
+from leasecheck.run.pool import ResolvedSpec
+from leasecheck.run.runner import Run, RunOptions, run
 from leasecheck.targets.base import TargetConfig
 from leasecheck.targets.registry import TargetSpec
 from leasecheck.targets.sqlite_lease import SqliteLease
@@ -196,7 +196,7 @@ def test_a_zygote_that_cannot_serve_leaves_the_run_to_spawn(tmp_path: Path, monk
 
 def test_preloads_are_the_worker_the_backend_and_what_the_main_script_imports(monkeypatch: pytest.MonkeyPatch) -> None:
     names = zygote.preloads("leasecheck.targets.postgres_lease")
-    assert names[0] == "leasecheck.zygote" and names[1:3] == ["leasecheck.workload", "leasecheck.targets.postgres_lease"]
+    assert names[0] == "leasecheck.run.zygote" and names[1:3] == ["leasecheck.run.workload", "leasecheck.targets.postgres_lease"]
     # the backend's module imports its client library only where it uses it: the zygote imports it after the module
     with_client = zygote.preloads("leasecheck.targets.postgres_lease", ("psycopg",))
     assert with_client[2:4] == ["leasecheck.targets.postgres_lease", "psycopg"]
@@ -214,11 +214,11 @@ def test_preloads_are_the_worker_the_backend_and_what_the_main_script_imports(mo
     package_main = types.ModuleType("__main__")
     package_main.__spec__ = types.SimpleNamespace(name="leasecheck.__main__")  # type: ignore[assignment]
     monkeypatch.setitem(sys.modules, "__main__", package_main)
-    assert zygote.preloads(None) == ["leasecheck.zygote", "leasecheck.workload"]
+    assert zygote.preloads(None) == ["leasecheck.run.zygote", "leasecheck.run.workload"]
     # ``python -m bench.x``: the child runs bench.x again (not preloaded itself: runpy would warn), so what it imports
     package_main.__spec__ = types.SimpleNamespace(name="bench.bench_workers_up")  # type: ignore[assignment]
     package_main.run = run  # type: ignore[attr-defined]
-    assert zygote.preloads(None) == ["leasecheck.zygote", "leasecheck.workload", "leasecheck.runner"]
+    assert zygote.preloads(None) == ["leasecheck.run.zygote", "leasecheck.run.workload", "leasecheck.run.runner"]
 
 
 # ---------------------------------------------------------------- a harness as a child, signalled

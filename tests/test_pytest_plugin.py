@@ -20,8 +20,8 @@ from typing import Any
 import click
 import pytest
 
-from leasecheck import pytest_plugin
-from leasecheck.pytest_plugin import (
+from leasecheck.ci import pytest_plugin
+from leasecheck.ci.pytest_plugin import (
     RUN_FLAGS,
     SHOWN_ANOMALIES,
     Anomaly,
@@ -273,7 +273,7 @@ def test_misuse_is_a_clear_error_and_a_bad_option_is_no_verdict(inner: pytest.Py
     """Unknown keys, no target, a positional marker argument, no seeds; and a run that exits 3 errs with its stderr line."""
     inner.makepyfile(test_misuse=f"""
         import pytest
-        from leasecheck.pytest_plugin import LeasecheckError
+        from leasecheck.ci.pytest_plugin import LeasecheckError
 
         def test_unknown_key(leasecheck_run):
             with pytest.raises(TypeError, match="unknown run option 'ttl_ms' \\\\(did you mean 'ttl'\\\\?\\\\)"):

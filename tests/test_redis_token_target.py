@@ -22,7 +22,7 @@ import pytest
 from stores import claim, new_node, serve, takeover, wait_expired
 
 from leasecheck.histories import read_history
-from leasecheck.runner import RunOptions, run
+from leasecheck.run.runner import RunOptions, run
 from leasecheck.servers.base import free_port
 from leasecheck.servers.redis import RedisServer
 from leasecheck.targets import registry

@@ -35,7 +35,7 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from leasecheck.outcomes import Expectation, write_expected
+from leasecheck.verdict.outcomes import Expectation, write_expected
 
 REPO = Path(__file__).resolve().parent.parent
 #: how long a page may take to say it is ready: CI machines are busy, and this is no budget
@@ -236,7 +236,7 @@ def test_valid_run_report_shows_verdict_settings_and_plots(browser: WebDriver, t
 
 def kill_colour() -> list[int]:
     """The colour a kill's line is drawn in: its fault colour, darkened (the page's shade(rgb(colour), 0.55))."""
-    from leasecheck.plots import FAULT_COLOURS
+    from leasecheck.report.plots import FAULT_COLOURS
 
     v = int(FAULT_COLOURS["kill"][1:], 16)
     return [round(((v >> shift) & 255) * 0.55) for shift in (16, 8, 0)]

@@ -49,7 +49,7 @@ from variants import END_TO_END, VariantRun, variant_params
 from leasecheck.cli import main
 from leasecheck.histories import read_history
 from leasecheck.histories.format import Op
-from leasecheck.runner import Run, RunOptions, RunResult, run
+from leasecheck.run.runner import Run, RunOptions, RunResult, run
 from leasecheck.servers.base import LocalServer
 from leasecheck.targets.base import Target
 from leasecheck.targets.registry import load
@@ -636,7 +636,7 @@ def test_recorder_survives_a_worker_killed_between_invoke_and_ack(tmp_path: Path
     from multiprocessing import Pipe
 
     from leasecheck.histories import Header, HistoryWriter
-    from leasecheck.hub import Deliveries, Recorder
+    from leasecheck.run.hub import Deliveries, Recorder
 
     died = []
     writer = HistoryWriter(tmp_path / "history.jsonl", Header(1000, 10, {}))

@@ -30,9 +30,9 @@ from leasecheck.checker import Verdict
 from leasecheck.checker.verdict import Validity
 from leasecheck.histories import read_history
 from leasecheck.nemesis.catalogue import lookup
-from leasecheck.options import RunResult
-from leasecheck.run_files import remove_leftovers
-from leasecheck.run_verdict import evidence_of, history_coverage, run_verdict
+from leasecheck.run.options import RunResult
+from leasecheck.rundir.files import remove_leftovers
+from leasecheck.verdict.run_verdict import evidence_of, history_coverage, run_verdict
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_KEYS = {"valid", "reason", "target", "nemesis", "seed", "run_dir", "interrupted"}
@@ -443,7 +443,7 @@ def test_heal_cleans_what_a_killed_harness_left(tmp_path: Path) -> None:
 
 def server_gone(d: Path) -> bool:
     """Is the run's postmaster gone (so heal may remove its data)?"""
-    from leasecheck.run_files import _postmaster_alive
+    from leasecheck.rundir.files import _postmaster_alive
 
     return not _postmaster_alive(d / "postgres" / "data")
 

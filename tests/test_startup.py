@@ -18,7 +18,7 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[1] / "histories" / "examples"
 #: what a command that only reads a history must never load
 HEAVY = ("rich", "networkx", "psycopg", "redis", "docker", "matplotlib", "numpy", "kazoo", "etcd3", "sqlalchemy",
-         "toxiproxy", "http.client", "subprocess", "leasecheck.targets", "leasecheck.servers", "leasecheck.report")
+         "toxiproxy", "http.client", "subprocess", "leasecheck.targets", "leasecheck.servers", "leasecheck.report.terminal")
 
 PROBE = (
     "import atexit, json, sys\n"

@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner
 from junit_schema import read
 
+from leasecheck.ci.summary import html_page, shared_folder
 from leasecheck.cli import main
-from leasecheck.outcomes import Expectation, Row, write_expected
-from leasecheck.summary import html_page, shared_folder
+from leasecheck.verdict.outcomes import Expectation, Row, write_expected
 
 QUICK = ["--time-limit", "4", "--ttl", "300", "--nemesis-interval", "0.8", "--nodes", "10", "--evidence-wait", "20"]
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from leasecheck.cli import main
 from leasecheck.histories.vocabulary import KINDS
 from leasecheck.nemesis.catalogue import FAULTS, Need
-from leasecheck.options import RunOptions, check_store, validate
+from leasecheck.run.options import RunOptions, check_store, validate
 from leasecheck.targets.base import WORKLOAD_CONDITIONS, Lease, OffsetClock, Target, TargetConfig
 from leasecheck.targets.registry import TargetNotFound, TargetSpec, available, load
 from leasecheck.targets.thirdparty.audit import AuditPlan

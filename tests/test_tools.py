@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from leasecheck import tools
+from leasecheck.servers import tools
 from leasecheck.servers.base import EnvironmentFailure
+from leasecheck.servers.tools import INSTALL_COMMAND, TOXIPROXY_BINARY, TOXIPROXY_VERSION, cache_bin_dir, find_toxiproxy
 from leasecheck.servers.toxiproxy import ToxiproxyServer
-from leasecheck.tools import INSTALL_COMMAND, TOXIPROXY_BINARY, TOXIPROXY_VERSION, cache_bin_dir, find_toxiproxy
 
 ROOT = Path(__file__).resolve().parent.parent
 

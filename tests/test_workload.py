@@ -1,6 +1,6 @@
 """The workload reaches the protocol's dangerous interleavings on purpose.
 
-Unit tests of what the hub knows of each node's leases (:mod:`leasecheck.takeovers`)
+Unit tests of what the hub knows of each node's leases (:mod:`leasecheck.run.takeovers`)
 and of the queue's steering (heartbeat-extended visibility, requeue after a
 release, racing duplicates), then the proof that matters: a run at the CLI's
 defaults on every reference backend reaches every situation of the coverage
@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from leasecheck.hub import Deliveries
+from leasecheck.histories.format import lease_key
 from leasecheck.nemesis.catalogue import lookup
-from leasecheck.run_verdict import applicable
-from leasecheck.runner import RunOptions, run
-from leasecheck.takeovers import Takeovers, lease_key
+from leasecheck.run.hub import Deliveries
+from leasecheck.run.runner import RunOptions, run
+from leasecheck.run.takeovers import Takeovers
+from leasecheck.verdict.run_verdict import applicable
 
 
 def _claim(t: Takeovers, process: int, node: str, epoch: int) -> None:

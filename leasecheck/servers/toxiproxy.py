@@ -2,7 +2,7 @@
 
 Shopify's ``toxiproxy-server`` is a Go program, found on ``PATH`` or in the
 per-user cache where ``leasecheck install-toxiproxy`` builds it at a pinned
-version (:mod:`leasecheck.tools`). Like the store servers it
+version (:mod:`leasecheck.servers.tools`). Like the store servers it
 runs as our child on a free loopback port and is stopped by its pid. Its API
 listens on 127.0.0.1 only (the proxies it creates are loopback too), and it is
 started with a seed, so the randomness of its toxics (jitter, toxicity)
@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
-from leasecheck.tools import require_toxiproxy
+from leasecheck.servers.tools import require_toxiproxy
 
 #: talks to the loopback API directly, whatever http_proxy the environment sets
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))

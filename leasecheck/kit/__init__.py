@@ -1,0 +1,10 @@
+"""A team's own adapter, tested: the conformance scenarios, the ``new-target`` scaffold, test helpers.
+
+* :mod:`.conformance` — the seed's verification table as deterministic scenarios against any backend;
+* :mod:`.scaffold` — ``leasecheck new-target NAME``: an adapter to edit and the test that holds it;
+* :mod:`.testing` — throwaway stores as ``leasecheck run`` starts them, and a method probe;
+* :mod:`.simstore` — a simulated correct lease store, the ground truth of generated histories.
+
+May import ``run`` (the store environment), ``servers``, ``targets``, ``histories``, ``errors``,
+``waiting``; never ``ci`` or ``cli``.
+"""

@@ -1,0 +1,109 @@
+"""The store a backend runs against: a file, a local server we start, or the user's own."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from leasecheck.rundir.files import server_directory
+from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.targets.base import Target
+from leasecheck.targets.exec_target import ExecTarget
+
+if TYPE_CHECKING:  # imported where used: the docker SDK is an optional extra
+    from leasecheck.servers.docker import DockerRun
+
+
+@dataclass
+class Environment:
+    """Where the store is (``url``) and, if we started it, its server (and its Docker run)."""
+
+    url: str
+    server: LocalServer | None = None
+    docker: DockerRun | None = None
+
+    def heal_containers(self) -> list[dict[str, Any]]:
+        """Unpause, reconnect and start every container of this run (heal-all)."""
+        if self.docker is None:
+            return []
+        from leasecheck.nemesis.container import heal_containers
+
+        return heal_containers(self.docker.client, self.docker.label)
+
+    def stop(self, keep_logs_in: Path | None = None) -> None:
+        """Stop the server we started (never one the user gave), keeping its log."""
+        if self.server is None:
+            return
+        self.server.resume()  # a paused server cannot shut down
+        self.server.stop()
+        log = self.server.log_path
+        if keep_logs_in is not None and log.exists() and not log.is_relative_to(keep_logs_in):  # else it is there already
+            try:
+                shutil.copy(self.server.log_path, keep_logs_in / self.server.log_path.name)
+            except OSError:
+                pass
+        self.server.cleanup()
+        if self.docker is not None:
+            self.docker.close()  # every container and network of the run
+
+
+def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool = False, env: str = "local") -> Environment:
+    """Start what ``target`` needs, or use ``url``; raises EnvironmentFailure.
+
+    ``skewable`` starts the server under libfaketime, so the nemesis can skew
+    the store's clock (and only then: it costs a little on every clock read).
+    """
+    if url:
+        return Environment(url)
+    kind = target.store
+    if kind is None and issubclass(target, ExecTarget):  # a child with a store of its own, or none: LEASECHECK_URL is empty
+        return Environment("")
+    if kind == "sqlite":
+        return Environment(str(run_dir / "lease.sqlite3"))
+    if kind == "files":  # a folder of lock and record files, shared by the workers on this host
+        (run_dir / "files").mkdir(exist_ok=True)
+        return Environment(str(run_dir / "files"))
+    if env == "docker":
+        return _in_docker(kind, run_dir)
+    if kind == "postgres":
+        from leasecheck.servers.faketime import FaketimePostgresServer
+        from leasecheck.servers.postgres import PostgresServer
+
+        # in the run directory, never the temp folder: its log belongs to the run, and a killed run leaves nothing elsewhere
+        home = server_directory(run_dir, "postgres", PostgresServer._server_user())
+        server: LocalServer = FaketimePostgresServer(home) if skewable else PostgresServer(home)
+    elif kind == "redis":
+        from leasecheck.servers.faketime import FaketimeRedisServer
+        from leasecheck.servers.redis import RedisServer
+
+        server = FaketimeRedisServer(run_dir / "redis") if skewable else RedisServer(run_dir / "redis")
+    elif kind == "zookeeper":
+        from leasecheck.servers.zookeeper import ZooKeeperServer
+
+        server = ZooKeeperServer(run_dir / "zookeeper")
+    elif kind == "etcd":
+        from leasecheck.servers.etcd import EtcdServer
+
+        server = EtcdServer(run_dir / "etcd")
+    else:
+        raise EnvironmentFailure(f"target {target.name!r} brings its own store: give its address with --url")
+    server.start()
+    return Environment(server.url, server)
+
+
+def _in_docker(kind: str | None, run_dir: Path) -> Environment:
+    """The store as a container on a network of its own (``--env docker``)."""
+    if kind not in ("postgres", "redis"):
+        raise EnvironmentFailure(f"--env docker runs Postgres or Redis stores, not {kind!r}")
+    from leasecheck.servers.docker import DockerRun
+
+    run = DockerRun.open(run_id=run_dir.name.replace(":", "").replace(".", "-").lower())
+    try:
+        server = run.redis(run_dir / "redis") if kind == "redis" else run.postgres(run_dir / "postgres")
+        server.start()
+    except BaseException:
+        run.close()
+        raise
+    return Environment(server.url, server, run)

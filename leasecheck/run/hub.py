@@ -1,0 +1,519 @@
+"""The harness's side of the workers: the recorder and the at-least-once queue.
+
+One thread serves every worker's pipe. Workers stamp their own invokes and
+completions (CLOCK_MONOTONIC, one clock for every process on the host) and send
+them without waiting; the recorder feeds them to the merge
+(:mod:`leasecheck.run.merge`), which appends them to the history in time order as
+soon as no live worker can still send an earlier one. What the workload
+synchronises on — the takeovers a zombie waits for, the live tally, a node's
+holder going silent — is answered from what was received, so a merge held back
+by a paused worker delays the file, never the run. The recorder also hands out
+nodes from the delivery queue and notices workers that died (their open op is
+recorded ``info`` and their process number retired).
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import selectors
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from leasecheck.histories import HistoryWriter
+from leasecheck.run.merge import MAX_BUFFERED, Merge, Stream
+from leasecheck.run.takeovers import Phase, Takeovers
+from leasecheck.targets.base import Indeterminate, Unavailable
+
+#: share of deliveries whose consumer extends the message's visibility with every heartbeat (as
+#: SQS's ChangeMessageVisibility would): its node comes back as soon as the holder went silent.
+#: The others come back a visibility timeout after delivery, heartbeats or not, so a live lease
+#: meets a second claim (a duplicate delivery of a running node) as it does with a plain queue
+EXTENDED_SHARE = 0.5
+
+#: share of duplicated deliveries handed to two workers at the same moment (the hub holds the
+#: first back until a second worker asks), so that two claims race for one READY node; the
+#: rest reach the next worker that asks, usually while the first holds the lease
+RACING_SHARE = 0.5
+
+#: the messages whose worker waits for the hub's answer (see Stream.blocked)
+ASKS = frozenset({"next", "await", "renumber"})
+
+
+def new_run_id() -> str:
+    """A name for one run, unique among every run that ever shares its store (48 random bits).
+
+    Why: a team points run after run (seeds, matrix cells, CI jobs) at one
+    database with ``--url``. With the same node names every time, a second run
+    read the first one's SUCCEEDED rows as its own and a correct lease was
+    reported non-linearizable. Not from ``--seed``: the same seed run twice on
+    one store must not collide either, and the name decides nothing the run does.
+    """
+    return secrets.token_hex(6)
+
+
+def node_name(run_id: str, run: int, index: int) -> str:
+    """The queue's name for node ``index`` of workflow run ``run``: ``RUNID/run-N/node-I``."""
+    return f"{run_id}/run-{run}/node-{index}" if run_id else f"run-{run}/node-{index}"
+
+
+class Deliveries:
+    """An at-least-once queue of nodes, produced in runs (``RUNID/run-N/node-I``: see :func:`node_name`).
+
+    Each delivery may be duplicated (``dup_rate``); a node not acknowledged as
+    done within ``visibility_s`` is delivered again, as SQS or a Redis stream
+    with a pending-entries list would. For half the deliveries (seeded) every
+    sign of life of the holder (an ok claim or renew, :meth:`touch`) extends
+    that, as a worker that heartbeats its message's visibility does: the node
+    comes back as soon as its holder went silent. The other half come back a
+    visibility timeout after delivery, even while a long execution heartbeats. A producer thread creates each run's
+    nodes in the store (READY) ahead of need, so a slow store never stalls the
+    hub.
+    """
+
+    def __init__(self, rng: random.Random, nodes_per_run: int, dup_rate: float, visibility_s: float,
+                 add_nodes: Callable[[list[str]], None], run_id: str = "") -> None:
+        self.rng = rng
+        self.run_id = run_id
+        self.nodes_per_run = nodes_per_run
+        self.dup_rate = dup_rate
+        self.visibility_s = visibility_s
+        self.add_nodes = add_nodes
+        self.ready: deque[str] = deque()
+        self.inflight: dict[str, float] = {}
+        #: the in-flight nodes whose consumer extends the visibility with every heartbeat
+        self.extended: set[str] = set()
+        self.done: set[str] = set()
+        self.runs = 0
+        #: the node whose duplicate, delivered just now, should race the original
+        self._racing: str | None = None
+        self.delivered = 0
+        self.duplicated = 0
+        self._lock = threading.Lock()
+        self._want = threading.Event()
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._produce, name="producer", daemon=True)
+
+    def start(self) -> None:
+        self._want.set()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._want.set()
+        if self._thread.ident is not None:
+            self._thread.join(30)
+
+    def _produce(self) -> None:
+        while not self._stop.is_set():
+            self._want.wait()
+            self._want.clear()
+            if self._stop.is_set():
+                return
+            self.runs += 1
+            nodes = [node_name(self.run_id, self.runs, i) for i in range(self.nodes_per_run)]
+            try:
+                while not self._create(nodes):
+                    if self._stop.wait(0.1):
+                        return
+            except BaseException as e:  # an adapter bug: reported by the runner
+                self.error = e
+                return
+            self.rng.shuffle(nodes)
+            with self._lock:
+                self.ready.extend(nodes)
+
+    def _create(self, nodes: list[str]) -> bool:
+        """Create a run's nodes; False while the store is down (a nemesis may have it), to retry."""
+        try:
+            self.add_nodes(nodes)  # idempotent: retrying after an unknown outcome is safe
+            return True
+        except (Unavailable, Indeterminate):
+            return False
+
+    def next(self) -> str:
+        """A node to work on, or "" when none is ready yet (the worker asks again)."""
+        now = time.monotonic()
+        with self._lock:
+            for node, deadline in list(self.inflight.items()):
+                if deadline < now:
+                    self.inflight[node] = now + self.visibility_s
+                    self.ready.appendleft(node)
+            if len(self.ready) < max(2, self.nodes_per_run):
+                self._want.set()
+            if not self.ready:
+                return ""
+            node = self.ready.popleft()
+            self.delivered += 1
+            if node not in self.done:
+                self.inflight.setdefault(node, now + self.visibility_s)
+                if self.rng.random() < EXTENDED_SHARE:
+                    self.extended.add(node)
+                else:
+                    self.extended.discard(node)
+            self._racing = None
+            if self.rng.random() < self.dup_rate:
+                self.duplicated += 1
+                self.ready.appendleft(node)  # the copy goes to the very next consumer
+                if self.rng.random() < RACING_SHARE:
+                    self._racing = node
+            return node
+
+    def copy_waits(self, node: str) -> bool:
+        """Was ``node`` just delivered twice, the copy meant to race the original (see :data:`RACING_SHARE`)?"""
+        with self._lock:
+            return self._racing == node and bool(self.ready) and self.ready[0] == node
+
+    def touch(self, node: str) -> None:
+        """The node's holder is alive (an ok claim or renew): deliver it again only ``visibility_s`` from now,
+        if this delivery's consumer extends its message's visibility (see :data:`EXTENDED_SHARE`)."""
+        with self._lock:
+            if node in self.inflight and node in self.extended:
+                self.inflight[node] = time.monotonic() + self.visibility_s
+
+    def requeue(self, node: str) -> None:
+        """The node was given back (released): hand it out again first, as a nack would."""
+        with self._lock:
+            if node not in self.done:
+                self.inflight.pop(node, None)
+                self.ready.appendleft(node)
+
+    def ack(self, node: str) -> None:
+        with self._lock:
+            self.done.add(node)
+            self.inflight.pop(node, None)
+            self.extended.discard(node)
+
+
+@dataclass
+class Slot:
+    """One worker process as the hub knows it."""
+
+    process: int
+    slot: int
+    conn: Connection
+    pid: int | None = None
+    alive: bool = True
+    #: said hello: past its PR_SET_PDEATHSIG, so a fault may pick it as a victim
+    ready: bool = False
+    #: its events on their way to the history
+    stream: Stream = field(default_factory=lambda: Stream(0))
+    #: the op it has in flight (invoke received, completion not yet): (f, node)
+    open: tuple[str, str] | None = None
+
+
+@dataclass
+class Tally:
+    """Live counts for the progress display and the summary."""
+
+    ok: int = 0
+    fail: int = 0
+    info: int = 0
+    by_reason: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def ops(self) -> int:
+        return self.ok + self.fail + self.info
+
+
+class Recorder:
+    """Serves the workers' pipes from one thread; see the module docstring."""
+
+    def __init__(self, writer: HistoryWriter, deliveries: Deliveries, on_death: Callable[[Slot], None],
+                 merge: Merge | None = None) -> None:
+        self.writer = writer
+        self.merge = merge if merge is not None else Merge(writer)
+        self.deliveries = deliveries
+        self.on_death = on_death
+        self.slots: dict[Connection, Slot] = {}
+        self.tally = Tally()
+        self.stopping = threading.Event()
+        #: set when every worker is up (the runner's barrier): until then a worker asking for a node waits
+        self.go = threading.Event()
+        #: the last start-up failure a worker reported (its backend client could not be made)
+        self.broken: str | None = None
+        self._held_back: list[Connection] = []
+        #: every node's leases as recorded: what wakes a stalled worker, and who holds a lease now
+        self.takeovers = Takeovers()
+        #: a duplicated delivery held back until a second worker asks, so that both claim at once:
+        #: (conn, node, deadline)
+        self._twin: tuple[Connection, str, float] | None = None
+        #: the two workers a racing node went to, until each has invoked its claim: node -> (conns, deadline)
+        self._racers: dict[str, tuple[set[Connection], float]] = {}
+        #: a racer's claim, recorded but not yet acknowledged, waiting for its rival's: node -> conn
+        self._on_the_line: dict[str, Connection] = {}
+        #: stalled workers waiting for a phase of their node: (conn, node, lease key, phase, deadline)
+        self._waits: list[tuple[Connection, str, Any, Phase, float]] = []
+        self._next_process = 0
+        self._lock = threading.Lock()
+        #: the live workers' pipes, registered once (not per wait: a wait per message would cost more than the message)
+        self._selector = selectors.DefaultSelector()
+        self._thread = threading.Thread(target=self._serve, name="recorder", daemon=True)
+        self.error: BaseException | None = None
+
+    def new_process(self) -> int:
+        with self._lock:
+            p = self._next_process
+            self._next_process += 1
+            return p
+
+    def add(self, conn: Connection, slot: int, pid: int | None, process: int | None = None, stream: Stream | None = None) -> Slot:
+        """Register a started worker: its process number and stream (made before it started, see WorkerPool.spawn)."""
+        s = Slot(self.new_process() if process is None else process, slot, conn, pid,
+                 stream=stream if stream is not None else self.merge.stream())
+        with self._lock:
+            self.slots[conn] = s
+            self._selector.register(conn, selectors.EVENT_READ)
+        return s
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread.ident is not None:  # never started: nothing to wait for
+            self._thread.join(timeout)
+
+    def live(self) -> list[Slot]:
+        with self._lock:
+            return [s for s in self.slots.values() if s.alive]
+
+    def ready(self) -> list[Slot]:
+        """Live workers past their start-up: the only fair game for a fault."""
+        return [s for s in self.live() if s.ready]
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                conns = self._listened()
+                if not conns:
+                    self.merge.flush()  # the nemesis' events, when no worker is left
+                    if self.stopping.is_set():
+                        return
+                    time.sleep(0.01)
+                    continue
+                ready: list[Any]
+                if len(conns) < len(self._selector.get_map()):  # the buffer is full: the laggards alone
+                    ready = wait(conns, timeout=0.05)
+                else:
+                    ready = [key.fileobj for key, _ in self._selector.select(0.05)]
+                for conn in ready:
+                    self._handle(conn)  # type: ignore[arg-type]
+                self.merge.flush()
+                if self._waits:
+                    self._wake()
+                if self._twin is not None and (self._twin[2] < time.monotonic() or self.stopping.is_set()):
+                    self._send(self._twin[0], self._twin[1])
+                    self._twin = None
+                if self._racers:
+                    self._start_stale_races()
+                if self._held_back and (self.go.is_set() or self.stopping.is_set()):
+                    self._release_held_back()
+        except BaseException as e:  # reported by the runner
+            self.error = e
+
+    def _listened(self) -> list[Connection]:
+        """The live workers' pipes; while the merge's buffer is full, only those holding it back (bounded memory)."""
+        with self._lock:
+            live = [(c, s) for c, s in self.slots.items() if s.alive]
+        if self.merge.buffered > MAX_BUFFERED and not self.stopping.is_set():
+            laggards = {id(stream) for stream in self.merge.laggards()}
+            held = [c for c, s in live if id(s.stream) in laggards]
+            if held:
+                return held
+        return [c for c, _ in live]
+
+    def _release_held_back(self) -> None:
+        """The barrier is passed (or the run is stopping): answer the workers that asked for a node before it."""
+        held, self._held_back = self._held_back, []
+        for conn in held:
+            s = self.slots.get(conn)
+            if s is None or not s.alive:
+                continue
+            self._send(conn, None if self.stopping.is_set() else self.deliveries.next())
+
+    def _wake(self) -> None:
+        """Answer the stalled workers whose phase came (or was missed, or never came in time)."""
+        now, waits, self._waits = time.monotonic(), self._waits, []
+        for conn, node, key, phase, deadline in waits:
+            s = self.slots.get(conn)
+            if s is None or not s.alive:
+                continue
+            answer = self.takeovers.wake(node, key, phase)
+            if answer is None and (deadline < now or self.stopping.is_set()):
+                answer = "timeout"
+            if answer is None:
+                self._waits.append((conn, node, key, phase, deadline))
+                continue
+            self._send(conn, answer)
+
+    def _start_stale_races(self) -> None:
+        """A racer whose rival never claimed in time (it died, or read first for long) goes alone."""
+        now = time.monotonic()
+        for node, (_, deadline) in list(self._racers.items()):
+            if deadline < now or self.stopping.is_set():
+                del self._racers[node]
+                waiting = self._on_the_line.pop(node, None)
+                if waiting is not None:
+                    self._send(waiting, True)
+
+    def _claim_invoked(self, conn: Connection, node: str) -> bool:
+        """A claim was recorded: may its worker go to the store now? Not the first of two racers: it waits for the second.
+
+        Both claims are then invoked before either is sent, so the history shows
+        them concurrent however fast the store answers the first.
+        """
+        racing = self._racers.get(node)
+        if racing is None or conn not in racing[0]:
+            return True
+        racing[0].discard(conn)
+        if racing[0]:  # the rival has not claimed yet
+            self._on_the_line[node] = conn
+            return False
+        del self._racers[node]
+        waiting = self._on_the_line.pop(node, None)
+        if waiting is not None:
+            self._send(waiting, True)
+        return True
+
+    def _send(self, conn: Connection, answer: object) -> None:
+        """Answer a worker that waits for us (one that may have died meanwhile).
+
+        Whatever it sends next is stamped after this moment: that is its
+        stream's bound from now on (it had none while it waited).
+        """
+        s = self.slots.get(conn)
+        if s is None or not s.alive:
+            return
+        s.stream.bound = max(s.stream.bound, self.merge.now())
+        s.stream.blocked = False
+        try:
+            conn.send(answer)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            self._died(s)
+
+    def _handle(self, conn: Connection) -> None:
+        s = self.slots[conn]
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            self._died(s)
+            return
+        try:
+            self._answer(s, conn, msg)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            self._died(s)  # killed between its message and our answer
+
+    def _answer(self, s: Slot, conn: Connection, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "batch":  # a held completion and the message after it (see workload.Hub.complete)
+            for part in msg[1:]:
+                self._answer(s, conn, part)
+            return
+        if kind in ASKS:  # it waits for our answer: nothing it sends next can be stamped before we answer
+            s.stream.blocked = True
+        if kind == "invoke":
+            _, f, node, value, t, wait = msg
+            self.merge.push(s.stream, t, s.process, "invoke", f, node, value)
+            s.open = (f, node)
+            self.takeovers.invoke(s.process, f, node, value)
+            if wait:  # a racing claim: goes to the store only once its rival's claim is in
+                s.stream.blocked = True
+                if f != "claim" or self._claim_invoked(conn, node):
+                    self._send(conn, True)
+        elif kind == "complete":
+            _, typ, value, t = msg
+            assert s.open is not None, f"process {s.process}: a completion with no op in flight"
+            f, node = s.open
+            self.merge.push(s.stream, t, s.process, typ, f, node, value)
+            s.open = None
+            self._count(typ, value)
+            alive = self.takeovers.complete(s.process, typ, value)
+            if alive is not None:
+                self.deliveries.touch(alive[1])
+        elif kind == "idle":  # asleep until this time at least: nothing it sends next is stamped before it
+            s.stream.bound = max(s.stream.bound, msg[1])
+        elif kind == "hello":
+            s.ready = True
+        elif kind == "broken":
+            self.broken = msg[1]
+        elif kind == "await":  # a stalled worker: answered by _wake when its node reaches the phase
+            _, node, key, phase, timeout_s = msg
+            self._waits.append((conn, node, key, phase, time.monotonic() + timeout_s))
+        elif kind == "next":
+            if not self.go.is_set() and not self.stopping.is_set():
+                self._held_back.append(conn)  # answered when every worker is up
+                return
+            if self.stopping.is_set():
+                self._send(conn, None)
+                return
+            node = self.deliveries.next()
+            twin = self._twin
+            if twin is not None and node == twin[1]:  # the copy: both workers get the node at once, and race
+                self._twin = None
+                earlier = self._on_the_line.pop(node, None)
+                if earlier is not None:  # a racer of this node's last race still waits: that race is over, it goes now
+                    self._send(earlier, True)
+                self._racers[node] = ({twin[0], conn}, time.monotonic() + self.deliveries.visibility_s / 4)
+                self._send(twin[0], ("race", node))
+                self._send(conn, ("race", node))
+                return
+            if twin is None and node and self.deliveries.copy_waits(node):
+                self._twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
+                return
+            self._send(conn, node)
+        elif kind == "done":
+            self.deliveries.ack(msg[1])
+        elif kind == "requeue":
+            self.deliveries.requeue(msg[1])
+        elif kind == "tally":  # a worker that ran without recording reports its counts at exit
+            for typ, n in msg[1].items():
+                setattr(self.tally, typ, getattr(self.tally, typ) + n)
+        elif kind == "renumber":
+            s.process = self.new_process()
+            self._send(conn, s.process)
+
+    def _count(self, typ: str, value: dict[str, Any]) -> None:
+        t = self.tally
+        if typ == "ok":
+            t.ok += 1
+        elif typ == "fail":
+            t.fail += 1
+            t.by_reason[value.get("reason", "?")] += 1
+        else:
+            t.info += 1
+
+    def _died(self, s: Slot) -> None:
+        """A worker is gone: its open op is recorded ``info`` (stamped now, after all it sent) and its process retired."""
+        if not s.alive:
+            return
+        s.alive = False
+        self._drain(s)
+        with self._lock:
+            try:
+                self._selector.unregister(s.conn)
+            except (KeyError, ValueError):
+                pass
+        s.conn.close()
+        if s.open is not None:
+            self.takeovers.complete(s.process, "info", {})
+            self._count("info", {})
+        self.merge.end(s.stream, s.process, s.open)
+        s.open = None
+        self.on_death(s)
+
+    def _drain(self, s: Slot) -> None:
+        """Take in the events a dead worker sent before it died (found while answering it, they may be unread)."""
+        try:
+            while s.conn.poll(0):
+                msg = s.conn.recv()
+                if msg[0] in ("invoke", "complete"):
+                    self._answer(s, s.conn, (*msg[:5], False) if msg[0] == "invoke" else msg)
+        except (EOFError, OSError):
+            pass

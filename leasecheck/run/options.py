@@ -1,0 +1,225 @@
+"""What defines a run (:class:`RunOptions`), what refuses one (:func:`validate`), and the durations it derives.
+
+Faults are validated against the catalogue (:mod:`leasecheck.nemesis.catalogue`):
+unknown names are refused naming the known ones, and each fault's needs
+(a store server, Docker, libfaketime) are checked against the options before
+anything is started.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from leasecheck.checker import Verdict
+from leasecheck.histories.vocabulary import SITUATIONS
+from leasecheck.nemesis import clock
+from leasecheck.nemesis.catalogue import FaultKind, Need, UnknownFault, lookup, needing
+from leasecheck.nemesis.store_clock import required_uncertainty_ms
+from leasecheck.run.workload import Workload
+from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES
+from leasecheck.targets.urls import url_problem
+
+#: stores we run as servers (what the store faults pause, kill and proxy)
+SERVER_STORES = ("postgres", "redis", "zookeeper", "etcd")
+#: stores we can run under libfaketime (what clock-store skews)
+FAKETIME_STORES = ("postgres", "redis")
+
+
+class BadOptions(ValueError):
+    """Options that cannot make a run; ``str()`` is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything that defines a run; written to test.json so it can be replayed."""
+
+    target: str = "sqlite"
+    url: str | None = None
+    #: for ``--target exec:COMMAND``: the store leasecheck starts for the child (its URL is the child's
+    #: ``LEASECHECK_URL``, and store faults can hit it); "none": the child's own, named by ``url`` if at all
+    exec_store: str = "none"
+    nemesis: tuple[str, ...] = ("pause",)
+    nemesis_interval: float = 5.0
+    time_limit: float = 30.0
+    #: after the time limit, go on up to this many more seconds while the history still lacks
+    #: what the run verdict needs (an ok claim, renew, effect, commit, a contended claim, every
+    #: fault started and healed); 0: stop at the time limit, and the verdict says what was missing
+    evidence_wait_s: float = 0.0
+    #: coverage situations the run must reach (``--require``): it goes on past the time limit (up to
+    #: ``evidence_wait_s``) while one is missing, and is ``unknown`` if one never happened, as it is for the
+    #: situations each fault requires. Why: a test that asserts a situation was reached waits on the
+    #: history showing it, not on the machine being fast enough to show it within the time limit
+    require: tuple[str, ...] = ()
+    concurrency: int = 5
+    ttl_ms: int = 1000
+    nodes: int = 20
+    dup_rate: float = 0.1
+    rate: float = 0.0
+    seed: int | None = None
+    store: str = "store"
+    #: "local": stores as local processes; "docker": as containers (Postgres, Redis)
+    env: str = "local"
+    clock_uncertainty_ms: float = 10.0
+    #: the most the clock-store fault skews the store's clock (default: a quarter of the ttl)
+    store_skew_ms: float | None = None
+    op_timeout_s: float = 5.0
+    check_budget: float = 60.0
+    #: False only for the recorder-overhead benchmark: workers skip recording, the verdict is unknown
+    record: bool = True
+    workload: Workload = field(default_factory=Workload)
+
+
+@dataclass
+class RunResult:
+    """What a run produced: its folder, the run verdict, and its figures.
+
+    ``verdict`` is the run verdict: the checker's, made ``unknown`` when the run
+    tested too little (``reason`` says what was missing, see
+    :mod:`leasecheck.verdict.run_verdict`). ``interrupted`` names the signal that cut
+    the run short (``"SIGINT"``, ``"SIGTERM"``), or is None.
+    """
+
+    run_dir: Path
+    seed: int
+    verdict: Verdict
+    stats: dict[str, Any]
+    reason: str | None = None
+    interrupted: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """docs/contracts/exit-codes.md's: 1 when anomalies are proven; else 128 + the signal if interrupted; else the verdict's."""
+        if self.verdict.valid is False:
+            return 1
+        if self.interrupted is not None:
+            return 128 + int(signal.Signals[self.interrupted])
+        return self.verdict.exit_code
+
+
+def _they(names: list[str], one: str, many: str) -> str:
+    return f"{', '.join(names)} {one if len(names) == 1 else many}"
+
+
+def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
+    """Reject options that cannot make a run, before anything is started; the catalogue rows of ``--nemesis``."""
+    try:
+        kinds = lookup(opts.nemesis)
+    except UnknownFault as e:
+        raise BadOptions(str(e)) from None
+    if opts.exec_store not in EXEC_STORES:
+        raise BadOptions(f"--exec-store must be one of {', '.join(EXEC_STORES)}, not {opts.exec_store!r}")
+    if opts.target.startswith(EXEC_PREFIX):
+        # they move the worker's logical clock (TargetConfig.clock), which a child process never reads
+        skewing = [kind.name for kind in kinds if kind.module == clock.__name__]
+        if skewing:
+            raise BadOptions(f"{_they(skewing, 'skews', 'skew')} the worker's own clock, which an exec: child does not read")
+    elif opts.exec_store != "none":
+        raise BadOptions("--exec-store is for --target exec:COMMAND (other backends declare their store)")
+    if opts.env not in ("local", "docker"):
+        raise BadOptions(f"--env must be local or docker, not {opts.env!r}")
+    docker_only = needing(kinds, Need.DOCKER)
+    if opts.env != "docker" and docker_only:
+        raise BadOptions(f"{_they(docker_only, 'needs', 'need')} --env docker")
+    faketime = needing(kinds, Need.FAKETIME)
+    if opts.env == "docker" and faketime:
+        raise BadOptions(f"{_they(faketime, 'runs', 'run')} the store under libfaketime, which --env docker does not do")
+    if opts.concurrency < 1:
+        raise BadOptions("--concurrency must be at least 1")
+    if opts.ttl_ms < 10:
+        raise BadOptions("--ttl must be at least 10 ms")
+    if opts.time_limit <= 0 or opts.nemesis_interval <= 0:
+        raise BadOptions("--time-limit and --nemesis-interval must be positive")
+    if opts.evidence_wait_s < 0:
+        raise BadOptions("--evidence-wait must not be negative")
+    unknown = [s for s in opts.require if s not in SITUATIONS]
+    if unknown:
+        raise BadOptions(f"--require {unknown[0]}: no such situation (one of {', '.join(SITUATIONS)})")
+    if opts.nodes < 1:
+        raise BadOptions("--nodes must be at least 1")
+    if not 0 <= opts.dup_rate <= 1:
+        raise BadOptions("--dup-rate must be between 0 and 1")
+    if (problem := store_folder_problem(Path(opts.store))) is not None:
+        raise BadOptions(f"--store {opts.store}: {problem}")
+    return kinds
+
+
+def store_folder_problem(store: Path) -> str | None:
+    """Why ``store`` cannot hold run folders (a file is in the way), or None; it may not exist yet."""
+    for folder in (store, *store.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                return f"{folder} is a file, not a folder" if folder == store else f"{folder} (on its path) is a file"
+            return None
+    return None
+
+
+def check_store(opts: RunOptions, kinds: tuple[FaultKind, ...], store: str | None) -> None:
+    """Reject faults that need a store server for a backend whose store is none we run (a file, the user's own),
+    and a backend that brings its own store (``store = None``) without ``--url``: we cannot start it. An
+    ``exec:`` child may need no store at all: it runs with an empty ``LEASECHECK_URL`` then."""
+    exec_target = opts.target.startswith(EXEC_PREFIX)
+    if store not in SERVER_STORES and needing(kinds, Need.SERVER):
+        hint = " (--exec-store postgres or redis starts one for it)" if exec_target else ""
+        raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)}){hint}")
+    faketime = needing(kinds, Need.FAKETIME)
+    if faketime and store in SERVER_STORES and store not in FAKETIME_STORES:
+        raise BadOptions(f"{_they(faketime, 'runs', 'run')} the store under libfaketime, which leasecheck does for"
+                         f" {' and '.join(FAKETIME_STORES)} servers only, not {store}")
+    own_server = [k.name for k in kinds if Need.SERVER in k.needs and Need.TOXIPROXY not in k.needs]
+    if opts.url and own_server:  # the store is the user's: no process of ours to pause, kill or skew
+        raise BadOptions(f"{_they(own_server, 'acts', 'act')} on a store server that leasecheck started itself, and"
+                         f" --url names a store of yours: drop --url (leasecheck then starts a throwaway"
+                         f" {store or 'store'} server) or choose faults that need no server of ours")
+    if opts.url and (problem := url_problem(store, opts.url)) is not None:
+        raise BadOptions(f"--url: {problem}")
+    if store is None and not opts.url and not exec_target:  # an exec: child may need no store (LEASECHECK_URL empty)
+        raise BadOptions(f"{opts.target} brings its own store (its class says store = None): pass the store's address"
+                         " with --url URL (the adapter gets it as self.config.url)")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Every duration a run derives from the lease, worked out here once.
+
+    The ttl comes in milliseconds — as the user gives it, the history records
+    it and backends take it — and stays in milliseconds; what the harness
+    waits for is in seconds, and those are derived here and nowhere else.
+    """
+
+    ttl_ms: int
+    #: the history's clock_uncertainty_ms
+    uncertainty_ms: float
+    #: the most the clock-store fault skews the store's clock
+    store_skew_ms: float
+    op_timeout_s: float
+
+    @classmethod
+    def of(cls, opts: RunOptions, skews_store: bool) -> Timing:
+        """From the options; a skewed store clock misjudges intervals by up to twice the skew."""
+        skew = opts.store_skew_ms if opts.store_skew_ms is not None else opts.ttl_ms / 4
+        uncertainty = opts.clock_uncertainty_ms
+        if skews_store:
+            uncertainty = max(uncertainty, required_uncertainty_ms(skew))
+        return cls(opts.ttl_ms, uncertainty, skew, opts.op_timeout_s)
+
+    @property
+    def visibility_s(self) -> float:
+        """How long a delivered node stays invisible before the queue delivers it again: 1.5 ttl."""
+        return 1.5 * self.ttl_ms / 1000
+
+    @property
+    def wind_down_s(self) -> float:
+        """How long the workers get to finish their op and exit: a renew period or three, an op's timeout, slack."""
+        return 3 * self.ttl_ms / 1000 + self.op_timeout_s + 5
+
+    def startup_s(self, workers: int) -> float:
+        """How long every worker gets to come up and say hello: ~1.5 s for 64 on two cores, ~40 s if spawned; room for a busy machine."""
+        return 60.0 + 2.0 * workers
+
+    @property
+    def expiry_wait_s(self) -> float:
+        """How long until every lease can have expired, by any clock the history allows."""
+        return (self.ttl_ms + self.uncertainty_ms) / 1000 + 0.05

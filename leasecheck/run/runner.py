@@ -1,0 +1,390 @@
+"""``leasecheck run``: a backend under concurrent workers and faults, recorded, then checked.
+
+The flow is docs/how-it-works.md's "Data flow of one test": start the store, start the
+workers (OS processes, one client each, forked from a forkserver that has the
+workload and the backend imported: :mod:`leasecheck.run.pool`), let the nemesis
+inflict faults from the catalogue on its seeded schedule, record every op
+(each worker stamps and logs its own; :mod:`leasecheck.run.merge` puts the streams
+in time order), then the final phase — heal everything, stop the workers,
+wait until every lease can have expired, read every node
+(:mod:`leasecheck.run.final_reads`) — and check the history. Every fault is healed
+and every process we started is stopped on every exit path: normal end,
+SIGINT / SIGTERM (:mod:`leasecheck.run.interrupts`), or an exception.
+
+The run's clock and the nemesis start only when every worker is up and has
+said hello (a barrier: 64 workers take ~1.5 s to come up on two cores, more
+on a busy machine, and a time limit running meanwhile would test nothing). The verdict is the run verdict
+(:mod:`leasecheck.verdict.run_verdict`): a run that tested too little is ``unknown``.
+Everything the run makes — server directories and logs, worker clocks — lives
+in its run directory, never in the system's temp folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from leasecheck.checker import Verdict, check_source
+from leasecheck.checker.coverage import Coverage
+from leasecheck.histories import Header, HistoryWriter
+from leasecheck.nemesis.catalogue import Need, needs
+from leasecheck.nemesis.context import FaultContext
+from leasecheck.nemesis.faults import Fault
+from leasecheck.nemesis.schedule import Nemesis
+from leasecheck.nemesis.worker_clocks import ClockControl
+from leasecheck.run.environment import Environment, prepare
+from leasecheck.run.final_reads import node_names, read_every_node
+from leasecheck.run.hub import Deliveries, Recorder, Slot, new_run_id
+from leasecheck.run.interrupts import Interrupts
+from leasecheck.run.merge import Merge
+from leasecheck.run.options import BadOptions, RunOptions, RunResult, Timing, check_store, validate
+from leasecheck.run.pool import WorkerPool
+from leasecheck.run.store_network import StoreNetwork
+from leasecheck.rundir.files import CLOCKS_DIR, note_mp_tempdir, remove_leftovers
+from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
+from leasecheck.rundir.worker_logs import WORKERS_DIR, Journal
+from leasecheck.servers.base import EnvironmentFailure
+from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
+from leasecheck.targets.exec_target import ExecTarget
+from leasecheck.targets.registry import TargetSpec, load, server_not_installed
+from leasecheck.verdict.attribution import fault_victims
+from leasecheck.verdict.run_verdict import CoverageTail, HistoryTail, coverage_json, fault_windows, gaps, required, run_verdict
+
+log = logging.getLogger("leasecheck.run")
+
+
+class Run:
+    """One run, from environment to verdict; ``execute()`` does it all."""
+
+    run_dir: Path
+    clocks: ClockControl
+    spec: TargetSpec
+    writer: HistoryWriter
+    merge: Merge
+    deliveries: Deliveries
+    recorder: Recorder
+    nemesis: Nemesis
+
+    def __init__(self, opts: RunOptions, progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.kinds = validate(opts)
+        self.opts = opts
+        self.target_cls = load(opts.target)
+        if issubclass(self.target_cls, ExecTarget) and opts.exec_store != "none":
+            self.target_cls = self.target_cls.with_store(opts.exec_store)
+        check_store(opts, self.kinds, self.target_cls.store)
+        if not opts.url and (lacking := server_not_installed(self.target_cls.store)) is not None:
+            raise BadOptions(f"--target {opts.target}: {lacking}")  # a team's adapter need not declare psycopg to be told
+        if (problem := self.target_cls.ttl_problem(opts.ttl_ms)) is not None:
+            raise BadOptions(f"--target {opts.target}: {problem}")
+        self.needs = needs(self.kinds)
+        self.seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**31)
+        self.run_id = new_run_id()  # in every node's name: runs that share a store never see each other's nodes
+        self.progress = progress
+        self.timing = Timing.of(opts, skews_store=Need.FAKETIME in self.needs)
+        self.deaths: queue.Queue[Slot] = queue.Queue()
+        self.env: Environment | None = None
+        self.network: StoreNetwork | None = None
+        self.pool: WorkerPool | None = None
+        self.interrupts = Interrupts()
+        self.tail: HistoryTail | None = None
+        self.started: float | None = None
+
+    def _spawn(self) -> Slot:
+        assert self.pool is not None
+        return self.pool.spawn()
+
+    def _save_faults(self, active: list[Fault]) -> None:
+        """Keep faults.json true: what ``leasecheck heal`` must undo if we die now."""
+        records = [r for r in (f.undo_record() for f in active) if r is not None]
+        save_faults(self.run_dir, records)
+
+    # -------------------------------------------------------------------- run
+
+    def execute(self) -> RunResult:
+        opts = self.opts
+        self.run_dir = new_run_dir(Path(opts.store), opts.target)
+        handler = _log_to(self.run_dir / "leasecheck.log")
+        write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "run_id": self.run_id, "argv": sys.argv})
+        log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
+        started = self.started = time.monotonic()
+        self.clocks = ClockControl(self.run_dir / CLOCKS_DIR)  # removed at the end, or by ``leasecheck heal``
+        stop = self.interrupts.event
+        try:
+            with self.interrupts:
+                try:
+                    producer = self._prepare()
+                    try:
+                        if not stop.is_set() and self._await_workers():
+                            self._drive(started)
+                        if self.interrupts.name is not None:
+                            log.info("%s: winding down", self.interrupts.name)
+                            print(f"\ninterrupted ({self.interrupts.name}): healing faults and checking what was recorded", file=sys.stderr)
+                    finally:
+                        self._wind_down()
+                        save_faults(self.run_dir, [])
+                    if not stop.wait(self.timing.expiry_wait_s):
+                        nodes = node_names(self.run_id, self.deliveries.runs, opts.nodes)
+                        read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set)
+                    producer.close()
+                finally:
+                    self._clean_up()
+                if self.interrupts.name is not None:
+                    log.info("interrupted by %s: checking what was recorded", self.interrupts.name)
+                return self._judge(time.monotonic() - started)
+        except BaseException as e:  # the traceback goes to the run's log; the CLI prints one line (exit 3 or 4)
+            self._failed(e)
+            raise
+        finally:
+            log.removeHandler(handler)
+            handler.close()
+
+    def _failed(self, e: BaseException) -> None:
+        """Log the traceback, mark the run directory failed (storedir: never ``latest`` without a history)."""
+        log.error("run failed: %s: %s", type(e).__name__, e, exc_info=e)
+        mark_failed(self.run_dir, f"{type(e).__name__}: {e}" if not isinstance(e, EnvironmentFailure) else str(e))
+        e.add_note(f"traceback in {self.run_dir / 'leasecheck.log'}")
+
+    def _prepare(self) -> Target:
+        """Store, proxies, history, queue, recorder, workers' pool and nemesis; returns the producer's client."""
+        opts = self.opts
+        self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable=Need.FAKETIME in self.needs, env=opts.env)
+        # log_dir: where a backend may keep logs of its own (an exec: child's stderr goes to exec.log there)
+        config = TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s, options={"log_dir": str(self.run_dir)})
+        self.spec = TargetSpec(opts.target, config)
+        if Need.TOXIPROXY in self.needs:  # the producer and the final reads bypass it
+            self.network = StoreNetwork(self.run_dir / "toxiproxy", seed=self.seed)
+        try:
+            producer = self.spec.make()
+            producer.setup()
+        except (Unavailable, Indeterminate) as e:
+            raise EnvironmentFailure(f"cannot reach the {opts.target} store at {self.env.url or '(no --url)'}: {e}") from None
+        meta = {
+            "target": opts.target, "seed": self.seed, "run_id": self.run_id, "nemesis": list(opts.nemesis),
+            "concurrency": opts.concurrency, "store": self.target_cls.store,
+        }
+        effect_fence = self.target_cls.effect_fence
+        if isinstance(producer, ExecTarget) and producer.hello is not None:  # an exec: child says it in its hello
+            meta["exec"] = asdict(producer.hello)
+            effect_fence = producer.hello.effect_fence
+        header = Header(opts.ttl_ms, self.timing.uncertainty_ms, meta, effect_fence=effect_fence,
+                        lease_expiry=self.target_cls.lease_expiry)
+        start_ns = time.monotonic_ns()  # the history's time origin: the workers stamp their events against it
+        self.writer = HistoryWriter(self.run_dir / "history.jsonl", header, start_ns=start_ns)
+        journal = Journal(self.run_dir / WORKERS_DIR) if opts.record else None
+        self.merge = Merge(self.writer, journal)
+        mark_latest(self.run_dir)  # only now: a run that failed to start never becomes store/latest
+        self.deliveries = Deliveries(
+            random.Random(f"{self.seed}/queue"), opts.nodes, opts.dup_rate,
+            visibility_s=self.timing.visibility_s,
+            add_nodes=producer.add_nodes, run_id=self.run_id,
+        )
+        self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put, self.merge)
+        self.pool = WorkerPool(self.spec, opts.workload, self.seed, opts.record, self.recorder, self.clocks, self.network,
+                               log_dir=self.run_dir / WORKERS_DIR, start_ns=start_ns)
+        context = FaultContext(
+            ttl_ms=opts.ttl_ms, workers=self.recorder.ready, holders=self.recorder.takeovers.holders, clocks=self.clocks,
+            network=self.network.network if self.network is not None else None,
+            server=self.env.server, store_skew_ms=self.timing.store_skew_ms,
+        )
+        self.nemesis = Nemesis(
+            self.kinds, opts.nemesis_interval, context, self.merge.nemesis, random.Random(f"{self.seed}/nemesis"),
+            on_change=self._save_faults, first_interval_s=opts.time_limit / 3,
+        )
+        return producer
+
+    def _check_parts(self) -> None:
+        for part in (self.recorder, self.deliveries, self.nemesis):
+            if part.error is not None:
+                raise RuntimeError(f"{type(part).__name__.lower()} failed: {part.error!r}") from part.error
+
+    def _replace_dead(self) -> Slot | None:
+        """Start a replacement for a worker that died (waiting a moment for one to die); the one that died."""
+        try:
+            dead = self.deaths.get(timeout=0.1)
+        except queue.Empty:
+            return None
+        new = self._spawn()
+        self.merge.nemesis("start", {"victims": [new.process], "replaces": dead.process})
+        log.info("worker %d (process %d) died; started process %d", dead.slot, dead.process, new.process)
+        return dead
+
+    def _await_workers(self) -> bool:
+        """The barrier: spawn every worker and wait until each has said hello; False if interrupted first."""
+        n = self.opts.concurrency
+        self.deliveries.start()
+        self.recorder.start()
+        log.info("starting %d workers", n)
+        for _ in range(n):
+            if self.interrupts.event.is_set():
+                return False
+            self._spawn()
+        note_mp_tempdir(self.run_dir)  # the workers' forkserver socket is there: `heal` removes it after a kill -9
+        limit = self.timing.startup_s(n)
+        deadline = time.monotonic() + limit
+        died = 0
+        while len(self.recorder.ready()) < n or len(self.recorder.live()) < n:
+            if self.interrupts.event.is_set():
+                return False
+            self._check_parts()
+            if self._replace_dead() is not None:
+                died += 1
+                if died > n:
+                    raise EnvironmentFailure(f"workers keep dying at start-up ({died} so far): {self.recorder.broken or 'see leasecheck.log'}")
+            if time.monotonic() > deadline:
+                raise EnvironmentFailure(f"only {len(self.recorder.ready())} of {n} workers were up after {limit:g} s")
+        log.info("all %d workers up: the clock starts", n)
+        self.recorder.tally.started = time.monotonic()
+        self.recorder.go.set()
+        return True
+
+    def _drive(self, started: float) -> None:
+        """The test proper: workers under the nemesis until the time limit (longer while evidence is missing), or a signal."""
+        self.nemesis.start()
+        now = time.monotonic()
+        deadline, cap = now + self.opts.time_limit, now + self.opts.time_limit + self.opts.evidence_wait_s
+        self.tail = HistoryTail(self.run_dir / "history.jsonl")
+        # a whole-history count, recomputed now and then; only worth it when the run must reach a situation
+        situations = CoverageTail(self.run_dir / "history.jsonl") if any(required(self.kinds, self.opts.require).values()) else None
+        extended = False
+        while not self.interrupts.event.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                reached = situations.poll() if situations is not None and now < cap else Coverage()
+                missing = gaps(self.tail.poll(), self.kinds, reached, self.opts.require) if now < cap else []
+                if not missing:
+                    break
+                if not extended:
+                    extended = True
+                    log.info("time limit reached; going on up to %g s more while missing: %s", cap - now, "; ".join(missing))
+            self._check_parts()
+            self._replace_dead()
+            if self.progress is not None:
+                try:
+                    self.progress(self.snapshot(started))
+                except KeyboardInterrupt:  # a caller's callback may stop the run this way (bench/bench_runner.py)
+                    self.interrupts.interrupt(signal.SIGINT)
+
+    def snapshot(self, started: float) -> dict[str, Any]:
+        t = self.recorder.tally
+        elapsed = time.monotonic() - started
+        return {
+            "elapsed": elapsed, "ops": t.ops, "ok": t.ok, "fail": t.fail, "info": t.info,
+            "ops_per_s": t.ops / max(1e-9, time.monotonic() - t.started),
+            "faults": self.nemesis.active_names(), "workers": len(self.recorder.live()),
+        }
+
+    def _wind_down(self) -> None:
+        """Heal every fault, then let every worker finish its op and exit (kill stragglers)."""
+        if hasattr(self, "nemesis"):
+            self.nemesis.heal_all()
+        if self.network is not None:
+            self.network.heal()
+        if self.env is not None:
+            for report in self.env.heal_containers():
+                log.info("container heal: %s", report)
+        if not hasattr(self, "recorder"):
+            return
+        self.recorder.stopping.set()
+        if self.pool is not None:
+            self.pool.stop(self.timing.wind_down_s)
+        self.recorder.join(10)
+        self.deliveries.stop()
+        self.merge.drain()  # every worker is gone: what is still buffered goes into the history, in time order
+
+    def _clean_up(self) -> None:
+        """Close the history, reset every clock, stop Toxiproxy and the store (on every exit path)."""
+        if getattr(self, "writer", None) is not None:
+            self.writer.close()
+        merge = getattr(self, "merge", None)
+        if merge is not None and merge.journal is not None:
+            if merge.drained:  # the history holds every event: the worker logs are redundant
+                merge.journal.remove()
+            else:  # left for `leasecheck check RUN_DIR` to recover from
+                merge.journal.close()
+        self.clocks.reset_all()
+        self.clocks.cleanup()
+        if self.network is not None:
+            self.network.stop()
+        if self.env is not None:
+            self.env.stop(keep_logs_in=self.run_dir)
+        remove_leftovers(self.run_dir)
+
+    def _judge(self, seconds: float) -> RunResult:
+        """Check the history, apply the run verdict, write results.json."""
+        history = self.run_dir / "history.jsonl"
+        reason: str | None
+        reached = Coverage()
+        if self.opts.record:
+            checked = check_source(history, budget=self.opts.check_budget, windows=fault_windows, faults=fault_victims)
+            evidence = (self.tail or HistoryTail(history)).poll()
+            reached = checked.coverage or reached
+            valid, reason = run_verdict(checked.valid, evidence, self.kinds, reached, self.opts.require)
+            if self.interrupts.name is not None and valid is not False:  # what it lacked is not the news: it was cut short
+                reason = self._interrupted(reason)
+            verdict = replace(checked, valid=valid)
+        else:  # the recorder-overhead baseline: workers ran without recording, nothing to judge
+            reason = "recording was off: no history to check"
+            verdict = Verdict("unknown", [], {"ops": 0, "nodes": 0}, [reason])
+        if reason is not None:
+            log.info("verdict %s: %s", verdict.valid, reason)
+        stats = self._stats(seconds)
+        write_json(self.run_dir / "results.json", {
+            **verdict.to_json(), "reason": reason, "target": self.opts.target, "nemesis": list(self.opts.nemesis),
+            "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
+            "coverage": coverage_json(reached, self.kinds, self.opts.require),
+        })
+        if self.opts.record:
+            self._write_report()
+        return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
+
+    def _interrupted(self, lacked: str | None) -> str:
+        """The reason of an interrupted run without a proven anomaly: the signal and when, then what it lacked."""
+        at = self.interrupts.at
+        when = f" {at - self.started:.1f} s after the start" if at is not None and self.started is not None else ""
+        return f"interrupted by {self.interrupts.name}{when}" + (f"; by then {lacked}" if lacked else "")
+
+    def _write_report(self) -> None:
+        """report.html and the plots, next to results.json; a failure is logged and warned about, never a verdict."""
+        try:
+            from leasecheck.report.html import write_report
+
+            write_report(self.run_dir, warn=lambda message: log.warning("report: %s", message))
+        except Exception as e:
+            log.warning("the run report could not be written: %s: %s", type(e).__name__, e, exc_info=e)
+            line = " ".join(f"{type(e).__name__}: {e}".split())
+            print(f"warning: the run report could not be written ({line}); see {self.run_dir / 'leasecheck.log'}", file=sys.stderr)
+
+    def _stats(self, seconds: float) -> dict[str, Any]:
+        t = self.recorder.tally
+        return {
+            "seconds": round(seconds, 3), "ops": t.ops, "ok": t.ok, "fail": t.fail, "info": t.info,
+            "fail_reasons": dict(t.by_reason), "deliveries": self.deliveries.delivered,
+            "duplicate_deliveries": self.deliveries.duplicated, "runs": self.deliveries.runs,
+            "faults": self.nemesis.started if hasattr(self, "nemesis") else 0,
+            "worker_processes": self.pool.spawned if self.pool is not None else 0,
+        }
+
+
+def _log_to(path: Path) -> logging.Handler:
+    """Send the run's log to its folder (the caller removes the handler at the end)."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    return handler
+
+
+def run(opts: RunOptions, progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+    """Run one test; raises BadOptions (exit 3) or EnvironmentFailure (exit 4)."""
+    return Run(opts, progress).execute()
+
+
+__all__ = ["BadOptions", "EnvironmentFailure", "Run", "RunOptions", "RunResult", "run"]

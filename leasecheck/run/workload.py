@@ -1,0 +1,406 @@
+"""The worker: one OS process, one backend client, the seed's workload.
+
+Each worker asks the hub (in the harness) for a node from the at-least-once
+queue, claims it, "executes" for a while — heartbeating every ttl/3, writing
+effects to the protected resource — and then commits, or sometimes releases
+(abandons) or crashes. Some executions run longer than the ttl; a worker that
+was paused past its lease (a GC pause) wakes up and may go on as a zombie:
+that is exactly what fencing must stop.
+
+Zombies are steered, not left to luck. Some executions *stall* on purpose (the
+workload's own GC pause: no heartbeat); a long stall lasts until the node is
+taken over, and the zombie then acts — renew, effect, read, commit, release, in
+a seeded order — in seeded phases relative to the takeover: before the new
+holder's first effect, while it runs, after it ended. The hub wakes it at each
+phase from the events it records (:mod:`leasecheck.run.takeovers`), so the moment is
+an event, not a sleep. A worker woken from a real pause (SIGSTOP) past its
+lease, or refused a heartbeat, becomes such a zombie too (or, as a careful worker
+would, stops). Every choice comes from the worker's seeded RNG.
+
+Every operation is recorded without a round trip: the worker stamps its invoke
+with CLOCK_MONOTONIC (one clock for every process on the host) before it talks
+to the store and its completion after the reply, appends each to its own log in
+the run folder (what recovery reads if the harness dies) and sends it to the
+hub without waiting; the hub merges the workers' streams in time order
+(:mod:`leasecheck.run.merge`). So the recorded interval always contains the real
+one, whatever the timing. One case keeps the round trip: a claim racing a
+duplicate delivery waits until its rival's claim is in (see
+:meth:`leasecheck.run.hub.Recorder._claim_invoked`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from multiprocessing.connection import Connection
+from typing import Any
+
+from leasecheck.histories.format import lease_key
+from leasecheck.run.interrupts import ignore_in_child
+from leasecheck.run.takeovers import PHASES
+from leasecheck.rundir.worker_logs import WorkerLog
+from leasecheck.servers.base import die_with_parent
+from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
+from leasecheck.targets.registry import TargetSpec
+
+#: what a zombie may try in a phase, in the order a seeded shuffle starts from
+ZOMBIE_ACTS = ("renew", "effect", "read", "commit", "release")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The knobs of the seed's workload; every random choice uses the worker's seeded RNG."""
+
+    #: share of executions that run longer than the ttl (heartbeats keep them alive)
+    long_rate: float = 0.25
+    #: share of leases given back instead of committed
+    release_rate: float = 0.08
+    #: share of executions that end with the worker process crashing (os._exit)
+    crash_rate: float = 0.02
+    #: share of lost-lease discoveries (a refused heartbeat, a wake-up past the lease) after which
+    #: the worker goes on anyway, as a zombie
+    zombie_rate: float = 0.5
+    #: share of executions that stall (stop heartbeating) at a seeded moment
+    stall_rate: float = 0.15
+    #: share of stalls that are short (0.5-0.9 ttl: the lease survives, its next heartbeat is late);
+    #: the others last until the node is taken over, and the worker wakes a zombie
+    short_stall_rate: float = 0.25
+    #: chance that a zombie acts in each phase of the takeover (see :mod:`leasecheck.run.takeovers`)
+    phase_rate: float = 0.85
+    #: chance that a zombie tries each of renew, effect, read, commit and release in a phase it acts in
+    act_rate: float = 0.85
+    #: the longest a zombie waits for a phase of its node, in ttls
+    zombie_wait_ttls: float = 4.0
+    #: share of loop iterations that also read a node
+    read_rate: float = 0.15
+    #: most effects per execution
+    max_effects: int = 3
+    #: ops per second per worker at most (0: as fast as the store answers)
+    rate: float = 0.0
+    #: scales every execution's duration; 0 runs claim, effects and commit back to back
+    #: (throughput benchmarks: the store's speed, not the simulated work)
+    exec_scale: float = 1.0
+
+
+#: a worker about to sleep at least this long says so first (``idle``), so that the merge need not wait for it
+IDLE_NOTE_S = 0.02
+
+
+@dataclass(frozen=True)
+class Recording:
+    """How a worker records: where its log goes, the history's time origin, its first process number."""
+
+    log_dir: str
+    start_ns: int
+    process: int
+
+
+class Hub:
+    """The worker's end of its pipe to the harness, and its own log of the events it stamps."""
+
+    def __init__(self, conn: Connection, recording: Recording | None = None, slot: int = 0) -> None:
+        self.conn = conn
+        self.record = recording is not None
+        self.start_ns = recording.start_ns if recording is not None else 0
+        #: this worker's process number in the history (a new one after each ``info`` op)
+        self.process = recording.process if recording is not None else -1
+        self.log = WorkerLog(recording.log_dir, slot) if recording is not None else None
+        #: the last completion, stamped but not yet logged nor sent: (its log line, its message)
+        self._held: tuple[bytes, tuple[Any, ...]] | None = None
+
+    def _release(self, line: bytes = b"", msg: tuple[Any, ...] | None = None) -> None:
+        """Log ``line`` and send ``msg``, each after the held completion's: one write, one message."""
+        held, self._held = self._held, None
+        if held is not None:
+            line = held[0] + line
+            msg = held[1] if msg is None else ("batch", held[1], msg)
+        if line:
+            assert self.log is not None
+            self.log.write_bytes(line)
+        if msg is not None:
+            self.conn.send(msg)
+
+    def ask(self, *msg: Any) -> Any:
+        self._release(msg=msg)
+        return self.conn.recv()
+
+    def tell(self, *msg: Any) -> None:
+        self._release(msg=msg)
+
+    def flush(self) -> None:
+        """Log and send the held completion now (before a sleep, a crash, the end)."""
+        self._release()
+
+    def stamp(self) -> int:
+        """Now on the history's clock (CLOCK_MONOTONIC, shared by every process on the host)."""
+        return time.monotonic_ns() - self.start_ns
+
+    def invoke(self, f: str, node: str, value: dict[str, Any], wait: bool = False) -> None:
+        """Stamp and record an invoke, before the op goes to the store; ``wait``: until the hub says go (a racing claim).
+
+        The log gets the held completion and this invoke in one write, and the
+        hub one message: half the system calls of recording an op.
+        """
+        t = self.stamp()
+        assert self.log is not None
+        self._release(self.log.line(t, self.process, "invoke", f, node, value), ("invoke", f, node, value, t, wait))
+        if wait:
+            self.conn.recv()
+
+    def complete(self, f: str, node: str, typ: str, value: dict[str, Any]) -> None:
+        """Stamp the completion, after the store's reply; it is logged and sent with this worker's next message.
+
+        That message comes at once in the workload (the next invoke, or a word
+        to the hub), and :meth:`sleep` sends it before any pause: holding it
+        saves a write and a message per op, never a wait. A worker killed in
+        between loses it, and the op is recorded ``info``, as when it is killed
+        before the store's reply.
+        """
+        t = self.stamp()
+        assert self.log is not None
+        self._held = (self.log.line(t, self.process, typ, f, node, value), ("complete", typ, value, t))
+
+    def renumber(self) -> None:
+        """After an ``info`` op: this process number is retired, the hub hands out the next."""
+        self.process = self.ask("renumber")
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep; a long sleep is announced first, so the merge can write past this worker meanwhile.
+
+        ``time.sleep`` waits on CLOCK_MONOTONIC until at least ``seconds`` after
+        it is called (a SIGSTOP only makes it later): nothing this worker stamps
+        next can be earlier than now + ``seconds``, and that is what it tells the hub.
+        """
+        if self.record and seconds >= IDLE_NOTE_S:
+            self.tell("idle", self.stamp() + int(seconds * 1e9) - 1_000)
+        else:
+            self.flush()
+        time.sleep(seconds)
+
+
+def _value_of(out: Any) -> tuple[str, dict[str, Any]]:
+    """An adapter's answer as a completion: (type, value)."""
+    if isinstance(out, Refused):
+        return "fail", out.to_json()
+    if isinstance(out, Lease):
+        return "ok", out.to_json() if out.epoch is not None else {"epoch": None, "token": out.token}
+    if isinstance(out, NodeState):
+        return "ok", out.to_json()
+    return "ok", {}
+
+
+class Client:
+    """Runs one backend op with its recording, and maps the outcome to the types of docs/contracts/history-format.md."""
+
+    def __init__(self, hub: Hub, spec: TargetSpec, owner: str) -> None:
+        self.hub = hub
+        self.spec = spec
+        self.owner = owner
+        self.target: Target = spec.make()
+        #: outcomes of ops run without recording (the overhead benchmark's baseline)
+        self.unrecorded: Counter[str] = Counter()
+
+    def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any], wait: bool = False) -> tuple[str, Any]:
+        """(type, adapter outcome); type ``info`` means this process number is retired. ``wait``: a racing claim."""
+        if self.hub.record:
+            self.hub.invoke(f, node, value, wait)
+        try:
+            out = call()
+        except Unavailable as e:
+            typ, val, out = "fail", {"reason": "unavailable", "message": str(e)}, None
+        except Indeterminate as e:
+            typ, val, out = "info", {"error": str(e)}, None
+        except Exception as e:  # an adapter bug: it may have happened
+            typ, val, out = "info", {"error": f"{type(e).__name__}: {e}"}, None
+        else:
+            typ, val = _value_of(out)
+        if self.hub.record:
+            self.hub.complete(f, node, typ, val)
+        else:
+            self.unrecorded[typ] += 1
+        return typ, out
+
+    def reconnect(self) -> None:
+        """After an indeterminate op: a fresh client, as a restarted worker would have."""
+        try:
+            self.target.close()
+        except Exception:
+            pass
+        self.target = self.spec.make()
+
+
+class Worker:
+    """The seed's workload, run by one process against one backend client."""
+
+    def __init__(self, hub: Hub, spec: TargetSpec, workload: Workload, seed: int, slot: int) -> None:
+        self.hub = hub
+        self.w = workload
+        self.rng = random.Random(f"{seed}/worker/{slot}")
+        self.owner = f"w{slot}"
+        self.client = Client(hub, spec, self.owner)
+        self.ttl = spec.config.ttl_ms / 1000.0  # the lease the store grants: one source of truth
+        self.seen: list[str] = []
+
+    def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any], wait: bool = False) -> tuple[str, Any]:
+        typ, out = self.client.op(f, node, value, call, wait)
+        if typ == "fail" and out is None:  # unavailable: back off a little, as a real client would
+            self.hub.sleep(self.ttl / 10)
+        if typ == "info":
+            # this process number is retired: take a new one, with a fresh connection
+            self.hub.renumber()
+            self.client.reconnect()
+        if self.w.rate > 0:
+            self.hub.sleep(1.0 / self.w.rate)
+        return typ, out
+
+    def run(self) -> None:
+        while True:
+            delivery = self.hub.ask("next")
+            if delivery is None:
+                return
+            if delivery == "":
+                self.hub.sleep(0.01)
+                continue
+            # ("race", node): a duplicate delivered to us and a rival at once; the claim waits for the rival's
+            racing, node = (True, delivery[1]) if isinstance(delivery, tuple) else (False, delivery)
+            if self.seen and self.rng.random() < self.w.read_rate:
+                other = self.rng.choice(self.seen)
+                self.op("read", other, {}, partial(self.client.target.read, other))
+            self.execute(node, racing)
+
+    def execute(self, node: str, racing: bool = False) -> None:
+        t = self.client.target
+        typ, lease = self.op("claim", node, {"owner": self.owner}, lambda: t.try_claim(node, self.owner), wait=racing)
+        if typ != "ok":
+            if isinstance(lease, Refused) and lease.reason == "terminal":
+                self.hub.tell("done", node)
+            return
+        granted = time.monotonic()
+        self.seen = (self.seen + [node])[-50:]
+        carried = lease.to_json()
+        rng, ttl, w = self.rng, self.ttl, self.w
+        duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < w.long_rate else rng.uniform(0.05, 0.8) * ttl
+        duration *= w.exec_scale
+        effects = sorted(rng.uniform(0, duration) for _ in range(rng.randint(1, w.max_effects)))
+        # a stall needs an execution to stall in (exec_scale 0 is the throughput benchmark: none) and a hub that sees takeovers
+        stalls = self.hub.record and w.exec_scale > 0 and rng.random() < w.stall_rate
+        stall_at = rng.uniform(0, duration) if stalls else None
+        start = time.monotonic()
+        next_beat = start + ttl / 3
+        while True:
+            now = time.monotonic()
+            if now - granted > ttl:  # woken past the lease (a pause): the lease is surely gone by our clock
+                if rng.random() < w.zombie_rate:
+                    self.zombie(node, lease, carried)
+                return  # a careful worker stops here
+            if stall_at is not None and now - start >= stall_at:
+                stall_at = None
+                if rng.random() >= w.short_stall_rate:
+                    self.zombie(node, lease, carried)
+                    return
+                self.hub.sleep(rng.uniform(0.5, 0.9) * ttl)  # the simulated pause itself
+                continue
+            if effects and now - start >= effects[0]:
+                effects.pop(0)
+                if self.act("effect", node, lease, carried) == "info":
+                    return
+                continue
+            if now - start >= duration:
+                break
+            if now >= next_beat:
+                invoked = time.monotonic()
+                typ, out = self.op("renew", node, dict(carried), lambda: self.client.target.renew(lease))
+                if typ == "info":
+                    return
+                next_beat = time.monotonic() + ttl / 3
+                if typ == "ok":
+                    granted = invoked
+                elif out is not None:  # refused: the lease is lost
+                    if rng.random() < w.zombie_rate:
+                        self.zombie(node, lease, carried)
+                    return
+                continue
+            wake = min(next_beat, start + duration, start + effects[0] if effects else float("inf"))
+            if stall_at is not None:
+                wake = min(wake, start + stall_at)
+            self.hub.sleep(max(0.0, min(wake - now, ttl / 3)))
+        roll = rng.random()
+        if roll < w.crash_rate:
+            self.hub.flush()  # what it did is on record; then it crashes, and the harness starts a replacement
+            os._exit(17)
+        if roll < w.crash_rate + w.release_rate:
+            typ, _ = self.op("release", node, dict(carried), lambda: self.client.target.release(lease))
+            if typ == "ok":
+                self.hub.tell("requeue", node)  # given back: the queue hands it out again at once
+            return
+        typ, out = self.commit(node, lease, carried)
+        if typ == "ok" or (isinstance(out, Refused) and out.reason == "terminal"):
+            self.hub.tell("done", node)
+
+    def commit(self, node: str, lease: Lease, carried: dict[str, Any]) -> tuple[str, Any]:
+        """Commit ``lease`` with this worker's result for ``node`` (a zombie's commit names the same result)."""
+        result = f"result-of-{node}-by-{self.owner}"
+        return self.op("commit", node, {**carried, "result": result}, lambda: self.client.target.commit(lease, result))
+
+    def act(self, f: str, node: str, lease: Lease, carried: dict[str, Any]) -> str:
+        """One op of ``lease`` (or a read of its node); returns the completion type."""
+        target = self.client.target
+        if f == "effect":
+            payload = f"{self.owner}:{node}:{self.rng.getrandbits(32):08x}"
+            typ, _ = self.op("effect", node, {**carried, "payload": payload}, partial(target.effect, lease, payload))
+        elif f == "read":
+            typ, _ = self.op("read", node, {}, partial(target.read, node))
+        elif f == "commit":
+            typ, _ = self.commit(node, lease, carried)
+        else:  # renew, release
+            typ, _ = self.op(f, node, dict(carried), partial(getattr(target, f), lease))
+        return typ
+
+    def zombie(self, node: str, lease: Lease, carried: dict[str, Any]) -> None:
+        """Go on with a lost lease: act in seeded phases of the takeover, each when the hub says it came."""
+        rng, w = self.rng, self.w
+        if not self.hub.record:  # unrecorded (the overhead benchmark): the hub sees no takeover to wake us at
+            return
+        key = lease_key(carried)
+        for phase in PHASES:
+            if rng.random() >= w.phase_rate:
+                continue
+            if self.hub.ask("await", node, key, phase, w.zombie_wait_ttls * self.ttl) != "reached":
+                continue
+            acts = [f for f in ZOMBIE_ACTS if rng.random() < w.act_rate]
+            rng.shuffle(acts)
+            for f in acts:
+                if self.act(f, node, lease, carried) == "info":
+                    return
+
+
+def worker_main(conn: Connection, spec: TargetSpec, workload: Workload, seed: int, slot: int, recording: Recording | None) -> None:
+    """Entry point of a worker process (spawned by the runner); ``recording`` None: the overhead benchmark's baseline."""
+    ignore_in_child()  # Ctrl-C and SIGTERM are the harness's to handle: it tells us when to stop
+    die_with_parent()
+    hub = Hub(conn, recording, slot)
+    record = recording is not None
+    try:
+        try:
+            worker = Worker(hub, spec, workload, seed, slot)
+        except Exception as e:  # the backend's client cannot be made: the harness reports it, once
+            hub.tell("broken", f"{type(e).__name__}: {e}")
+            return
+        hub.tell("hello")  # up, and from now on a pause is safe: this process dies with the harness
+        worker.run()
+        if not record:
+            hub.tell("tally", dict(worker.client.unrecorded))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the harness went away
+    finally:
+        with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            hub.flush()
+        if hub.log is not None:
+            hub.log.close()
+        conn.close()

@@ -1,0 +1,9 @@
+"""What a run's history proves, beyond the checker's verdict on its ops.
+
+* :mod:`.run_verdict` — did the run test anything at all (evidence, coverage, the run verdict);
+* :mod:`.attribution` — the fault windows and their victims the checker's attribution takes;
+* :mod:`.outcomes` — a run's outcome against what was expected, the exit codes and the severity order.
+
+Pure functions of histories and verdicts. May import the core (``checker``, ``nemesis``'s
+catalogue, ``histories``); never ``run``, ``report``, ``ci`` or ``cli``.
+"""

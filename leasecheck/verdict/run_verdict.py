@@ -1,0 +1,406 @@
+"""The run verdict (docs/contracts/run-verdict.md): did the run test anything at all?
+
+The checker says whether a history is consistent; an empty history is
+consistent, so a run that never claimed, never contended or never suffered the
+faults it asked for would pass a CI gate while testing nothing. Like Jepsen's
+``stats`` checker, the run is ``unknown`` unless its history holds:
+
+* an ok ``claim``, ``renew``, ``effect`` and ``commit``;
+* a contended claim: one refused ``held``, or one granted over an earlier
+  lease that was neither given back (ok or info release) nor committed;
+* for every fault of ``--nemesis``, a start and a heal, as nemesis events;
+* for every fault of ``--nemesis``, the situations its catalogue row says it
+  exists to bring about (``FaultKind.situations``: a ``pause`` run must show a
+  claim on an expired lease), counted by :mod:`leasecheck.checker.coverage`.
+
+Faults are told apart by the ``"fault"`` key the schedule puts in every event
+value; a history without it is read by event name alone. A killed worker cannot
+be healed, only replaced: the catalogue's ``kill`` row names ``start`` as its
+heal, and the heal that counts is the runner's ``start`` of a replacement whose
+``replaces`` is a process the kill named as its victim (a worker that crashed
+by itself is replaced too, but that is no heal of a kill).
+
+:class:`Evidence` is fed raw events in file order, so the runner can watch a
+history grow (:class:`HistoryTail`) with the same code that judges it at the end.
+Coverage is a function of the whole history, so the runner recomputes it from
+the file now and then while it waits (:class:`CoverageTail`).
+
+The checker's coverage knows nothing of faults: it takes fault *windows*.
+:func:`fault_windows` makes them from the nemesis events with the catalogue:
+a store-side fault (a row needing a store server) from its start event to its
+heal event, a worker-clock fault (a row writing ``clock-skew`` events that
+needs no server: ``clock-bump``, ``clock-strobe``) likewise, with its victims.
+An event belongs to the row its ``"fault"`` names; in a history without fault
+names an event naming worker processes (integers in ``victims`` or
+``processes``) belongs to the worker-side rows of its name, any other to the
+store-side rows, and the runner's ``start`` of a replacement worker
+(``replaces``) to none.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from leasecheck.checker.coverage import Coverage, Window, coverage_source
+from leasecheck.checker.verdict import Validity
+from leasecheck.histories import Header, HistoryError
+from leasecheck.histories.format import NEMESIS, Event, lease_key
+from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS
+from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Need
+
+#: the ops a run must have seen succeed at least once
+PROTOCOL_OPS = ("claim", "renew", "effect", "commit")
+
+
+@dataclass
+class _Span:
+    """One fault from its start until its heal, as :class:`Evidence` follows it: whom it hit, and whether it met them."""
+
+    fault: str
+    victims: frozenset[int]
+    #: a store-side fault, or a network fault on every worker: it hits every process
+    everyone: bool
+    #: a fault of the workers' own (a pause, a kill, a clock): a victim holding a lease is hit by it, op or not
+    on_workers: bool
+    exercised: bool = False
+
+    def hits(self, process: int) -> bool:
+        return self.everyone or process in self.victims
+
+
+@dataclass
+class Evidence:
+    """What a history shows the run exercised, accumulated event by event."""
+
+    ok: Counter[str] = field(default_factory=Counter)
+    #: claims refused ``held``
+    held: int = 0
+    #: claims granted while an earlier ok claim of the node was neither released nor committed
+    takeovers: int = 0
+    #: every nemesis event, as (f, value)
+    nemesis: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: the faults (by name) that met an op: see :meth:`unexercised`
+    exercised: set[str] = field(default_factory=set)
+    _pending: dict[Any, tuple[str, str | None, dict[str, Any]]] = field(default_factory=dict)
+    #: per node, the lease (epoch, or token when unfenced) of the latest ok claim not given back
+    _holder: dict[str, Any] = field(default_factory=dict)
+    #: per worker process, the nodes it holds a lease on (from its ok claim until it commits or gives it back)
+    _holding: dict[Any, set[str]] = field(default_factory=dict)
+    #: the faults started and not yet healed
+    _open: list[_Span] = field(default_factory=list)
+
+    def feed(self, ev: Event) -> None:
+        if ev.process == NEMESIS:
+            value = ev.value if isinstance(ev.value, dict) else {}
+            self.nemesis.append((ev.f, value))
+            self._follow_fault(ev.f, value)
+            return
+        if ev.type == "invoke":
+            self._pending[ev.process] = (ev.f, ev.node, ev.value if isinstance(ev.value, dict) else {})
+            for span in self._open:  # an op in flight during the fault, by a process it hits
+                if not span.exercised and type(ev.process) is int and span.hits(ev.process):
+                    span.exercised = True
+                    self.exercised.add(span.fault)
+            return
+        f, node, invoked = self._pending.pop(ev.process, (ev.f, ev.node, {}))
+        value = ev.value if isinstance(ev.value, dict) else {}
+        if node is None:
+            return
+        if ev.type == "ok":
+            self.ok[f] += 1
+            if f == "claim":
+                if node in self._holder:
+                    self.takeovers += 1
+                self._holder[node] = lease_key(value)
+                self._holding.setdefault(ev.process, set()).add(node)
+            elif f == "commit":
+                self._holder.pop(node, None)
+                self._holding.get(ev.process, set()).discard(node)
+        elif ev.type == "fail" and f == "claim" and value.get("reason") == "held":
+            self.held += 1
+        if f == "release" and ev.type in ("ok", "info"):
+            self._holding.get(ev.process, set()).discard(node)
+            if self._holder.get(node) == lease_key(invoked):
+                del self._holder[node]
+
+    def _follow_fault(self, f: str, value: dict[str, Any]) -> None:
+        """Open a span at a fault's start (met at once if a process it hits has an op in flight or, for a
+        worker's fault, holds a lease); close it at its heal."""
+        name = value.get("fault")
+        kind = FAULTS.get(name) if isinstance(name, str) else None
+        if kind is not None and f == kind.events[0]:
+            victims = _processes(value)
+            network = Need.TOXIPROXY in kind.needs
+            store_side = Need.SERVER in kind.needs and not network
+            span = _Span(kind.name, victims, store_side or (network and (not victims or value.get("scope") == "all")),
+                         on_workers=Need.SERVER not in kind.needs)
+            busy = {p for p in self._pending if type(p) is int}
+            if span.on_workers:
+                busy |= {p for p, nodes in self._holding.items() if nodes}
+            if any(span.hits(p) for p in busy):
+                span.exercised = True
+                self.exercised.add(span.fault)
+            self._open.append(span)
+            return
+        replaced = value.get("replaces")
+        if kind is not None and f == kind.events[1]:
+            victims = _processes(value)
+            healed = [s for s in self._open if s.fault == kind.name]
+            match = next((s for s in healed if s.victims == victims), healed[0] if healed else None)
+        elif type(replaced) is int:  # the runner's replacement of a killed worker: the heal of that kill
+            match = next((s for s in self._open if s.on_workers and replaced in s.victims
+                          and FAULTS[s.fault].events[1] == f), None)
+        else:
+            return
+        if match is not None:
+            self._open.remove(match)
+
+    def unexercised(self, kinds: Sequence[FaultKind]) -> list[str]:
+        """The faults of ``kinds`` that started but never met the run: no op of a process they hit in flight
+        while they lasted (any process's, for a fault on everyone), nor, for a worker's own fault, a lease
+        its victim held. Such a fault tested nothing (a latency that fell between two ops), so it does
+        not count as exercised. Only faults whose events name them (``"fault"``) are followed."""
+        started = {v.get("fault") for f, v in self.nemesis if isinstance(v.get("fault"), str)}
+        return [f"{kind.name} never met an op (no op of a process it hit was in flight while it lasted)"
+                for kind in kinds if kind.name in started and kind.name not in self.exercised]
+
+
+def _of(kind: FaultKind, value: dict[str, Any]) -> bool:
+    """Was this event written for ``kind``? (Histories without the ``fault`` key: any event of its name.)"""
+    return "fault" not in value or value["fault"] == kind.name
+
+
+def fault_gaps(evidence: Evidence, kinds: Sequence[FaultKind]) -> list[str]:
+    """What is missing for each requested fault: ``"pause never started"``, ``"kill never healed"``."""
+    gaps = []
+    for kind in kinds:
+        start_f, heal_f = kind.events
+        starts = [v for f, v in evidence.nemesis if f == start_f and _of(kind, v)]
+        if not starts:
+            gaps.append(f"{kind.name} never started")
+            continue
+        victims = {str(p) for v in starts for p in v.get("victims", [])}
+        healed = False
+        for f, v in evidence.nemesis:
+            if f != heal_f or not _of(kind, v):
+                continue
+            if "fault" in v or "replaces" not in v or str(v["replaces"]) in victims:
+                healed = True
+                break
+        if not healed:
+            gaps.append(f"{kind.name} never healed")
+    return gaps
+
+
+def required(kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> dict[str, tuple[str, ...]]:
+    """The situations a run must reach, by why: each requested fault's name (the situations it exists for), and
+    ``--require`` (those the run was told to reach)."""
+    out = {kind.name: tuple(kind.situations) for kind in kinds}
+    if require:
+        out["--require"] = tuple(require)
+    return out
+
+
+def coverage_gaps(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> list[str]:
+    """The situations of :func:`required` that never happened: ``"pause: claim-after-expiry never happened"``."""
+    out = []
+    for why, situations in required(kinds, require).items():
+        never = cov.missing(situations)
+        if never:
+            out.append(f"{why}: {', '.join(never)} never happened")
+    return out
+
+
+def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage, require: Sequence[str] = ()) -> list[str]:
+    """Everything the run verdict finds missing, in words; empty when the run tested the protocol."""
+    missing = [f"no ok {f}" for f in PROTOCOL_OPS if not evidence.ok[f]]
+    if not evidence.held and not evidence.takeovers:
+        missing.append("no contended claim (none refused held, none granted over an earlier lease)")
+    faults = fault_gaps(evidence, kinds)
+    whole = [kind for kind in kinds if not any(gap.startswith(f"{kind.name} never") for gap in faults)]  # started and healed
+    return missing + faults + evidence.unexercised(whole) + coverage_gaps(cov, kinds, require)
+
+
+def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage,
+                require: Sequence[str] = ()) -> tuple[Validity, str | None]:
+    """(validity, reason) of a run from the checker's validity, the history's evidence and its coverage.
+
+    An anomaly wins (a vacuous but anomalous run is invalid: the anomaly is proven);
+    a vacuous run is ``unknown`` with the reason naming what is missing, never valid.
+    """
+    missing = gaps(evidence, kinds, cov, require)
+    if checked is False:
+        return False, None
+    if missing:
+        return "unknown", "the run did not test enough: " + "; ".join(missing)
+    if checked is True:
+        return True, None
+    return "unknown", "the linearizability search ran out of its budget"
+
+
+class HistoryTail:
+    """Feeds :class:`Evidence` from a history file as it grows (whole lines only; the header skipped)."""
+
+    def __init__(self, path: str | os.PathLike[str], evidence: Evidence | None = None) -> None:
+        self.path = path
+        self.evidence = evidence if evidence is not None else Evidence()
+        self._offset = 0
+        self._header_seen = False
+        self._decode = msgspec.json.Decoder(Event).decode
+
+    def poll(self) -> Evidence:
+        """Read what was appended since the last poll."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return self.evidence
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        for line in data[:end].splitlines():
+            if not self._header_seen:
+                self._header_seen = True
+                continue
+            try:
+                self.evidence.feed(self._decode(line))
+            except msgspec.MsgspecError:
+                continue  # not an event (the checker reports bad lines; here they prove nothing)
+        return self.evidence
+
+
+def evidence_of(lines: Iterable[bytes]) -> Evidence:
+    """The evidence in a whole history's lines (for tests and tools)."""
+    decode = msgspec.json.Decoder(Event).decode
+    evidence = Evidence()
+    for i, line in enumerate(lines):
+        if i == 0 or not line.strip():
+            continue
+        try:
+            evidence.feed(decode(line))
+        except msgspec.MsgspecError:
+            continue
+    return evidence
+
+
+# ---------------------------------------------------------------- coverage
+
+#: faults on the store's side: a lease that expires meanwhile is judged by a store that cannot answer
+STORE_FAULTS: tuple[FaultKind, ...] = tuple(kind for kind in CATALOGUE if Need.SERVER in kind.needs)
+#: faults that skew a worker's clock (not the store's)
+WORKER_CLOCK_FAULTS: tuple[FaultKind, ...] = tuple(
+    kind for kind in CATALOGUE if kind.events[0] == "clock-skew" and Need.SERVER not in kind.needs
+)
+
+
+def _processes(value: dict[str, Any]) -> frozenset[int]:
+    """The worker processes an event names (``victims``, or ``processes`` in older histories)."""
+    named = value.get("victims", value.get("processes", []))
+    return frozenset(v for v in named if type(v) is int) if isinstance(named, list) else frozenset()
+
+
+def _belongs(kind: FaultKind, value: dict[str, Any]) -> bool:
+    """Was this event (of one of ``kind``'s event names) written for ``kind``? See the module's docstring."""
+    if "fault" in value:
+        return bool(value["fault"] == kind.name)
+    if "replaces" in value:  # the runner's replacement of a worker: the heal of a worker kill, of nothing else
+        return Need.SERVER not in kind.needs
+    return (Need.SERVER in kind.needs) != bool(_processes(value))
+
+
+def _windows(events: Sequence[Event], kinds: Sequence[FaultKind]) -> list[Window]:
+    """Each start of one of ``kinds`` until its heal (the earliest open start of that row, with the same victims if any)."""
+    windows: list[Window] = []
+    for kind in kinds:
+        start_f, heal_f = kind.events
+        open_: list[Window] = []
+        for ev in events:
+            value = ev.value if isinstance(ev.value, dict) else {}
+            if ev.f not in (start_f, heal_f) or not _belongs(kind, value):
+                continue
+            victims = _processes(value)
+            if ev.f == start_f:
+                open_.append(Window(ev.time, None, victims))
+                continue
+            replaced = value.get("replaces")
+            if type(replaced) is int:  # heals the kill whose victim it replaces, or nothing (a worker that crashed itself)
+                healed = next((w for w in open_ if replaced in w.victims), None)
+            else:
+                healed = next((w for w in open_ if w.victims == victims), open_[0] if open_ else None)
+            if healed is not None:
+                open_.remove(healed)
+                windows.append(Window(healed.start, ev.time, healed.victims))
+        windows.extend(open_)  # never healed: to the end of the history
+    return sorted(windows, key=lambda w: (w.start, w.until))
+
+
+def fault_windows_of(events: Sequence[Event], kind: FaultKind) -> list[Window]:
+    """Every window of one fault row (the run report draws them as bands)."""
+    return _windows(events, (kind,))
+
+
+def fault_windows(events: Sequence[Event]) -> tuple[list[Window], list[Window]]:
+    """(store-side fault windows, worker-clock fault windows) of a history's nemesis events."""
+    return _windows(events, STORE_FAULTS), _windows(events, WORKER_CLOCK_FAULTS)
+
+
+def history_coverage(source: str | os.PathLike[str] | Iterable[bytes | str]) -> tuple[Header, Coverage]:
+    """Read a history (a path, or lines) and count its situations; raises ``HistoryError`` on bad input."""
+    return coverage_source(source, fault_windows)
+
+
+def applicable(kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> list[str]:
+    """The situations a run with these faults should reach: the workload's, each fault's own and those it was told
+    to reach (``--require``), in vocabulary order."""
+    wanted = set(WORKLOAD_SITUATIONS) | {s for situations in required(kinds, require).values() for s in situations}
+    return [s for s in SITUATIONS if s in wanted]
+
+
+def header_faults(header: Header) -> tuple[FaultKind, ...]:
+    """The faults a history's header says its run asked for (``"nemesis"``; names this version does not know are left out)."""
+    names = header.meta.get("nemesis")
+    if not isinstance(names, list):
+        return ()
+    return tuple(FAULTS[name] for name in names if isinstance(name, str) and name in FAULTS)
+
+
+def coverage_json(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> dict[str, Any]:
+    """results.json's ``coverage``: every count, what applies to the run, what of that never happened, and why it
+    applies (by fault; ``--require`` for those the run was told to reach)."""
+    wanted = applicable(kinds, require)
+    return {
+        "counts": cov.to_json(),
+        "applicable": wanted,
+        "missing": cov.missing(wanted),
+        "required": {why: list(situations) for why, situations in required(kinds, require).items()},
+    }
+
+
+class CoverageTail:
+    """A growing history's coverage, recomputed from the file at most every max(1 s, 2 × the last computation)."""
+
+    def __init__(self, path: str | os.PathLike[str], clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.coverage = Coverage()
+        self._clock = clock
+        self._due = -math.inf
+
+    def poll(self) -> Coverage:
+        """The coverage as of the last computation, recomputed first when that is due."""
+        began = self._clock()
+        if began < self._due:
+            return self.coverage
+        try:
+            _, self.coverage = history_coverage(self.path)
+        except HistoryError:
+            pass  # no header written yet: keep what was reached so far (nothing)
+        self._due = began + max(1.0, 2 * (self._clock() - began))
+        return self.coverage
