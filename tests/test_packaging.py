@@ -1,8 +1,9 @@
 """The wheel installs one import name, ``leasecheck``, and everything under it.
 
-The folders ``checker/``, ``histories/``, ``nemesis/`` and ``targets/`` sit at the top of
-the repository but must install as ``leasecheck.checker``, ... (docs/layout.md): a
-user's own ``targets.py`` or a PyPI ``checker`` must never shadow ours or be shadowed.
+The source tree is the package: ``checker/``, ``histories/``, ``nemesis/`` and ``targets/``
+live in ``leasecheck/`` (the repository's root links to them) and install as
+``leasecheck.checker``, ... (docs/layout.md): a user's own ``targets.py`` or a PyPI
+``checker`` must never shadow ours or be shadowed, and the wheel holds the tree's files.
 An editable install cannot show that (its import hook maps names whatever the wheel
 holds), so this builds the real wheel from a copy of the tree, installs it into a
 fresh venv and looks at what landed there.
@@ -27,7 +28,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-#: the folders that install as subpackages of leasecheck: never top-level names
+#: the core folders, linked at the repository's root: subpackages of leasecheck, never top-level names
 MAPPED = ("checker", "histories", "nemesis", "targets")
 #: what the build needs no copy of: VCS data, caches, generated output, earlier builds
 _NOT_COPIED = shutil.ignore_patterns(
@@ -81,6 +82,16 @@ def test_the_wheel_holds_no_top_level_folder_of_ours(installed: tuple[Path, Path
     assert all(t == "leasecheck" or (t.startswith("leasecheck-") and t.endswith(".dist-info")) for t in tops), sorted(tops)
     for folder in MAPPED:  # ... and each of them is there, under leasecheck/
         assert f"leasecheck/{folder}/__init__.py" in names, folder
+
+
+def test_the_wheel_holds_the_trees_files(installed: tuple[Path, Path, set[str]]) -> None:
+    """Every module and asset of ``leasecheck/`` as it stands in the tree, and nothing else of ours."""
+    wheel, _, _ = installed
+    names = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("leasecheck/")}
+    tree = {p.relative_to(REPO).as_posix() for p in (REPO / "leasecheck").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    assert sorted(tree - names) == [], "in the tree, not in the wheel"
+    assert sorted(names - tree) == [], "in the wheel, not in the tree"
 
 
 def test_the_histories_examples_are_in_the_wheel(installed: tuple[Path, Path, set[str]]) -> None:

@@ -1,0 +1,12 @@
+"""Lease backends: the protocol every one speaks, and the ones leasecheck ships.
+
+* :mod:`.base` — the protocol (claim, renew, effect, commit, release, read) in one screen;
+* :mod:`.registry` — backends found by name (entry points ``leasecheck.targets``) and ``TargetSpec``;
+* the reference fenced backends (:mod:`.sqlite_lease`, :mod:`.postgres_lease`, :mod:`.redis_lease`),
+  the reference unfenced one (:mod:`.redis_token_lease`), the broken variants (``broken_*``);
+* :mod:`.exec_target` — a backend in any language over the exec protocol; :mod:`.urls` — store URLs;
+* :mod:`.thirdparty` — third-party lock libraries, as their users use them.
+
+May import ``histories`` (its types) and the stores' client libraries; never the checker that
+judges it, a fault or the front.
+"""
