@@ -39,6 +39,7 @@ from typing import Any
 import msgspec
 
 from leasecheck.histories import vocabulary
+from leasecheck.histories.format import Event
 from leasecheck.kit.simstore import MS
 
 #: every anomaly kind of docs/contracts/anomaly-kinds.md (a planter makes each on a fenced node)
@@ -55,12 +56,9 @@ FRESH_NODE = "planted/node-0"
 PLANT_VERSION = 1
 
 
-class _Event(msgspec.Struct):
-    index: int
-    time: int
-    process: int | str
-    type: str
-    f: str = ""
+class _Event(Event, gc=False):
+    """The history's one event record (:class:`~leasecheck.histories.format.Event`), a missing node or value read as empty."""
+
     node: str = ""
     value: dict[str, Any] = {}
 

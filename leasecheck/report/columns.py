@@ -93,13 +93,9 @@ class _Value(msgspec.Struct):
     reason: Any = None
 
 
-class _Event(msgspec.Struct):
-    index: int
-    time: int
-    process: int | str
-    type: str
-    f: str
-    node: Any = None
+class _Event(Event, gc=False):
+    """The history's one event record (:class:`~leasecheck.histories.format.Event`), its value decoded only as far as the report draws."""
+
     value: _Value | None = None
 
 
