@@ -60,7 +60,7 @@ class _Event(Event, gc=False):
     """The history's one event record (:class:`~leasecheck.histories.format.Event`), a missing node or value read as empty."""
 
     node: str = ""
-    value: dict[str, Any] = {}
+    value: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 @dataclass(slots=True)
