@@ -1,4 +1,4 @@
-"""The shape of the code, held by tools: DESIGN's arrows, no import circle, short modules.
+"""The shape of the code, held by tools: the arrows of docs/layout.md, no import circle, short modules.
 
 The arrows are import-linter's contracts (``[tool.importlinter]`` in ``pyproject.toml``,
 also run by ``.ci/run``); the circles and the module sizes have no such tool, so they
@@ -33,7 +33,7 @@ def _graph() -> nx.DiGraph:
 
 
 def test_the_import_contracts_hold() -> None:
-    """DESIGN's arrows: each room imports only the rooms below it (the contracts name the rules)."""
+    """The arrows: each room imports only the rooms below it (the contracts name the rules)."""
     lint = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     done = subprocess.run([lint], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
