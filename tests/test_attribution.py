@@ -366,8 +366,8 @@ def test_the_report_shows_each_anomalys_attribution(tmp_path: Path) -> None:
 
 
 def test_the_pytest_plugin_says_whom_a_fault_hit() -> None:
-    from leasecheck.ci.pytest_plugin import Anomaly as Shown
-    from leasecheck.ci.pytest_plugin import LeasecheckResult, describe_run
+    from leasecheck.ci.plugin_results import Anomaly as Shown
+    from leasecheck.ci.plugin_results import LeasecheckResult, describe_run
 
     anomaly = {"kind": "stale-commit", "node": A, "ops": [3, 6], "explanation": "op 6 was stale.", "attribution": PAUSED}
     result = LeasecheckResult("t", 4, "invalid", None, (Shown.from_json(anomaly),), Path("run"), Path("run/report.html"),

@@ -22,7 +22,8 @@ import pytest
 from stores import Store
 from variants import broken_variants
 
-from leasecheck.kit.conformance import RESTARTING, SCENARIOS, Result, supersedes
+from leasecheck.kit.conformance import RESTARTING, SCENARIOS
+from leasecheck.kit.scenario_outcomes import Result, supersedes
 from leasecheck.targets.base import Lease
 from leasecheck.targets.redis_token_lease import TOKEN_PRELUDE, RedisTokenLease
 from leasecheck.targets.registry import TargetSpec, available, load

@@ -28,17 +28,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from leasecheck.report.columns import Columns, read_columns
-from leasecheck.report.plots import (
-    DPI,
-    FAULT_COLOURS,
-    FIGSIZE,
-    PLOT_FILES,
-    QUANTILES,
-    final_phase,
-    latency_figure,
-    rate_figure,
-    write_plots,
-)
+from leasecheck.report.plot_data import final_phase
+from leasecheck.report.plot_parts import DPI, FAULT_COLOURS, FIGSIZE
+from leasecheck.report.plots import PLOT_FILES, QUANTILES, latency_figure, rate_figure, write_plots
 
 SVG = "{http://www.w3.org/2000/svg}"
 #: fault -> its start event and its heal event, for the faults these tests use

@@ -20,17 +20,9 @@ from typing import Any
 import click
 import pytest
 
-from leasecheck.ci import pytest_plugin
-from leasecheck.ci.pytest_plugin import (
-    RUN_FLAGS,
-    SHOWN_ANOMALIES,
-    Anomaly,
-    LeasecheckResult,
-    describe_run,
-    replay_command,
-    run_args,
-    verdict_name,
-)
+from leasecheck.ci import plugin_args
+from leasecheck.ci.plugin_args import RUN_FLAGS, replay_command, run_args
+from leasecheck.ci.plugin_results import SHOWN_ANOMALIES, Anomaly, LeasecheckResult, describe_run, verdict_name
 
 pytest_plugins = ["pytester"]
 
@@ -90,7 +82,7 @@ def test_the_replay_command_has_the_store_and_the_folders_the_run_imports_from(t
     root, store, src = tmp_path / "my project", tmp_path / "runs", tmp_path / "my project" / "src"
     args = ["run", "--target", "mypkg:MyLease", "--nemesis", "pause,kill", "--seed", "2", "--time-limit", "10", "--ttl", "500"]
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    monkeypatch.setattr(sys, "path", sorted(pytest_plugin._STARTUP_PATH))  # as pytest started: nothing added yet
+    monkeypatch.setattr(sys, "path", sorted(plugin_args._STARTUP_PATH))  # as pytest started: nothing added yet
     cd, _, line = replay_command(root, args, store).partition(" && ")
     assert shlex.split(cd) == ["cd", str(root)]
     assert shlex.split(line) == ["leasecheck", *args, "--store", str(store)]  # no PYTHONPATH
@@ -165,7 +157,8 @@ def test_a_broken_variant_fails_with_its_anomalies_report_and_replay(inner: pyte
     assert len(again) == 1, "the replay left its run folder next to the one it replays"
     replayed = results_of(again[0])
     assert (replayed["target"], replayed["seed"], replayed["nemesis"], replayed["valid"]) == (BROKEN, 1, ["pause"], False)
-    assert "pytest_plugin.py" not in out  # a verdict is a message, not a traceback through the plugin
+    for module in ("pytest_plugin.py", "plugin_runner.py", "plugin_args.py", "plugin_results.py"):
+        assert module not in out  # a verdict is a message, not a traceback through the plugin
     result.stdout.fnmatch_lines([f"leasecheck: 1 run (1 invalid), run folders in {run_dir.parent.parent}"])
 
 
@@ -273,7 +266,7 @@ def test_misuse_is_a_clear_error_and_a_bad_option_is_no_verdict(inner: pytest.Py
     """Unknown keys, no target, a positional marker argument, no seeds; and a run that exits 3 errs with its stderr line."""
     inner.makepyfile(test_misuse=f"""
         import pytest
-        from leasecheck.ci.pytest_plugin import LeasecheckError
+        from leasecheck.ci.plugin_results import LeasecheckError
 
         def test_unknown_key(leasecheck_run):
             with pytest.raises(TypeError, match="unknown run option 'ttl_ms' \\\\(did you mean 'ttl'\\\\?\\\\)"):

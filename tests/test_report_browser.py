@@ -236,7 +236,7 @@ def test_valid_run_report_shows_verdict_settings_and_plots(browser: WebDriver, t
 
 def kill_colour() -> list[int]:
     """The colour a kill's line is drawn in: its fault colour, darkened (the page's shade(rgb(colour), 0.55))."""
-    from leasecheck.report.plots import FAULT_COLOURS
+    from leasecheck.report.plot_parts import FAULT_COLOURS
 
     v = int(FAULT_COLOURS["kill"][1:], 16)
     return [round(((v >> shift) & 255) * 0.55) for shift in (16, 8, 0)]

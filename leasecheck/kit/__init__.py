@@ -1,6 +1,9 @@
 """A team's own adapter, tested: the conformance scenarios, the ``new-target`` scaffold, test helpers.
 
-* :mod:`.conformance` — the seed's verification table as deterministic scenarios against any backend;
+* :mod:`.conformance` — the seed's verification table as deterministic scenarios against any backend: the table;
+  the scenarios by the promise they test (:mod:`.scenarios_ownership`, :mod:`.scenarios_zombies`,
+  :mod:`.scenarios_liveness`, :mod:`.scenarios_restarts`, :mod:`.scenarios_clocks`), what they find
+  (:mod:`.scenario_outcomes`) and how they drive clients (:mod:`.scenario_clients`);
 * :mod:`.scaffold` — ``leasecheck new-target NAME``: an adapter to edit and the test that holds it;
 * :mod:`.testing` — throwaway stores as ``leasecheck run`` starts them, and a method probe;
 * :mod:`.simstore` — a simulated correct lease store, the ground truth of generated histories.

@@ -149,7 +149,8 @@ def page_meta(cols: Columns, inputs: RunInputs, lane_count: int) -> dict[str, An
     results = inputs.results
     end_ms = cols.end_time_ns / 1e6
     try:
-        from leasecheck.report.plots import FAULT_COLOURS, KILL_KINDS
+        from leasecheck.report.plot_data import KILL_KINDS
+        from leasecheck.report.plot_parts import FAULT_COLOURS
     except ImportError:
         FAULT_COLOURS, KILL_KINDS = {}, ()
     return {
