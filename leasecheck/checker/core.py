@@ -22,7 +22,7 @@ from leasecheck.checker.memory import no_gc
 from leasecheck.checker.partitioned import check_split
 from leasecheck.checker.verdict import Verdict
 from leasecheck.histories import HistoryReader
-from leasecheck.histories.reader import Stitch
+from leasecheck.histories.chunks import Stitch
 
 
 def check_source(

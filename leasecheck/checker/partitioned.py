@@ -11,9 +11,9 @@ per process, never the whole history. When to split, and into how many parts,
 is :mod:`leasecheck.checker.split`'s call.
 
 The reading is split too when there are several jobs: each process reads a
-byte range of whole lines (:class:`~leasecheck.histories.reader.HistoryChunk`)
+byte range of whole lines (:class:`~leasecheck.histories.chunks.HistoryChunk`)
 and spills its ops, and the caller stitches the ranges together in file order
-(:class:`~leasecheck.histories.reader.Stitch`: index and time carry on, each
+(:class:`~leasecheck.histories.chunks.Stitch`: index and time carry on, each
 completion meets its invoke, a process is idle when it invokes). Should a
 range break a rule, or the ranges not join, the file is read again in one
 pass by :class:`~leasecheck.histories.HistoryReader`, which names the line and
@@ -56,7 +56,7 @@ from leasecheck.checker.memory import no_gc
 from leasecheck.checker.split import Split
 from leasecheck.checker.verdict import Anomaly, Validity, Verdict
 from leasecheck.histories import Header, HistoryError, HistoryReader, Op
-from leasecheck.histories.reader import ChunksDisagree, ChunkSummary, HistoryChunk, Stitch
+from leasecheck.histories.chunks import ChunksDisagree, ChunkSummary, HistoryChunk, Stitch
 from leasecheck.histories.vocabulary import KINDS, SITUATIONS, Situation
 
 if TYPE_CHECKING:
