@@ -38,8 +38,8 @@ from sim import PLANTERS, SimConfig, dump, parse, sim_histories, simulate
 from test_bad_input import byte_mutants, json_mutants, note
 
 from leasecheck.checker import Verdict, check_source, partitioned, split
-from leasecheck.checker.coverage import Window
 from leasecheck.checker.jobs import WorkerFailed, Workers
+from leasecheck.checker.windows import Window
 from leasecheck.cli import main
 from leasecheck.histories import HistoryError
 from leasecheck.histories.format import Event

@@ -15,12 +15,13 @@ from collections.abc import Iterable
 
 from leasecheck.checker import split as splitting
 from leasecheck.checker.attribution import FaultsOf, attribute
-from leasecheck.checker.coverage import WindowsOf, node_coverage
+from leasecheck.checker.coverage import node_coverage
 from leasecheck.checker.findings import Engine
 from leasecheck.checker.in_memory import DEFAULT_BUDGET, by_node_of, check, check_nodes
 from leasecheck.checker.memory import no_gc
 from leasecheck.checker.partitioned import check_split
 from leasecheck.checker.verdict import Verdict
+from leasecheck.checker.windows import WindowsOf
 from leasecheck.histories import HistoryReader
 from leasecheck.histories.chunks import Stitch
 

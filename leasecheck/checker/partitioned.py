@@ -50,11 +50,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from leasecheck.checker import in_memory
-from leasecheck.checker.coverage import Coverage, Window, WindowsOf, node_coverage
+from leasecheck.checker.coverage import Coverage, node_coverage
 from leasecheck.checker.findings import Engine
 from leasecheck.checker.memory import no_gc
 from leasecheck.checker.split import Split
 from leasecheck.checker.verdict import Anomaly, Validity, Verdict
+from leasecheck.checker.windows import Window, WindowsOf
 from leasecheck.histories import Header, HistoryError, HistoryReader, Op
 from leasecheck.histories.chunks import ChunksDisagree, ChunkSummary, HistoryChunk, Stitch
 from leasecheck.histories.vocabulary import KINDS, SITUATIONS, Situation
