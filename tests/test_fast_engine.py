@@ -41,7 +41,8 @@ from sim import PLANTERS, UNFENCED_PLANTERS, plant_zombie_effect_before_newer_ef
 from bench.gen import generate
 from leasecheck.checker import Verdict, check
 from leasecheck.checker.clean import Rules, clean_counts
-from leasecheck.checker.coverage import Window, node_coverage
+from leasecheck.checker.coverage import node_coverage
+from leasecheck.checker.windows import Window
 from leasecheck.histories import Header, Op, read_history
 from leasecheck.histories.format import make_op
 

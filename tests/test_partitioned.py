@@ -38,8 +38,8 @@ from sim import PLANTERS, SimConfig, dump, parse, sim_histories, simulate
 from test_bad_input import byte_mutants, json_mutants, note
 
 from leasecheck.checker import Verdict, check_source, partitioned, split
-from leasecheck.checker.coverage import Window
 from leasecheck.checker.jobs import WorkerFailed, Workers
+from leasecheck.checker.windows import Window
 from leasecheck.cli import main
 from leasecheck.histories import HistoryError
 from leasecheck.histories.format import Event
@@ -301,17 +301,17 @@ def test_more_anomalies_than_listed_are_counted_across_partitions(tmp_path: Path
 
 def test_the_budget_is_one_bound_for_the_whole_history(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each partition gets what is left of one deadline, set once the reading ends."""
-    from leasecheck.checker import core
+    from leasecheck.checker import in_memory
 
     seen: list[float | None] = []
-    real = core.check_nodes
+    real = in_memory.check_nodes
 
     def spy(header: Any, by_node: Any, *, budget: float | None = None, engine: Any = "auto") -> Verdict:
         seen.append(budget)
         time.sleep(0.05)
         return real(header, by_node, budget=budget, engine=engine)
 
-    monkeypatch.setattr(core, "check_nodes", spy)
+    monkeypatch.setattr(in_memory, "check_nodes", spy)
     path = folder / "budget.jsonl"
     path.write_bytes(combine([simulate(random.Random(s), SimConfig(nodes=3, ops=30)) for s in range(4)], random.Random(1)))
     check_source(path, jobs=1, partitions=5, budget=7.5)
@@ -464,9 +464,9 @@ def test_a_signal_ends_a_parallel_check_cleanly(tmp_path: Path, sig: signal.Sign
         # (a shell's background job inherits SIGINT ignored, and Python then keeps ignoring it)
         "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import sys; from leasecheck.checker import split; split.PARALLEL_MIN_BYTES = split.FORKED_PARALLEL_MIN_BYTES = 0; "
-        "from leasecheck.checker import core; real = core.check_nodes\n"
+        "from leasecheck.checker import in_memory; real = in_memory.check_nodes\n"
         "def slow(*a, **k):\n    __import__('time').sleep(60); return real(*a, **k)\n"
-        "core.check_nodes = slow\n"
+        "in_memory.check_nodes = slow\n"
         "from leasecheck.cli import main; sys.argv[0] = 'leasecheck'; main()"
     )
     proc = subprocess.Popen(

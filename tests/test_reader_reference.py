@@ -23,12 +23,8 @@ from test_partitioned import EXAMPLES, combine, many_runs
 
 from leasecheck.histories import HistoryError, HistoryReader, Op
 from leasecheck.histories.format import NEMESIS
-from leasecheck.histories.reader import (
-    _check_completion_value,
-    _check_invoke_value,
-    _decode_event,
-    _describe,
-)
+from leasecheck.histories.reader import _decode_event
+from leasecheck.histories.rules import check_completion_value, check_invoke_value, describe
 from leasecheck.histories.vocabulary import CLIENT_FUNCTIONS, EVENT_TYPES
 
 
@@ -53,7 +49,7 @@ class ReferenceReader(HistoryReader):
                     if not raw.endswith(b"\n") and not isinstance(e, msgspec.ValidationError):
                         self.warnings.append(f"{self.name}:{lineno}: truncated last line ignored (the run stopped mid-write)")
                         break
-                    raise error(lineno, _describe(e)) from None
+                    raise error(lineno, describe(e)) from None
                 if ev.index != expected:
                     if ev.index < expected:
                         raise error(lineno, f"index {ev.index} repeats or goes back (expected {expected})")
@@ -81,7 +77,7 @@ class ReferenceReader(HistoryReader):
                         raise error(lineno, f"process {p} invokes while op {open_ops[p].index} is still outstanding (one op per process at a time)")
                     if p in retired:
                         raise error(lineno, f"process {p} is reused after an info completion (a restarted worker must take a new process number)")
-                    problem = _check_invoke_value(ev)
+                    problem = check_invoke_value(ev)
                     if problem:
                         raise error(lineno, problem)
                     open_ops[p] = ev
@@ -95,7 +91,7 @@ class ReferenceReader(HistoryReader):
                         raise error(lineno, f"completion f {ev.f!r} does not match its invoke's {inv.f!r} (op {inv.index})")
                     if ev.node is not None and ev.node != inv.node:
                         raise error(lineno, f"completion node {ev.node!r} does not match its invoke's {inv.node!r} (op {inv.index})")
-                    problem = _check_completion_value(ev, inv.f)
+                    problem = check_completion_value(ev, inv.f)
                     if problem:
                         raise error(lineno, problem)
                     if typ == "info":

@@ -7,7 +7,8 @@ per check; the kinds themselves are named in ``leasecheck.histories.vocabulary``
 Nothing here talks to a database or a network: it only judges histories.
 """
 
-from leasecheck.checker.core import DEFAULT_BUDGET, check, check_source, linearizable
+from leasecheck.checker.core import check_source
+from leasecheck.checker.in_memory import DEFAULT_BUDGET, check, linearizable
 from leasecheck.checker.linearizability import decide_node, is_fenced
 from leasecheck.checker.table import CHECKS, Check
 from leasecheck.checker.verdict import Anomaly, Verdict

@@ -1,7 +1,7 @@
 """Linearizability of one node: the epoch-order decision first, the WGL search as fallback.
 
-The named kinds of :mod:`leasecheck.checker.kinds` are checked straight from
-their definitions; what they cannot see, a node with no linearization under the
+The named kinds (:mod:`leasecheck.checker.kinds_stale`, ``kinds_commits``,
+``kinds_timing``) are checked straight from their definitions; what they cannot see, a node with no linearization under the
 lease model (:mod:`leasecheck.checker.model`), is decided here. The epoch order
 (:mod:`leasecheck.checker.order`) decides fenced nodes in one pass; only nodes
 it cannot place (unfenced tokens, reads without an epoch) are searched

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # imported where an info claim must be matched to an epoch: c
     import networkx as nx
 
 from leasecheck.checker.explain import at, describe
-from leasecheck.checker.kinds import stale_effect_explanation, stale_effects
+from leasecheck.checker.kinds_stale import stale_effect_explanation, stale_effects
 from leasecheck.checker.model import agrees, owner_of, result_of
 from leasecheck.checker.precedence import MaxBefore
 from leasecheck.histories import Op

@@ -5,15 +5,15 @@ count and every coverage situation belongs to one node. So the file is read
 once, every rule of the format checked, and each operation handed to one of
 ``K`` partitions by a stable hash of its node, spilled to a temporary folder
 (always removed); then the partitions are checked one at a time per process,
-each with the unchanged :func:`leasecheck.checker.core.check`, on up to
+each with the unchanged :func:`leasecheck.checker.in_memory.check_nodes`, on up to
 ``jobs`` processes (:mod:`leasecheck.checker.jobs`). Memory holds a partition
 per process, never the whole history. When to split, and into how many parts,
 is :mod:`leasecheck.checker.split`'s call.
 
 The reading is split too when there are several jobs: each process reads a
-byte range of whole lines (:class:`~leasecheck.histories.reader.HistoryChunk`)
+byte range of whole lines (:class:`~leasecheck.histories.chunks.HistoryChunk`)
 and spills its ops, and the caller stitches the ranges together in file order
-(:class:`~leasecheck.histories.reader.Stitch`: index and time carry on, each
+(:class:`~leasecheck.histories.chunks.Stitch`: index and time carry on, each
 completion meets its invoke, a process is idle when it invokes). Should a
 range break a rule, or the ranges not join, the file is read again in one
 pass by :class:`~leasecheck.histories.HistoryReader`, which names the line and
@@ -49,13 +49,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from leasecheck.checker.coverage import Coverage, Window, WindowsOf, node_coverage
+from leasecheck.checker import in_memory
+from leasecheck.checker.coverage import Coverage, node_coverage
 from leasecheck.checker.findings import Engine
 from leasecheck.checker.memory import no_gc
 from leasecheck.checker.split import Split
 from leasecheck.checker.verdict import Anomaly, Validity, Verdict
+from leasecheck.checker.windows import Window, WindowsOf
 from leasecheck.histories import Header, HistoryError, HistoryReader, Op
-from leasecheck.histories.reader import ChunksDisagree, ChunkSummary, HistoryChunk, Stitch
+from leasecheck.histories.chunks import ChunksDisagree, ChunkSummary, HistoryChunk, Stitch
 from leasecheck.histories.vocabulary import KINDS, SITUATIONS, Situation
 
 if TYPE_CHECKING:
@@ -192,13 +194,11 @@ class PartResult:
 
 
 def check_part(task: PartTask) -> PartResult:
-    """Check one partition (in a worker, or in the caller) with the unchanged :func:`check`."""
-    from leasecheck.checker.core import by_node_of, check_nodes  # core imports this module: import it when first used
-
+    """Check one partition (in a worker, or in the caller) with the unchanged :func:`~leasecheck.checker.in_memory.check_nodes`."""
     with no_gc():
-        by_node = by_node_of(load(task))
+        by_node = in_memory.by_node_of(load(task))
         budget = None if task.deadline is None else max(0.0, task.deadline - time.monotonic())
-        verdict = check_nodes(task.header, by_node, budget=budget, engine=task.engine)
+        verdict = in_memory.check_nodes(task.header, by_node, budget=budget, engine=task.engine)
         counts = None if task.faults is None else dict(node_coverage(task.header, by_node.values(), *task.faults).counts)
         return PartResult(verdict, counts)
 

@@ -10,7 +10,8 @@ proves the rows find nothing on) and knows no kind by name.
 A kind's class (does it prove ``non-linearizable``?) is declared once, with its
 name, in :mod:`leasecheck.histories.vocabulary`; the ``non-linearizable`` row
 reads it from there. Adding a kind: name it in the vocabulary, write its check
-(``check(node, found)``, see :mod:`leasecheck.checker.kinds`), add a row here.
+(``check(node, found)``, in its family's module: :mod:`leasecheck.checker.kinds_stale`,
+:mod:`~leasecheck.checker.kinds_commits` or :mod:`~leasecheck.checker.kinds_timing`), add a row here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from leasecheck.checker import kinds
+from leasecheck.checker import kinds_commits, kinds_stale, kinds_timing
 from leasecheck.checker.findings import Findings, NodeHistory
 from leasecheck.checker.linearizability import non_linearizable
 from leasecheck.histories.vocabulary import LINEARIZABILITY_KINDS, AnomalyKind
@@ -55,14 +56,14 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check(
         ("duplicate-epoch", "epoch-regression", "stale-renew", "stale-commit", "stale-effect"),
-        kinds.epoch_order,
+        kinds_stale.epoch_order,
         fenced=True,
     ),
-    Check(("overlapping-lease",), kinds.overlapping_fenced, fenced=True, timed=True),
-    Check(("stale-renew", "stale-commit", "stale-effect"), kinds.grant_order, fenced=False),
-    Check(("overlapping-lease",), kinds.overlapping_unfenced, fenced=False, timed=True),
-    Check(("duplicate-commit", "lost-commit"), kinds.commits),
-    Check(("stuck-lease",), kinds.stuck, timed=True),
-    Check(("premature-expiry",), kinds.premature_expiry, fenced=True, timed=True),
+    Check(("overlapping-lease",), kinds_timing.overlapping_fenced, fenced=True, timed=True),
+    Check(("stale-renew", "stale-commit", "stale-effect"), kinds_stale.grant_order, fenced=False),
+    Check(("overlapping-lease",), kinds_timing.overlapping_unfenced, fenced=False, timed=True),
+    Check(("duplicate-commit", "lost-commit"), kinds_commits.commits),
+    Check(("stuck-lease",), kinds_timing.stuck, timed=True),
+    Check(("premature-expiry",), kinds_timing.premature_expiry, fenced=True, timed=True),
     Check(("non-linearizable",), non_linearizable, unless=LINEARIZABILITY_KINDS),
 )

@@ -11,7 +11,8 @@ See ``docs/contracts/history-format.md`` for the normative rules (and ``FORMAT.m
 """
 
 from leasecheck.histories.format import FORMAT_NAME, FORMAT_VERSION, NEMESIS, Event, Header, Op, make_op, named_epoch
-from leasecheck.histories.reader import HistoryError, HistoryReader, read_history
+from leasecheck.histories.reader import HistoryReader, read_history
+from leasecheck.histories.rules import HistoryError
 from leasecheck.histories.vocabulary import CLIENT_FUNCTIONS, FAIL_REASONS, READ_STATUSES
 from leasecheck.histories.writer import HistoryWriter
 

@@ -1,13 +1,13 @@
 """Faults: every one recorded, every one undone.
 
-A fault is a small object with ``start`` and ``heal`` (:class:`~leasecheck.nemesis.faults.Fault`);
+A fault is a small object with ``start`` and ``heal`` (:class:`~leasecheck.nemesis.protocol.Fault`);
 :mod:`~leasecheck.nemesis.catalogue` lists every kind of fault, one row each, and
 the :class:`~leasecheck.nemesis.schedule.Nemesis` runs them on a seeded schedule
 and heals everything still active on any exit. This package knows processes,
 signals, clocks, proxies and containers — never a backend or the runner (arrows
 point one way).
 
-Modules: ``catalogue`` (the rows), ``context`` (what a factory may look at),
+Modules: ``catalogue`` (the rows), ``protocol`` (what a fault is), ``context`` (what a factory may look at),
 ``schedule``, ``heal`` (undo records), and one per fault family: ``faults``
 (process pause / kill), ``clock`` (worker clocks bumped / strobed, on
 ``worker_clocks``), ``store_clock`` (libfaketime), ``network`` (Toxiproxy

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the fault modules are imported when a fault is made: reading the catalogue stays cheap
     from leasecheck.nemesis.context import FaultContext
-    from leasecheck.nemesis.faults import Fault
+    from leasecheck.nemesis.protocol import Fault
 
 #: make(context, rng) -> a fault ready to start, or None when it has no victim now
 Factory = Callable[["FaultContext", random.Random], "Fault | None"]

@@ -16,13 +16,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
+from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.proxies import Network
 from leasecheck.nemesis.worker_clocks import ClockControl
-
-if TYPE_CHECKING:
-    from leasecheck.nemesis.faults import Fault
 
 
 class Worker(Protocol):

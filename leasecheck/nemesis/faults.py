@@ -5,8 +5,8 @@ killed worker cannot be undone, only replaced, so its heal is a no-op (the
 runner starts a replacement under a new process number); a killed store server
 is healed by starting it again on the same data.
 
-:class:`Fault` is the one protocol every fault of every module follows; the
-``make_*`` functions are the catalogue's factories (:mod:`leasecheck.nemesis.catalogue`).
+Each follows :class:`~leasecheck.nemesis.protocol.Fault`; the ``make_*``
+functions are the catalogue's factories (:mod:`leasecheck.nemesis.catalogue`).
 """
 
 from __future__ import annotations
@@ -15,26 +15,11 @@ import random
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.processes import freeze
 from leasecheck.nemesis.processes import signal_process as _signal
-
-
-class Fault(Protocol):
-    """One fault in flight: what it did (for the history) and how to undo it."""
-
-    name: str
-
-    def start(self) -> dict[str, Any]:
-        """Inflict the fault; return the nemesis event's value (its victims)."""
-
-    def heal(self) -> dict[str, Any] | None:
-        """Undo it; return the heal event's value, or None when nothing was left to undo."""
-
-    def undo_record(self) -> dict[str, Any] | None:
-        """How to undo it without this object (see :mod:`leasecheck.nemesis.heal`); None if nothing outlives us."""
 
 
 @dataclass

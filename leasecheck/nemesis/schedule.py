@@ -13,7 +13,7 @@ from typing import Any
 
 from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.nemesis.context import FaultContext
-from leasecheck.nemesis.faults import Fault
+from leasecheck.nemesis.protocol import Fault
 
 #: record(f, value): write one nemesis event into the history (what it returns, e.g. the event's index, is ignored)
 Record = Callable[[str, Any], object]

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.nemesis.context import FaultContext, SkewableServer
-from leasecheck.nemesis.faults import Fault
 from leasecheck.nemesis.heal import Record, undoes
+from leasecheck.nemesis.protocol import Fault
 
 
 def faketime_offset(offset_ms: float) -> str:

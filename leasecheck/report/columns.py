@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, get_args
 
 import msgspec
 
-from leasecheck.checker.coverage import Window
+from leasecheck.checker.windows import Window
 from leasecheck.histories import Header, HistoryError, HistoryReader
 from leasecheck.histories.format import NEMESIS, Event
 from leasecheck.histories.vocabulary import FailReason, OpName

@@ -37,7 +37,7 @@ from leasecheck.checker.coverage import Coverage
 from leasecheck.histories import Header, HistoryWriter
 from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
-from leasecheck.nemesis.faults import Fault
+from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.run.environment import Environment, prepare

@@ -4,7 +4,7 @@
 * :mod:`.postgres`, :mod:`.redis`, :mod:`.toxiproxy` — the local servers, from the machine's binaries;
 * :mod:`.faketime` — Postgres and Redis under libfaketime, their clock skewable;
 * :mod:`.docker` — the same stores in containers (``--env docker``), with :mod:`.image`,
-  :mod:`.container` and :mod:`.container_stores`;
+  :mod:`.run_network`, :mod:`.container` and :mod:`.container_stores`;
 * :mod:`.readiness` — "does this store answer?", asked of local and container servers alike;
 * :mod:`.guard` — the program that takes a server's process tree down with the harness.
 """

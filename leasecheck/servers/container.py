@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
@@ -26,10 +26,8 @@ from docker.types import Mount
 from leasecheck.nemesis.container import NETWORK_LABEL
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath, log_tail
 from leasecheck.servers.image import ImageChoice, choose_image, host_mounts
+from leasecheck.servers.run_network import RunNetwork
 from leasecheck.waiting import poll
-
-if TYPE_CHECKING:
-    from leasecheck.servers.docker import DockerRun
 
 #: a child of the runner's logger, so these lines land in the run's leasecheck.log
 log = logging.getLogger("leasecheck.run.docker")
@@ -41,7 +39,7 @@ KIND_LABEL = "leasecheck.kind"
 
 
 class ContainerServer(LocalServer):
-    """A store server in a container of a :class:`DockerRun`: LocalServer's interface, the engine's hands.
+    """A store server in a container of a Docker run (its :class:`RunNetwork`): LocalServer's interface, the engine's hands.
 
     ``start`` creates and starts the container (or starts it again after a
     kill) and waits until the store answers through the published port;
@@ -61,7 +59,7 @@ class ContainerServer(LocalServer):
 
     def __init__(
         self,
-        run: DockerRun,
+        run: RunNetwork,
         directory: StrPath | None = None,
         port: int | None = None,
         image: str | None = None,

@@ -13,7 +13,7 @@ import os
 import pwd
 import shlex
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import docker
 from docker.errors import DockerException
@@ -23,9 +23,7 @@ from leasecheck.servers.container import DATA, ContainerServer
 from leasecheck.servers.postgres import DURABLE_SETTINGS, SERVER_USER, find_bin_dir
 from leasecheck.servers.readiness import postgres_answers, redis_answers
 from leasecheck.servers.redis import DURABLE_ARGS, find_redis_server
-
-if TYPE_CHECKING:
-    from leasecheck.servers.docker import DockerRun
+from leasecheck.servers.run_network import RunNetwork
 
 
 class ContainerRedisServer(ContainerServer):
@@ -86,7 +84,7 @@ class ContainerPostgresServer(ContainerServer):
     default_image = "postgres:16"
     stop_signal = "SIGINT"
 
-    def __init__(self, run: DockerRun, directory: StrPath | None = None, **options: Any) -> None:
+    def __init__(self, run: RunNetwork, directory: StrPath | None = None, **options: Any) -> None:
         super().__init__(run, directory, **options)
         self._ids: tuple[int, int] | None = None
 

@@ -3,6 +3,8 @@
 One run's containers hang off a :class:`DockerRun` (this module); the rest is
 in modules of their own:
 
+* :mod:`leasecheck.servers.run_network` — :class:`RunNetwork`, what a container
+  sees of its run: the client, the run id, its labels and its network;
 * :mod:`leasecheck.servers.image` — which image a container runs, and the
   registry-free *host-root* image made here when the engine has no other;
 * :mod:`leasecheck.servers.container` — :class:`ContainerServer`, a store
@@ -23,28 +25,26 @@ Every container and the network carry the label ``leasecheck.run=<run id>``;
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import docker
-from docker.errors import APIError, NotFound
-from docker.models.containers import Container
-from docker.models.networks import Network
+from docker.errors import NotFound
 
-from leasecheck.nemesis.container import RUN_LABEL, run_label
-from leasecheck.servers.base import EnvironmentFailure, StrPath
+from leasecheck.nemesis.container import run_label
+from leasecheck.servers.base import StrPath
 from leasecheck.servers.container import ContainerServer
 from leasecheck.servers.container_stores import SERVERS, ContainerPostgresServer, ContainerRedisServer
 from leasecheck.servers.image import HOSTROOT_IMAGE, ImageChoice, choose_image, connect_engine, ensure_base_image
+from leasecheck.servers.run_network import RunNetwork
 
 #: a ContainerServer subclass (DockerRun's helpers return what they were given)
 S = TypeVar("S", bound=ContainerServer)
 
 
 @dataclass
-class DockerRun:
-    """One run's Docker resources: the engine client, a run id, and the run's bridge network.
+class DockerRun(RunNetwork):
+    """One run's Docker resources: the engine client, a run id, the run's bridge network (:class:`RunNetwork`), its servers.
 
     Servers made through it (:meth:`redis`, :meth:`postgres`) are attached to
     that network and labelled with the run id, so :meth:`close` (and the
@@ -52,8 +52,6 @@ class DockerRun:
     another process, e.g. ``leasecheck heal``.
     """
 
-    client: docker.DockerClient
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
     servers: list[ContainerServer] = field(default_factory=list)
 
     @classmethod
@@ -63,30 +61,6 @@ class DockerRun:
         run = cls(engine, run_id) if run_id else cls(engine)
         run.ensure_network()
         return run
-
-    @property
-    def label(self) -> str:
-        """``leasecheck.run=<id>``: the filter for this run's containers and network."""
-        return run_label(self.run_id)
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return {RUN_LABEL: self.run_id}
-
-    @property
-    def network_name(self) -> str:
-        return f"leasecheck-{self.run_id}"
-
-    def ensure_network(self) -> Network:
-        """The run's user-defined bridge network, created on first use."""
-        try:
-            return self.client.networks.get(self.network_name)
-        except NotFound:
-            pass
-        try:
-            return self.client.networks.create(self.network_name, driver="bridge", labels=self.labels, check_duplicate=True)
-        except APIError as e:
-            raise EnvironmentFailure(f"docker: cannot create network {self.network_name}: {e}") from None
 
     def redis(self, directory: StrPath | None = None, **options: Any) -> ContainerRedisServer:
         """A Redis container of this run (not started); options as :class:`ContainerServer`."""
@@ -99,13 +73,6 @@ class DockerRun:
     def _add(self, server: S) -> S:
         self.servers.append(server)
         return server
-
-    def containers(self) -> list[Container]:
-        """Every container of this run, running or not, from the engine."""
-        return self.client.containers.list(all=True, filters={"label": self.label})
-
-    def networks(self) -> list[Network]:
-        return self.client.networks.list(filters={"label": self.label})
 
     def close(self) -> None:
         """Remove every container and network of the run (by label, whoever made them); idempotent."""

@@ -49,8 +49,9 @@ from typing import Any
 
 import msgspec
 
-from leasecheck.checker.coverage import Coverage, Window, coverage_source
+from leasecheck.checker.coverage import Coverage, coverage_source
 from leasecheck.checker.verdict import Validity
+from leasecheck.checker.windows import Window
 from leasecheck.histories import Header, HistoryError
 from leasecheck.histories.format import NEMESIS, Event, lease_key
 from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS

@@ -1,0 +1,152 @@
+"""A small node's coverage situations, straight from the definitions: a loop over its few leases per question.
+
+Why apart from the indexed sweeps (:mod:`leasecheck.checker.coverage_sweeps`):
+a real history's nodes hold about ten ops, where building the sweeps' indexes
+costs more than it saves (docs/performance.md). They count exactly what the
+sweeps count: the tests hold the two to each other.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import cast
+
+from leasecheck.checker.coverage_leases import (
+    ZOMBIE_SITUATION,
+    CoveredLease,
+    attach,
+    count_fault_situations,
+    lease_key,
+    zombie_phase,
+)
+from leasecheck.checker.windows import INF, Window
+from leasecheck.histories import Op
+from leasecheck.histories.vocabulary import EPOCH_CARRIERS
+
+
+def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Sequence[Window], skewed: Sequence[Window],
+                counts: Counter[str]) -> None:
+    """A small node's situations, straight from :mod:`leasecheck.checker.coverage`'s definitions: a loop over its few leases per question.
+
+    Counts exactly what :class:`~leasecheck.checker.coverage_sweeps.IndexedNode`'s sweeps count (the tests hold the two
+    to each other on generated, mutated and hand-written histories); it only
+    skips their indexes, which cost more than they save on a node of a few
+    leases. A node with one claim and no fault window is done after the first
+    loop: every situation but the fault ones needs two claims (or a claim that
+    completed before it was invoked, which only a hand-made list of ops holds).
+    """
+    claims: list[Op] = []
+    granted: list[Op] = []
+    for op in ops:
+        if op.f == "claim":
+            claims.append(op)
+            if op.type == "ok" and op.complete_time is not None:
+                granted.append(op)
+    if len(claims) < 2 and not store and not skewed and (
+        not claims or claims[0].complete_time is None or claims[0].complete_time >= claims[0].invoke_time
+    ):
+        return  # a claim's own lease is granted at its completion, after its invoke: it is no lease "before" it
+    granted.sort(key=lambda op: (op.complete_time, op.index))
+    leases = [CoveredLease(op, lease_key(op), op.epoch, cast(int, op.complete_time)) for op in granted]
+    fenced = any(lease.epoch is not None for lease in leases)
+
+    def latest_before(t: float) -> CoveredLease | None:
+        best: CoveredLease | None = None
+        best_rank: float = -INF
+        for i, lease in enumerate(leases):
+            if lease.granted >= t:
+                break
+            rank = lease.epoch if fenced else i
+            if rank is not None and rank > best_rank:
+                best, best_rank = lease, rank
+        return best
+
+    owned: list[tuple[Op, CoveredLease]] = []
+    if leases:
+        for op in ops:
+            f = op.f
+            if f == "claim":
+                continue
+            t = op.invoke_time
+            owner: CoveredLease | None = None
+            if f in EPOCH_CARRIERS:
+                key = lease_key(op)
+                for lease in leases:
+                    if lease.granted >= t:
+                        break
+                    if lease.key == key:
+                        owner = lease
+                if owner is not None:
+                    attach(op, owner)
+                    owned.append((op, owner))
+            elif f == "read":
+                for lease in leases:
+                    if lease.granted >= t:
+                        break
+                    if lease.claim.process == op.process:
+                        owner = lease
+                if owner is not None:
+                    owned.append((op, owner))
+    # zombie ops: an op of a lease that a newer one replaced before the op's invoke
+    if len(leases) > 1:
+        for op, lease in owned:
+            t = op.invoke_time
+            new: CoveredLease | None = None
+            if lease.epoch is not None:
+                newest = latest_before(t)
+                if newest is not None and newest.epoch is not None and newest.epoch > lease.epoch:
+                    new = newest
+            else:
+                for other in reversed(leases):
+                    if other.granted >= t:
+                        continue
+                    if other.granted <= lease.granted:
+                        break
+                    if other.claim.invoke_time > lease.granted and other.key != lease.key:
+                        new = other
+                        break
+            if new is not None:
+                phase = zombie_phase(new, t)
+                if phase is not None:
+                    counts[ZOMBIE_SITUATION[op.f, phase]] += 1
+    if claims:
+        claims.sort(key=lambda op: (op.invoke_time, op.index))
+        open_until = -INF
+        for c in claims:
+            t = c.invoke_time
+            if t < open_until:
+                counts["claim-race-ready"] += 1
+            latest = latest_before(t)
+            if latest is None or latest.released_ok_at < t:  # READY at t
+                open_until = max(open_until, INF if c.complete_time is None else c.complete_time)
+            # claim-while-held: a lease claimed before t, not ended before t, its latest grant invoke + ttl - u after t
+            for lease in leases:
+                if lease.granted >= t:
+                    break
+                if lease.end_at < t:
+                    continue
+                since = lease.claim.invoke_time
+                for r in lease.renews:
+                    done = r.complete_time
+                    if r.type == "ok" and done is not None and done < t and r.invoke_time > since:
+                        since = r.invoke_time
+                if t < since + ttl - uncertainty:
+                    counts["claim-while-held"] += 1
+                    break
+            # claim-after-expiry: the latest lease not ended, no renew of it pending at t, G + ttl + u before t
+            if latest is None or latest.end_at < t:
+                continue
+            g: float = latest.granted
+            pending = False
+            for r in latest.renews:
+                if r.invoke_time < t:
+                    done = r.complete_time
+                    if r.type == "info" or done is None or done >= t:
+                        pending = True
+                        break
+                    if r.type == "ok" and done > g:
+                        g = done
+            if not pending and t > g + ttl + uncertainty:
+                counts["claim-after-expiry"] += 1
+    count_fault_situations(leases, ttl, store, skewed, counts)

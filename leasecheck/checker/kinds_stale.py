@@ -1,0 +1,193 @@
+"""The stale family of docs/contracts/anomaly-kinds.md: a lease that acted after a newer one had been granted.
+
+``duplicate-epoch``, ``epoch-regression``, ``stale-renew``, ``stale-commit`` and
+``stale-effect``, each checked straight from its definition, as the rows of
+:mod:`leasecheck.checker.table` run them. Fenced nodes are judged by epoch order:
+one pass over the ops with :class:`~leasecheck.checker.precedence.MaxBefore`
+answering "the largest epoch observed before this invoke" (epochs are the
+version order, the way Elle uses unique writes, so no search is needed).
+Unfenced nodes (``"epoch": null``) are judged by grant order instead: claims
+ordered by real time, tokens naming the lease. Every kind here proves the node
+has no linearization; the epoch-order decision (:mod:`leasecheck.checker.order`)
+explains a stale effect in the same words.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+
+from leasecheck.checker.explain import at, describe
+from leasecheck.checker.findings import Findings, NodeHistory
+from leasecheck.checker.leases import TokenLeases, int_epoch
+from leasecheck.checker.model import freeze
+from leasecheck.checker.precedence import MaxBefore
+from leasecheck.histories import Op
+from leasecheck.histories.format import EffectFence
+from leasecheck.histories.vocabulary import STALE_KINDS
+
+
+def _observed(op: Op) -> str:
+    """How an op observed its epoch, for explanations."""
+    if op.f == "claim":
+        return f"had been granted epoch {op.epoch}"
+    if op.f == "read":
+        return f"had read epoch {op.epoch}"
+    return f"had succeeded with epoch {op.epoch}"
+
+
+# --------------------------------------------------------------------- fenced
+
+
+def token_stale_effects(ops: Iterable[Op]) -> Iterator[tuple[Op, Op]]:
+    """``effect_fence: "token"``: (accepted effect, stale effect) pairs, an ok effect
+    invoked after an ok effect with a larger epoch had completed. Exactly when the
+    protected resource (a register accepting epochs ≥ the largest it accepted) has
+    no linearization."""
+    effects = [op for op in ops if op.f == "effect" and op.type == "ok" and int_epoch(op)]
+    accepted = MaxBefore(effects, key=lambda o: o.epoch)
+    for op in effects:
+        best, x = accepted.query(op.invoke_time)
+        if x is not None and best > op.epoch:
+            yield x, op
+
+
+def lease_stale_effects(ops: Iterable[Op]) -> Iterator[tuple[Op, Op]]:
+    """``effect_fence: "lease"``: (witness, stale effect) pairs, an ok effect with epoch
+    e invoked after an op that observed an epoch > e had completed, exactly like
+    ``stale-commit``. The witness is the op with the largest epoch observed before
+    the effect's invoke (the first to complete, on a tie), as :func:`epoch_order`
+    cites it."""
+    ok = [op for op in ops if op.type == "ok" and int_epoch(op)]
+    seen = MaxBefore(ok, key=lambda o: o.epoch)
+    for op in ok:
+        if op.f != "effect":
+            continue
+        best, x = seen.query(op.invoke_time)
+        if x is not None and best > op.epoch:
+            yield x, op
+
+
+def stale_effects(ops: Iterable[Op], effect_fence: EffectFence) -> Iterator[tuple[Op, Op]]:
+    """The ``stale-effect`` pairs (witness, effect) of a fenced node under the history's rule."""
+    return lease_stale_effects(ops) if effect_fence == "lease" else token_stale_effects(ops)
+
+
+#: how each rule's stale effect is explained, after the ops and times
+_EFFECT_RULE = {
+    "lease": (
+        'under effect_fence "lease" the resource is coupled to the lease store, so a claim lifts its fence '
+        "and an effect is stale once a newer epoch was observed, like a commit."
+    ),
+    "token": (
+        'under effect_fence "token" the fenced resource rejects epochs below the largest it has accepted.'
+    ),
+}
+
+
+def stale_effect_explanation(x: Op, op: Op, effect_fence: EffectFence) -> str:
+    """Why the protected resource should have refused ``op``, naming the rule that applied."""
+    if effect_fence == "lease":
+        return (
+            f"the protected resource accepted {describe(op)}, invoked at {at(op.invoke_time)}, after "
+            f"{describe(x)} {_observed(x)} at {at(x.complete_time)}: {_EFFECT_RULE['lease']}"
+        )
+    return (
+        f"the protected resource accepted {describe(op)}, invoked at {at(op.invoke_time)}, after it had "
+        f"accepted {describe(x)} at {at(x.complete_time)}: {_EFFECT_RULE['token']}"
+    )
+
+
+def epoch_order(n: NodeHistory, out: Findings) -> None:
+    """duplicate-epoch, epoch-regression, stale-renew, stale-commit, stale-effect.
+
+    One pass family over the ok ops that name an epoch: the epochs observed
+    before each invoke (one :class:`MaxBefore`) answer all five. Under
+    ``effect_fence: "lease"`` an effect is judged in that same pass, exactly like
+    a commit; under ``"token"`` only against the effects the resource accepted.
+    """
+    node = n.node
+    ok = [op for op in n.ops if op.type == "ok" and int_epoch(op)]
+    first_claim: dict[int, Op] = {}
+    for op in sorted((o for o in ok if o.f == "claim"), key=lambda o: o.index):
+        e = op.epoch
+        if e in first_claim:
+            c = first_claim[e]
+            out.add(
+                "duplicate-epoch", node, [c, op],
+                f"{describe(c)} and {describe(op)} were both granted epoch {e} "
+                f"(at {at(c.complete_time)} and {at(op.complete_time)}); every grant must get a new, larger epoch.",
+            )
+        else:
+            first_claim[e] = op
+    fence = n.effect_fence
+    judged = ("claim", "renew", "commit", "effect") if fence == "lease" else ("claim", "renew", "commit")
+    seen = MaxBefore(ok, key=lambda o: o.epoch)
+    for op in ok:
+        if op.f not in judged:
+            continue
+        best, x = seen.query(op.invoke_time)
+        if x is None:
+            continue
+        e = op.epoch
+        if op.f == "claim" and best >= e:
+            out.add(
+                "epoch-regression", node, [x, op],
+                f"{describe(op)} was granted epoch {e} at {at(op.complete_time)}, but it was invoked at "
+                f"{at(op.invoke_time)}, after {describe(x)} {_observed(x)} at {at(x.complete_time)}: "
+                f"epochs must only grow.",
+            )
+        elif op.f == "effect" and best > e:
+            out.add("stale-effect", node, [x, op], stale_effect_explanation(x, op, fence))
+        elif op.f != "claim" and best > e:
+            out.add(
+                STALE_KINDS[op.f], node, [x, op],
+                f"{describe(op)} was invoked at {at(op.invoke_time)}, after {describe(x)} {_observed(x)} "
+                f"at {at(x.complete_time)}; yet the store accepted the {op.f} with the older epoch {e} "
+                f"(completed at {at(op.complete_time)}).",
+            )
+    if fence == "token":
+        for x, op in token_stale_effects(ok):
+            out.add("stale-effect", node, [x, op], stale_effect_explanation(x, op, fence))
+
+
+# ------------------------------------------------------------------- unfenced
+
+
+def grant_order(n: NodeHistory, out: Findings) -> None:
+    """stale-renew / stale-commit / stale-effect of unfenced leases, by grant order.
+
+    A holder's op is stale when it was invoked after a newer claim (one invoked
+    after the holder's claim completed, with another token) had completed.
+    """
+    node, ops = n.node, n.ops
+    leases = TokenLeases(ops)
+    claims = leases.claims
+    if len(claims) < 2:
+        return
+    starts = [c.invoke_time for c in claims]
+    for op in ops:
+        if op.type != "ok" or op.f not in ("renew", "commit", "effect"):
+            continue
+        h = leases.of(op)
+        if h is None:
+            continue
+        tok = freeze(h.result.get("token"))
+        newer: Op | None = None
+        newer_done = 0
+        assert h.complete_time is not None  # an ok op completed
+        for c in claims[bisect_right(starts, h.complete_time):]:
+            if c.invoke_time >= op.invoke_time:
+                break
+            c_done = c.complete_time
+            assert c_done is not None
+            if (c_done < op.invoke_time and freeze(c.result.get("token")) != tok
+                    and (newer is None or c_done < newer_done)):
+                newer, newer_done = c, c_done
+        if newer is not None:
+            out.add(
+                STALE_KINDS[op.f], node, [h, newer, op],
+                f"{describe(op)}, whose lease {describe(h)} was granted at {at(h.complete_time)}, was invoked at "
+                f"{at(op.invoke_time)}, after the newer {describe(newer)} (invoked at {at(newer.invoke_time)}) "
+                f"had been granted at {at(newer.complete_time)}; yet it was accepted.",
+            )

@@ -1,0 +1,35 @@
+"""A fault window as the checker reads it: when a fault was active, and which processes it hit.
+
+Which nemesis events make a window is the fault catalogue's business, so the
+caller's (:func:`leasecheck.verdict.run_verdict.fault_windows`); the checker
+only takes the windows it is given. They live apart from coverage because
+others read them too: the splitting of a big history hands them to every
+partition, and the run report draws them as bands.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from leasecheck.histories.format import Event
+
+INF = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A fault active from ``start`` to ``end`` (ns; None: never healed), hitting ``victims`` (process numbers)."""
+
+    start: int
+    end: int | None = None
+    victims: frozenset[int] = frozenset()
+
+    @property
+    def until(self) -> float:
+        return INF if self.end is None else self.end
+
+
+#: windows(nemesis events) -> (store-side fault windows, worker-clock fault windows)
+WindowsOf = Callable[[Sequence[Event]], tuple[Sequence[Window], Sequence[Window]]]

@@ -1,0 +1,26 @@
+"""The one protocol every fault of every module follows: :class:`Fault`.
+
+It is apart from the faults themselves because everyone names it: the context a
+factory sees (a skewable server makes one), the catalogue's factories, the
+schedule that starts and heals them, and the runner. In a module of its own,
+which imports nothing of ours, every one of them imports it one way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Fault(Protocol):
+    """One fault in flight: what it did (for the history) and how to undo it."""
+
+    name: str
+
+    def start(self) -> dict[str, Any]:
+        """Inflict the fault; return the nemesis event's value (its victims)."""
+
+    def heal(self) -> dict[str, Any] | None:
+        """Undo it; return the heal event's value, or None when nothing was left to undo."""
+
+    def undo_record(self) -> dict[str, Any] | None:
+        """How to undo it without this object (see :mod:`leasecheck.nemesis.heal`); None if nothing outlives us."""
