@@ -36,20 +36,17 @@ from leasecheck.histories.vocabulary import (
 )
 
 
-class _ClientEvent(msgspec.Struct, gc=False):
-    """A client's event whose every field has the type format v1 asks for: the common line.
+class _ClientEvent(Event, gc=False):
+    """The one event record (:class:`Event`), narrowed to the types format v1 asks of a client's event: the common line.
 
     msgspec checks these types in C (and hands back the one interned string of
     each ``type`` and ``f``), so the reader's Python loop is left with the rules
     a type cannot state. A line this rejects is decoded again as an :class:`Event`.
     """
 
-    index: int
-    time: int
     process: int
     type: EventType
     f: OpName
-    node: str | None = None
     value: dict[str, Any] | None = None
 
 
