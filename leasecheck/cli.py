@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import signal
 import sys
 import time
 import traceback
@@ -28,14 +29,11 @@ import msgspec
 from leasecheck.checker import DEFAULT_BUDGET, check_source
 from leasecheck.histories import HistoryError
 from leasecheck.rundir.storedir import failed_start
+from leasecheck.verdict.exits import SIGNALLED, Exit, interrupted, worst
 
 if TYPE_CHECKING:
     from leasecheck.checker import Verdict
     from leasecheck.verdict.outcomes import Row
-
-EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_BAD_INPUT = 0, 1, 2, 3
-#: the test environment failed (a server would not start, ...): not a verdict on the backend
-EXIT_ENVIRONMENT = 4
 
 
 class Finite(click.FloatRange):
@@ -66,14 +64,6 @@ def _inside_a_run(p: Path) -> bool:
     return p.is_dir() and not (p / "history.jsonl").exists() and (p.parent / "history.jsonl").is_file()
 
 
-def _worst(codes: list[int]) -> int:
-    """Bad input beats anomalies, which beat unknown, which beats valid."""
-    for code in (EXIT_BAD_INPUT, EXIT_INVALID, EXIT_UNKNOWN):
-        if code in codes:
-            return code
-    return EXIT_VALID
-
-
 def _output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """An output file option (--junit, --html): refused before anything runs if it cannot be written (exit 3)."""
     if value is not None:
@@ -93,7 +83,7 @@ def _write_junit(path: str, suite: str, rows: list[Row], properties: dict[str, s
         junit.write(path, [junit.Suite(suite, rows, properties or {})])
     except OSError as e:
         click.echo(f"leasecheck: --junit {path}: cannot write it: {e.strerror or e}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        sys.exit(Exit.BAD_INPUT)
 
 
 def _check_row(path: str, verdict: Verdict | None, seconds: float, error: str | None = None) -> Row:
@@ -105,7 +95,7 @@ def _check_row(path: str, verdict: Verdict | None, seconds: float, error: str | 
     nemesis = tuple(str(n) for n in meta["nemesis"]) if isinstance(meta.get("nemesis"), list) else ()
     seed = meta.get("seed") if isinstance(meta.get("seed"), int) else None
     if verdict is None:
-        return Row(target, nemesis, seed, "error", reason=error, seconds=seconds, name=path, error_code=EXIT_BAD_INPUT)
+        return Row(target, nemesis, seed, "error", reason=error, seconds=seconds, name=path, error_code=Exit.BAD_INPUT)
     row = Row.from_verdict(verdict.to_json(), target=target, nemesis=nemesis, seed=seed, name=path)
     row.seconds = seconds
     return row
@@ -143,7 +133,7 @@ def _crash(e: BaseException) -> int:
     else:
         line += " (LEASECHECK_TRACEBACK=1 shows the traceback)"
     click.echo(line, err=True)
-    return EXIT_ENVIRONMENT
+    return Exit.ENVIRONMENT
 
 
 class ExitCodeGroup(click.Group):
@@ -169,20 +159,20 @@ class ExitCodeGroup(click.Group):
         except click.UsageError as e:
             where = e.ctx.command_path if e.ctx is not None else "leasecheck"
             click.echo(f"{where}: Error: {_one_line(e.format_message())} (see {where} --help)", err=True)
-            sys.exit(EXIT_BAD_INPUT)
+            sys.exit(Exit.BAD_INPUT)
         except click.ClickException as e:
             click.echo(f"leasecheck: Error: {_one_line(e.format_message())}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
+            sys.exit(Exit.BAD_INPUT)
         except (click.Abort, KeyboardInterrupt):
             click.echo("aborted", err=True)
-            sys.exit(130)
+            sys.exit(interrupted(signal.SIGINT))
         except _BrokenPipe:
             devnull = os.open(os.devnull, os.O_WRONLY)  # so that flushing stdout at exit does not fail again
             os.dup2(devnull, sys.stdout.fileno())
-            sys.exit(EXIT_ENVIRONMENT)
+            sys.exit(Exit.ENVIRONMENT)
         except Exception as e:
             sys.exit(_crash(e))
-        sys.exit(rv if isinstance(rv, int) else 0)
+        sys.exit(rv if isinstance(rv, int) else Exit.VALID)
 
 
 @click.group(cls=ExitCodeGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -252,7 +242,7 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
                                    jobs=jobs)
         except HistoryError as e:
             click.echo(str(e), err=True)
-            codes.append(EXIT_BAD_INPUT)
+            codes.append(Exit.BAD_INPUT)
             if junit_file:
                 junit_rows.append(_check_row(path, None, time.perf_counter() - began, f"bad input: {_one_line(str(e))}"))
             continue
@@ -276,7 +266,7 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
         codes.append(verdict.exit_code)
     if junit_file:
         _write_junit(junit_file, "leasecheck check", junit_rows)
-    sys.exit(_worst(codes) if codes else EXIT_BAD_INPUT)
+    sys.exit(worst(codes) if codes else Exit.BAD_INPUT)
 
 
 @main.command()
@@ -389,7 +379,7 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
             result = test.execute()
     except (BadOptions, TargetNotFound) as e:
         click.echo(f"leasecheck run: {e}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        sys.exit(Exit.BAD_INPUT)
     except EnvironmentFailure as e:
         note = _last_note(e)
         click.echo(f"leasecheck run: the environment failed: {_one_line(str(e))}" + (f" ({note})" if note else ""), err=True)
@@ -398,7 +388,7 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
 
             failed = Row(target, faults, seed, "error", reason=f"the environment failed: {_one_line(str(e))}")
             _write_junit(junit_file, "leasecheck run", [failed], {"target": target, "nemesis": ",".join(faults) or "none", "seed": str(seed)})
-        sys.exit(EXIT_ENVIRONMENT)
+        sys.exit(Exit.ENVIRONMENT)
     if junit_file:  # also for an unknown verdict and an interrupted run: results.json says which
         from leasecheck.report.junit import run_properties
         from leasecheck.verdict.outcomes import read_run
@@ -454,7 +444,7 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
         seed_list = [int(s) for s in _csv(seeds)] if seeds is not None else None
     except LookupError as e:
         click.echo(f"leasecheck audit: {e.args[0]}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        sys.exit(Exit.BAD_INPUT)
     except ValueError:
         raise click.BadParameter(f"{seeds!r}: give comma-separated integers", param_hint="'--seeds'") from None
     if seed_list == []:
@@ -481,15 +471,15 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
                     sys.stdout.flush()
                 else:
                     print_audit_result(console, result)
-                if result.exit_code >= 128:  # interrupted: stop here, exit as the run did
+                if result.exit_code >= SIGNALLED:  # interrupted: stop here, exit as the run did
                     sys.exit(result.exit_code)
     if markdown:
         click.echo(MARKDOWN_HEADER, err=as_json)
         for result in results:
             click.echo(result.markdown_row(), err=as_json)
     if as_published:
-        sys.exit(EXIT_INVALID if mismatches else EXIT_VALID)
-    sys.exit(_worst(codes) if EXIT_ENVIRONMENT not in codes else EXIT_ENVIRONMENT)
+        sys.exit(Exit.INVALID if mismatches else Exit.VALID)
+    sys.exit(worst(codes))
 
 
 @main.command("new-target")
@@ -517,7 +507,7 @@ def new_target(name: str | None, store: str | None, library: str | None, directo
         paths = write(name, Path(directory), force, store=store, lock=library)
     except ScaffoldError as e:
         click.echo(f"leasecheck new-target: {e}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        sys.exit(Exit.BAD_INPUT)
     names = names_for(name, library)
     for path in paths:
         click.echo(f"wrote {path}")
@@ -548,12 +538,12 @@ def report(path: str, output: str | None) -> None:
     failed = failed_start(Path(path)) if Path(path).is_dir() else None
     if failed is not None:
         click.echo(f"{path}: this run failed before it recorded a history, nothing to report: {_one_line(failed)}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        sys.exit(Exit.BAD_INPUT)
     try:
         written = write_report(Path(path), Path(output) if output else None, warn=lambda m: click.echo(f"warning: {_one_line(m)}", err=True))
     except HistoryError as e:
         click.echo(str(e), err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        sys.exit(Exit.BAD_INPUT)
     click.echo(str(written))
 
 
@@ -576,12 +566,12 @@ def heal(path: str) -> None:
     run_dir = Path(path)
     if not run_dir.is_dir():
         click.echo(f"leasecheck heal: {path}: not a run directory", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        sys.exit(Exit.BAD_INPUT)
     try:
         records = load_faults(run_dir)
     except BadFaultsFile as e:
         click.echo(f"leasecheck heal: {e}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        sys.exit(Exit.BAD_INPUT)
     if not records:
         click.echo(f"{run_dir}: no active faults recorded; nothing to heal")
     for rec in records:
@@ -645,7 +635,7 @@ def install_toxiproxy() -> None:
         path = build(say=lambda line: click.echo(f"leasecheck install-toxiproxy: {line}", err=True))
     except EnvironmentFailure as e:
         click.echo(str(e), err=True)
-        sys.exit(EXIT_ENVIRONMENT)
+        sys.exit(Exit.ENVIRONMENT)
     click.echo(str(path))
 
 

@@ -43,10 +43,8 @@ from typing import Any
 import click
 
 from leasecheck.servers.base import python_module
+from leasecheck.verdict.exits import Exit, interrupted
 from leasecheck.verdict.outcomes import (
-    EXIT_BAD_INPUT,
-    EXIT_ENVIRONMENT,
-    EXIT_MISMATCH,
     Expectation,
     Row,
     nemesis_label,
@@ -408,7 +406,7 @@ def _row_of(done: _Done, store: Path, spec_path: Path) -> Row:
     if run_dir is None:
         run_dir = _find_run_dir(store, cell, done.started)
     said = _last_line(done.stderr)
-    code = EXIT_BAD_INPUT if done.returncode == EXIT_BAD_INPUT else EXIT_ENVIRONMENT
+    code = Exit.BAD_INPUT if done.returncode == Exit.BAD_INPUT else Exit.ENVIRONMENT
     if run_dir is not None and run_dir.is_dir():
         try:
             write_expected(run_dir, cell.expected, spec=str(spec_path), entry=cell.entry, cell=cell.label)
@@ -417,7 +415,7 @@ def _row_of(done: _Done, store: Path, spec_path: Path) -> Row:
         row = read_run(run_dir, cell.expected)
         if row.verdict == "error":
             row.error_code = code
-            if said and done.returncode != 0:
+            if said and done.returncode != Exit.VALID:
                 row.reason = said
             if row.seconds is None:
                 row.seconds = round(done.seconds, 3)
@@ -509,7 +507,7 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 
 def interrupted_exit(rows: list[Row], sig: signal.Signals) -> int:
     """An interrupted matrix never exits 0: 1 if a finished cell proved a mismatch, else 128 + the signal."""
-    return EXIT_MISMATCH if any(r.judge().code == EXIT_MISMATCH for r in rows) else 128 + int(sig)
+    return Exit.INVALID if any(r.judge().code == Exit.INVALID for r in rows) else interrupted(sig)
 
 
 
@@ -536,7 +534,7 @@ def command(spec_path: str, jobs: int, shard_of: tuple[int, int] | None, store: 
         spec = load_spec(Path(spec_path))
     except SpecError as e:
         click.echo(f"leasecheck matrix: {e}", err=True)
-        return EXIT_BAD_INPUT
+        return Exit.BAD_INPUT
     i, n = shard_of or (1, 1)
     cells = shard(spec.cells, i, n)
     part = f", shard {i}/{n}" if shard_of else ""
@@ -551,12 +549,12 @@ def command(spec_path: str, jobs: int, shard_of: tuple[int, int] | None, store: 
             for k, cell in enumerate(cells, 1):
                 console.print(f"[{k}/{len(cells)}] {cell.label}: expect {cell.expected.describe()}\n  {cell.command(store_path)}",
                               highlight=False, markup=False)
-        return 0
+        return Exit.VALID
     try:
         store_path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         click.echo(f"leasecheck matrix: --store {store}: cannot create it ({e.strerror or e})", err=True)
-        return EXIT_ENVIRONMENT
+        return Exit.ENVIRONMENT
     console.print(f"leasecheck matrix: {spec.name}{part}: {len(cells)} of {len(spec.cells)} cells, {jobs} at a time,"
                   f" store {store_path}", highlight=False, markup=False)
     width = len(str(len(cells)))
@@ -594,7 +592,7 @@ def command(spec_path: str, jobs: int, shard_of: tuple[int, int] | None, store: 
             junit.write(junit_file, [junit.Suite(f"leasecheck matrix {spec.name}{part}", rows, props)])
         except OSError as e:
             click.echo(f"leasecheck matrix: --junit {junit_file}: cannot write it: {e.strerror or e}", err=True)
-            return EXIT_BAD_INPUT
+            return Exit.BAD_INPUT
     if result.interrupted is not None:
         code = interrupted_exit(rows, result.interrupted)
         console.print(f"interrupted by {result.interrupted.name}: exit {code}", highlight=False, markup=False)

@@ -267,7 +267,8 @@ def command(paths: tuple[str, ...], markdown_out: bool, html_file: str | None, a
     from leasecheck.ci.matrix import SpecError, judge_against, load_spec
     from leasecheck.report import junit
     from leasecheck.report.terminal import console_for
-    from leasecheck.verdict.outcomes import EXIT_BAD_INPUT, exit_code
+    from leasecheck.verdict.exits import Exit
+    from leasecheck.verdict.outcomes import exit_code
 
     spec = None
     if spec_path is not None:
@@ -275,17 +276,17 @@ def command(paths: tuple[str, ...], markdown_out: bool, html_file: str | None, a
             spec = load_spec(Path(spec_path), check_runs=False)
         except SpecError as e:
             click.echo(f"leasecheck summary: {e}", err=True)
-            return EXIT_BAD_INPUT
+            return Exit.BAD_INPUT
     try:
         rows = collect([Path(p) for p in paths])
     except OSError as e:
         click.echo(f"leasecheck summary: {e}", err=True)
-        return EXIT_BAD_INPUT
+        return Exit.BAD_INPUT
     if spec is not None:
         rows = judge_against(rows, spec.cells)
     if not rows:
         click.echo(f"leasecheck summary: no run folders (folders holding {RESULTS_FILE}) under {', '.join(paths)}", err=True)
-        return EXIT_BAD_INPUT
+        return Exit.BAD_INPUT
     title = f"summary of {spec.name}" if spec is not None else "summary"
     if as_json:
         for row in rows:
@@ -303,5 +304,5 @@ def command(paths: tuple[str, ...], markdown_out: bool, html_file: str | None, a
                                                  {"paths": " ".join(paths), **({"spec": spec_path} if spec_path else {})})])
     except OSError as e:
         click.echo(f"leasecheck summary: cannot write {e.filename or 'an output file'}: {e.strerror or e}", err=True)
-        return EXIT_BAD_INPUT
+        return Exit.BAD_INPUT
     return exit_code(rows)
