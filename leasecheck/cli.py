@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import random
 import signal
@@ -18,7 +17,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
@@ -28,24 +27,13 @@ import msgspec
 # rest is imported by the command that needs it.
 from leasecheck.checker import DEFAULT_BUDGET, check_source
 from leasecheck.histories import HistoryError
+from leasecheck.run.flags import FLAGS, Finite, comma_list, output_file, run_options
 from leasecheck.rundir.storedir import failed_start
 from leasecheck.verdict.exits import SIGNALLED, Exit, interrupted, worst
 
 if TYPE_CHECKING:
     from leasecheck.checker import Verdict
     from leasecheck.verdict.outcomes import Row
-
-
-class Finite(click.FloatRange):
-    """A float range that also refuses nan and inf: ``--time-limit inf`` or ``nan`` would run forever, not fail."""
-
-    name = "finite number"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        rv = super().convert(value, param, ctx)
-        if not math.isfinite(rv):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return rv
 
 
 def history_path(path: str) -> Path:
@@ -62,17 +50,6 @@ def history_path(path: str) -> Path:
 def _inside_a_run(p: Path) -> bool:
     """A directory with no history of its own inside a run folder (server data, worker clocks)."""
     return p.is_dir() and not (p / "history.jsonl").exists() and (p.parent / "history.jsonl").is_file()
-
-
-def _output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """An output file option (--junit, --html): refused before anything runs if it cannot be written (exit 3)."""
-    if value is not None:
-        from leasecheck.report.junit import unwritable
-
-        why = unwritable(value)
-        if why:
-            raise click.BadParameter(why, ctx=ctx, param=param)
-    return value
 
 
 def _write_junit(path: str, suite: str, rows: list[Row], properties: dict[str, str] | None = None) -> None:
@@ -194,7 +171,7 @@ def main() -> None:
     help="'auto' decides from the epoch order and searches only where it must; 'search' always runs the WGL search.",
 )
 @click.option("--coverage", "coverage_counts", is_flag=True, help="Also print how often the history reached each situation (docs/coverage.md).")
-@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
+@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=output_file,
               help="Also write JUnit XML to FILE: one test case per history (anomalies a failure, unknown or bad input an error).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that check a big history's parts side by side (default: every core; 1: this process alone). The verdict never depends on it.")
@@ -301,51 +278,8 @@ def targets(as_json: bool) -> None:
         print_targets(console_for(), rows)
 
 
-def _csv(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
-
-
-def _faults(nemesis: str) -> tuple[str, ...]:
-    """``--nemesis``: fault names, or ``none``. Empty is refused: an unset CI variable must not mean a fault-free run."""
-    if nemesis.strip().lower() == "none":
-        return ()
-    faults = _csv(nemesis)
-    if not faults:
-        raise click.BadParameter(f"{nemesis!r} names no fault: give faults (see `leasecheck nemeses`), or 'none' for a run without faults",
-                                 param_hint="'--nemesis'")
-    return faults
-
-
-@main.command()
-@click.option("--target", default="sqlite", show_default=True,
-              help="Backend: a registered name (see `leasecheck targets`), module:Class, or exec:COMMAND (a child process per worker, any language).")
-@click.option("--url", default=None, help="Use this store (DSN, redis:// URL, SQLite path) instead of starting one.")
-@click.option("--exec-store", type=click.Choice(["none", "sqlite", "postgres", "redis"]), default="none", show_default=True,
-              help="With --target exec:COMMAND: the store leasecheck starts for the child (its LEASECHECK_URL; store faults hit it). none: the child's own, given with --url if any.")
-@click.option("--nemesis", default="pause", show_default=True, help="Comma-separated faults (see `leasecheck nemeses`); 'none' for none.")
-@click.option("--nemesis-interval", type=Finite(min=0, min_open=True), default=5.0, show_default=True, help="Seconds between faults (± half, from the seed).")
-@click.option("--time-limit", type=Finite(min=0, min_open=True), default=30.0, show_default=True, help="Seconds of workload before the final phase.")
-@click.option("--evidence-wait", "evidence_wait_s", type=Finite(min=0), default=0.0, show_default=True, help="After --time-limit, go on up to this many seconds more while the run lacks what the run verdict needs (ok claim/renew/effect/commit, a contended claim, every fault started and healed, the situations each fault requires and those of --require).")
-@click.option("--require", "require", multiple=True, metavar="SITUATION",
-              help="A coverage situation the run must reach (repeatable; see docs/coverage.md): it goes on up to --evidence-wait while one is missing, and is unknown if one never happened.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=5, show_default=True, help="Worker processes.")
-@click.option("--ttl", "ttl_ms", type=click.IntRange(min=10), default=1000, show_default=True, help="Lease duration in milliseconds.")
-@click.option("--nodes", type=click.IntRange(min=1), default=20, show_default=True, help="Nodes per run (run-N/node-I).")
-@click.option("--dup-rate", type=Finite(0, 1), default=0.1, show_default=True, help="Share of deliveries the queue duplicates.")
-@click.option("--rate", type=Finite(min=0), default=0.0, show_default=True, help="Ops per second per worker at most (0: unlimited).")
-@click.option("--seed", type=int, default=None, help="Seed of every random choice (printed; replay a run with it).")
-@click.option("--store", "store_dir", default="store", show_default=True, help="Folder of run directories.")
-@click.option("--clock-uncertainty", "clock_uncertainty_ms", type=Finite(min=0), default=10.0, show_default=True, help="Most the store's clock can misjudge an interval, ms (recorded in the history).")
-@click.option("--store-skew", "store_skew_ms", type=Finite(min=0), default=None, help="Most the clock-store fault skews the store's clock, ms (default ttl/4; recorded as 2x in the uncertainty).")
-@click.option("--env", "environment", type=click.Choice(["local", "docker"]), default="local", show_default=True, help="Run Postgres / Redis as local processes or as Docker containers.")
-@click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the summary.")
-@click.option("--coverage", "coverage_counts", is_flag=True, help="End the summary with how often the run reached each situation (docs/coverage.md).")
-@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
-              help="Also write the verdict as JUnit XML to FILE (anomalies a failure; unknown, interrupted or a failed environment an error).")
-def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_interval: float, time_limit: float, evidence_wait_s: float, require: tuple[str, ...], concurrency: int,
-        ttl_ms: int, nodes: int, dup_rate: float, rate: float, seed: int | None, store_dir: str,
-        clock_uncertainty_ms: float, store_skew_ms: float | None, environment: str, as_json: bool, coverage_counts: bool,
-        junit_file: str | None) -> None:
+@main.command(params=[flag.option for flag in FLAGS])
+def run(**params: Any) -> None:
     """Run a backend under concurrent workers and faults, record the history, check it.
 
     With no options: the SQLite reference backend (no server needed) under
@@ -354,21 +288,16 @@ def run(target: str, url: str | None, exec_store: str, nemesis: str, nemesis_int
     SIGINT / SIGTERM (1 if what was recorded by then proves an anomaly).
     """
     from leasecheck.report.terminal import console_for, print_run
-    from leasecheck.run.runner import BadOptions, Run, RunOptions
-    from leasecheck.run.workload import Workload
+    from leasecheck.run.runner import BadOptions, Run
     from leasecheck.servers.base import EnvironmentFailure
     from leasecheck.targets.registry import TargetNotFound
 
-    faults = _faults(nemesis)
+    as_json, coverage_counts, junit_file = params["as_json"], params["coverage_counts"], params["junit_file"]
+    seed = params["seed"]
     if seed is None:  # chosen here, so that it is printed before anything can hang or crash
         seed = random.SystemRandom().randrange(2**31)
-    opts = RunOptions(
-        target=target, url=url, exec_store=exec_store, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
-        evidence_wait_s=evidence_wait_s, require=tuple(require),
-        concurrency=concurrency, ttl_ms=ttl_ms, nodes=nodes, dup_rate=dup_rate, seed=seed, store=store_dir,
-        clock_uncertainty_ms=clock_uncertainty_ms, store_skew_ms=store_skew_ms, env=environment,
-        workload=Workload(rate=rate),
-    )
+    opts = run_options({**params, "seed": seed})
+    target, faults = opts.target, opts.nemesis
     from leasecheck.report.progress import progress_for
 
     out = console_for(stderr=as_json)  # the seed and the progress: on stderr when stdout is JSON
@@ -441,7 +370,7 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
         return
     try:
         chosen = select(library, modes)
-        seed_list = [int(s) for s in _csv(seeds)] if seeds is not None else None
+        seed_list = [int(s) for s in comma_list(seeds)] if seeds is not None else None
     except LookupError as e:
         click.echo(f"leasecheck audit: {e.args[0]}", err=True)
         sys.exit(Exit.BAD_INPUT)
@@ -534,13 +463,14 @@ def report(path: str, output: str | None) -> None:
     3 on a history that is not one (one line: file, line, what).
     """
     from leasecheck.report.html import write_report
+    from leasecheck.run.flags import replay_flags
 
     failed = failed_start(Path(path)) if Path(path).is_dir() else None
     if failed is not None:
         click.echo(f"{path}: this run failed before it recorded a history, nothing to report: {_one_line(failed)}", err=True)
         sys.exit(Exit.BAD_INPUT)
     try:
-        written = write_report(Path(path), Path(output) if output else None, warn=lambda m: click.echo(f"warning: {_one_line(m)}", err=True))
+        written = write_report(Path(path), Path(output) if output else None, replay_flags=replay_flags(), warn=lambda m: click.echo(f"warning: {_one_line(m)}", err=True))
     except HistoryError as e:
         click.echo(str(e), err=True)
         sys.exit(Exit.BAD_INPUT)
@@ -654,7 +584,7 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 @click.option("--shard", "shard_of", default=None, metavar="I/N", callback=_shard,
               help="Run shard I of N (1-based): N machines given 1/N ... N/N run every cell of the spec exactly once.")
 @click.option("--store", "store_dir", default="store", show_default=True, help="Folder of run directories.")
-@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
+@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=output_file,
               help="Also write JUnit XML to FILE: one test case per cell, failed when the cell's verdict is not the expected one.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per cell, one per line, as each ends.")
 @click.option("--markdown", is_flag=True, help="End with a Markdown table (for a CI job summary) instead of the terminal table.")
@@ -680,10 +610,10 @@ def matrix(spec: str, jobs: int, shard_of: tuple[int, int] | None, store_dir: st
 @main.command()
 @click.argument("paths", nargs=-1, required=True, metavar="STORE_OR_RUN...")
 @click.option("--markdown", "markdown_out", is_flag=True, help="Print a Markdown table (e.g. into $GITHUB_STEP_SUMMARY).")
-@click.option("--html", "html_file", default=None, metavar="FILE", callback=_output_file,
+@click.option("--html", "html_file", default=None, metavar="FILE", callback=output_file,
               help="Also write a self-contained HTML table to FILE, linking each run's report.html (relative links).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run, one per line.")
-@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=_output_file,
+@click.option("--junit", "junit_file", default=None, metavar="FILE", callback=output_file,
               help="Also write JUnit XML to FILE: one test case per run.")
 @click.option("--spec", "spec_path", default=None, metavar="SPEC.toml",
               help="Take the expected verdicts from this matrix spec (matched by target, nemesis set and seed); its cells with no run are errors.")

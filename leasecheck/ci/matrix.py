@@ -42,6 +42,7 @@ from typing import Any
 
 import click
 
+from leasecheck.run.flags import FLAGS, RunFlag, parse, run_options
 from leasecheck.servers.base import python_module
 from leasecheck.verdict.exits import Exit, interrupted
 from leasecheck.verdict.outcomes import (
@@ -129,25 +130,16 @@ class Spec:
 # ---------------------------------------------------------------------- spec
 
 
-def _run_options() -> dict[str, click.Option]:
+def _run_options() -> dict[str, RunFlag]:
     """``leasecheck run``'s options by long name, with ``-`` or ``_`` (TOML users write either)."""
-    from leasecheck.cli import run as run_command
-
-    index: dict[str, click.Option] = {}
-    for param in run_command.params:
-        if isinstance(param, click.Option):
-            for opt in param.opts:
-                if opt.startswith("--"):
-                    index[opt[2:]] = param
-                    index[opt[2:].replace("-", "_")] = param
+    index: dict[str, RunFlag] = {}
+    for flag in FLAGS:
+        index[flag.name] = flag
+        index[flag.name.replace("-", "_")] = flag
     return index
 
 
-def _long_name(option: click.Option) -> str:
-    return next(o for o in option.opts if o.startswith("--"))[2:]
-
-
-def _options(table: dict[str, Any], where: str, index: dict[str, click.Option]) -> dict[str, Any]:
+def _options(table: dict[str, Any], where: str, index: dict[str, RunFlag]) -> dict[str, Any]:
     """The run options of a [defaults] or [[entry]] table (its other keys are the caller's)."""
     out: dict[str, Any] = {}
     for key, value in table.items():
@@ -156,12 +148,12 @@ def _options(table: dict[str, Any], where: str, index: dict[str, click.Option]) 
         name = key.replace("_", "-")
         if name in MATRIX_OWNED:
             raise SpecError(f"{where}: {key!r} cannot be set in a spec: {MATRIX_OWNED[name]}")
-        option = index.get(key)
-        if option is None:
-            known = sorted({_long_name(o) for o in index.values()} - {"target", "nemesis", *MATRIX_OWNED})
+        flag = index.get(key)
+        if flag is None:
+            known = sorted({f.name for f in index.values()} - {"target", "nemesis", *MATRIX_OWNED})
             raise SpecError(f"{where}: unknown option {key!r} (leasecheck run's options: {', '.join(known)})")
-        name = _long_name(option)
-        if option.is_flag:
+        name = flag.name
+        if flag.option.is_flag:
             if not isinstance(value, bool):
                 raise SpecError(f"{where}: {key} = {value!r}: a flag takes true or false")
         elif isinstance(value, bool) or not isinstance(value, str | int | float):
@@ -218,23 +210,14 @@ def _targets(entry: dict[str, Any], where: str) -> list[str]:
 
 def _check_run(target: str, nemesis: tuple[str, ...], options: dict[str, Any], where: str) -> None:
     """Refuse what ``leasecheck run`` would refuse for this cell: its click options, then the runner's checks."""
-    from leasecheck.cli import run as run_command
-    from leasecheck.run.runner import BadOptions, Run, RunOptions
-    from leasecheck.run.workload import Workload
+    from leasecheck.run.runner import BadOptions, Run
     from leasecheck.targets.registry import TargetNotFound
 
     probe = Cell("", target, nemesis, 0, tuple(sorted(options.items())), Expectation())
     try:
-        with run_command.make_context("leasecheck run", [*probe.run_args(), "--seed", "0"]) as ctx:
-            p = ctx.params
+        opts = run_options(parse([*probe.run_args(), "--seed", "0"]))
     except click.ClickException as e:
         raise SpecError(f"{where}: {_one_line(e.format_message())}") from None
-    opts = RunOptions(
-        target=target, url=p["url"], exec_store=p["exec_store"], nemesis=nemesis, nemesis_interval=p["nemesis_interval"],
-        time_limit=p["time_limit"], evidence_wait_s=p["evidence_wait_s"], require=tuple(p["require"]), concurrency=p["concurrency"], ttl_ms=p["ttl_ms"],
-        nodes=p["nodes"], dup_rate=p["dup_rate"], seed=0, clock_uncertainty_ms=p["clock_uncertainty_ms"],
-        store_skew_ms=p["store_skew_ms"], env=p["environment"], workload=Workload(rate=p["rate"]),
-    )
     try:
         Run(opts)  # validates the options, loads the target, checks the faults against its store; starts nothing
     except (BadOptions, TargetNotFound) as e:
