@@ -30,6 +30,7 @@ from pathlib import Path
 
 import click
 
+from leasecheck.cli import main as cli_group
 from leasecheck.verdict.exits import Exit
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
@@ -37,15 +38,9 @@ BLOCK = re.compile(r"(<!-- generated: (?P<name>[^>]*?) -->\n)(?P<body>.*?)(<!-- 
 WIDTH = 80
 
 
-def _main() -> click.Group:
-    from leasecheck.cli import main
-
-    return main
-
-
 def command(name: str) -> click.Command:
     """A subcommand of ``leasecheck`` by its name."""
-    group = _main()
+    group = cli_group
     cmd = group.commands.get(name)
     if cmd is None:
         raise KeyError(f"no command {name!r} (commands: {', '.join(group.commands)})")
@@ -142,7 +137,7 @@ def faults() -> str:
     """The fault table: ``leasecheck nemeses --markdown``, exactly."""
     from click.testing import CliRunner
 
-    result = CliRunner().invoke(_main(), ["nemeses", "--markdown"], catch_exceptions=False)
+    result = CliRunner().invoke(cli_group, ["nemeses", "--markdown"], catch_exceptions=False)
     if result.exit_code != Exit.VALID:
         raise RuntimeError(f"leasecheck nemeses --markdown exited {result.exit_code}: {result.output}")
     return result.output.rstrip("\n")
@@ -156,7 +151,7 @@ def _help(cmd: click.Command) -> str:
 def cli() -> str:
     """Every command of ``leasecheck``: its help text, synopsis and options, in the CLI's order."""
     parts: list[str] = []
-    for name, cmd in _main().commands.items():
+    for name, cmd in cli_group.commands.items():
         if cmd.hidden:
             continue
         parts.append(f"## `leasecheck {name}`")
