@@ -30,20 +30,17 @@ from pathlib import Path
 
 import click
 
+from leasecheck.cli import main as cli_group
+from leasecheck.verdict.exits import Exit
+
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 #: the synopsis is wrapped here (what a page of the site shows without scrolling), continuation lines indented
 WIDTH = 80
 
 
-def _main() -> click.Group:
-    from leasecheck.cli import main
-
-    return main
-
-
 def command(name: str) -> click.Command:
     """A subcommand of ``leasecheck`` by its name."""
-    group = _main()
+    group = cli_group
     cmd = group.commands.get(name)
     if cmd is None:
         raise KeyError(f"no command {name!r} (commands: {', '.join(group.commands)})")
@@ -140,8 +137,8 @@ def faults() -> str:
     """The fault table: ``leasecheck nemeses --markdown``, exactly."""
     from click.testing import CliRunner
 
-    result = CliRunner().invoke(_main(), ["nemeses", "--markdown"], catch_exceptions=False)
-    if result.exit_code != 0:
+    result = CliRunner().invoke(cli_group, ["nemeses", "--markdown"], catch_exceptions=False)
+    if result.exit_code != Exit.VALID:
         raise RuntimeError(f"leasecheck nemeses --markdown exited {result.exit_code}: {result.output}")
     return result.output.rstrip("\n")
 
@@ -154,7 +151,7 @@ def _help(cmd: click.Command) -> str:
 def cli() -> str:
     """Every command of ``leasecheck``: its help text, synopsis and options, in the CLI's order."""
     parts: list[str] = []
-    for name, cmd in _main().commands.items():
+    for name, cmd in cli_group.commands.items():
         if cmd.hidden:
             continue
         parts.append(f"## `leasecheck {name}`")
@@ -209,16 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     found = [p for p in pages(args.root) if p.is_file()]
     if not found or not (args.root / "docs").is_dir():
         print(f"{args.root}: no docs/ folder here (give the repository with --root)", file=sys.stderr)
-        return 3
+        return Exit.BAD_INPUT
     old = stale(found)
     if args.check:
         for p in old:
             print(f"{p}: generated blocks are stale (python -m leasecheck.docgen rewrites them)", file=sys.stderr)
-        return 1 if old else 0
+        return Exit.INVALID if old else Exit.VALID
     for p in old:
         p.write_text(regenerate(p.read_text(encoding="utf-8")), encoding="utf-8")
         print(f"rewrote {p}")
-    return 0
+    return Exit.VALID
 
 
 if __name__ == "__main__":

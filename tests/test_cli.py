@@ -134,7 +134,7 @@ def test_a_crash_inside_a_command_is_exit_4_with_one_line(monkeypatch: pytest.Mo
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("an internal bug\nwith a second line")
 
-    monkeypatch.setattr("leasecheck.cli.check_source", boom)
+    monkeypatch.setattr("leasecheck.cli.checking.check_source", boom)
     monkeypatch.delenv("LEASECHECK_TRACEBACK", raising=False)
     r = CliRunner().invoke(main, ["check", str(VALID)], catch_exceptions=False)
     assert r.exit_code == 4 and r.stderr.count("\n") == 1

@@ -30,6 +30,7 @@ import pytest
 from leasecheck.histories import Header
 from leasecheck.report.columns import Columns, read_columns
 from leasecheck.report.inputs import replay_command
+from leasecheck.run.flags import replay_flags
 
 REPO = Path(__file__).resolve().parent.parent
 #: the page's typed arrays, as array typecodes (all little-endian in the file)
@@ -323,15 +324,15 @@ def test_a_crash_heavy_history_packs_thousands_of_processes_into_few_lanes(tmp_p
 def test_replay_command_comes_from_the_command_line_or_the_options() -> None:
     header = Header(1000, 10, {"target": "sqlite", "seed": 9, "nemesis": ["pause"]})
     typed = {"argv": ["/usr/bin/leasecheck", "run", "--target", "redis", "--time-limit", "60"], "seed": 12, "options": {}}
-    assert replay_command(typed, header, {})[0] == "leasecheck run --target redis --time-limit 60 --seed 12"
+    assert replay_command(typed, header, {}, replay_flags())[0] == "leasecheck run --target redis --time-limit 60 --seed 12"
     from_pytest = {"argv": ["/usr/bin/pytest", "-q"], "seed": 12,
                    "options": {"target": "mypkg:MyLease", "nemesis": ["pause", "kill"], "time_limit": 30.0, "concurrency": 8,
                                "ttl_ms": 1000, "seed": None, "workload": {"rate": 50.0}}}
-    assert replay_command(from_pytest, header, {})[0] == \
+    assert replay_command(from_pytest, header, {}, replay_flags())[0] == \
         "leasecheck run --target mypkg:MyLease --nemesis pause,kill --concurrency 8 --seed 12 --rate 50"
-    assert replay_command(None, header, {})[0] == "leasecheck run --target sqlite --nemesis pause --ttl 1000 --seed 9"
+    assert replay_command(None, header, {}, replay_flags())[0] == "leasecheck run --target sqlite --nemesis pause --ttl 1000 --seed 9"
     generated = Header(1000, 0, {"target": "bench-sim", "seed": 1, "generator": {"name": "bench.gen"}})
-    assert replay_command(None, generated, {})[0] is None
+    assert replay_command(None, generated, {}, replay_flags())[0] is None
 
 
 def test_an_unknown_verdict_shows_its_reason(caught: Path, tmp_path: Path) -> None:

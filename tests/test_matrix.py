@@ -25,7 +25,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from junit_schema import properties, read
 
-from leasecheck.ci.matrix import Cell, SpecError, load_spec, shard
+from leasecheck.ci.matrix import shard
+from leasecheck.ci.spec import Cell, SpecError, load_spec
 from leasecheck.cli import main
 from leasecheck.verdict.outcomes import EXPECTED_FILE, Expectation
 

@@ -61,7 +61,7 @@ def results_of(run_dir: Path) -> dict[str, Any]:
 
 def test_every_run_option_is_a_flag_of_leasecheck_run() -> None:
     """The table of run options is the CLI's: each maps to a real flag, and every flag a test may set is mapped."""
-    from leasecheck.cli import run
+    from leasecheck.cli.running import run
 
     flags = {opt for p in run.params if isinstance(p, click.Option) for opt in p.opts}
     assert set(RUN_FLAGS.values()) <= flags

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from junit_schema import read
 
-from leasecheck.ci.summary import html_page, shared_folder
+from leasecheck.ci.table import html_page, shared_folder
 from leasecheck.cli import main
 from leasecheck.verdict.outcomes import Expectation, Row, write_expected
 

@@ -28,6 +28,7 @@ from leasecheck.run.options import RunOptions
 from leasecheck.run.workload import Workload
 from leasecheck.targets.registry import TargetNotFound, available, load, not_installed, registered
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
+from leasecheck.verdict.exits import Exit
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ class AuditResult:
     first_anomaly_s: float | None = None
     #: the first anomaly: kind, node and the op indices that prove it
     proof: dict[str, Any] | None = None
-    exit_code: int = 0
+    exit_code: int = Exit.VALID
     options: dict[str, Any] = field(default_factory=dict)
     #: the kinds of the anomalies no fault of this run hit (their processes stalled on their own), reported apart
     without_fault: tuple[str, ...] = ()

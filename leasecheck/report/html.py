@@ -24,7 +24,7 @@ import base64
 import datetime as dt
 import html
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from leasecheck import __version__
 from leasecheck.checker.attribution import attribution_of
 from leasecheck.histories import Header
 from leasecheck.report.columns import F_NAMES, OUTCOMES, REASONS, Columns, read_columns
-from leasecheck.report.inputs import KIND_MEANING, RunInputs, load, replay_command, settings, sorted_anomalies
+from leasecheck.report.inputs import KIND_MEANING, ReplayFlag, RunInputs, load, replay_command, settings, sorted_anomalies
 from leasecheck.report.page_columns import encode, lanes
 
 REPORT = "report.html"
@@ -173,7 +173,8 @@ def page_meta(cols: Columns, inputs: RunInputs, lane_count: int) -> dict[str, An
     }
 
 
-def write_report(run_dir: Path, output: Path | None = None, *, warn: Callable[[str], None] | None = None) -> Path:
+def write_report(run_dir: Path, output: Path | None = None, *, replay_flags: Sequence[ReplayFlag],
+                 warn: Callable[[str], None] | None = None) -> Path:
     """Write the report of a run folder (or of a history file) and its plots; returns the report's path.
 
     ``run_dir`` is a run folder, or a history file (``history.jsonl`` read with
@@ -183,6 +184,8 @@ def write_report(run_dir: Path, output: Path | None = None, *, warn: Callable[[s
     next to the report. Raises :class:`~leasecheck.histories.HistoryError` on a
     history that is not one. Problems that still leave a report (an unreadable
     results.json, plots that could not be drawn) go to ``warn`` and onto the page.
+    ``replay_flags`` are ``leasecheck run``'s (:func:`leasecheck.run.flags.replay_flags`): what the
+    replay command is made of when test.json's command line was not ``leasecheck run`` itself.
     """
     warnings: list[str] = []
 
@@ -205,7 +208,7 @@ def write_report(run_dir: Path, output: Path | None = None, *, warn: Callable[[s
     lane, lane_count = lanes(cols)
     columns = encode(cols, lane, lane_count)
     header = cols.header
-    replay, replay_from = replay_command(inputs.test, header, inputs.results)
+    replay, replay_from = replay_command(inputs.test, header, inputs.results, replay_flags)
     target = inputs.results.get("target", header.meta.get("target", inputs.history.name))
     fill = {
         "title": _e(f"leasecheck report: {target}"),

@@ -10,9 +10,8 @@ with a warning, never fatal: the history alone makes a report.
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,6 @@ import msgspec
 
 from leasecheck.histories import Header, HistoryError
 from leasecheck.histories.vocabulary import KINDS
-from leasecheck.run.options import RunOptions
-from leasecheck.run.workload import Workload
 
 HISTORY, RESULTS, TEST = "history.jsonl", "results.json", "test.json"
 
@@ -41,16 +38,23 @@ KIND_MEANING: dict[str, str] = {
     "non-linearizable": "no order of the node's ops satisfies the lease model, and none of the other kinds explains it",
 }
 
-#: ``leasecheck run``'s flag for each option it has one for (the rest are set through the Python API)
-_FLAGS = {
-    "target": "--target", "url": "--url", "exec_store": "--exec-store", "nemesis": "--nemesis",
-    "nemesis_interval": "--nemesis-interval", "time_limit": "--time-limit", "evidence_wait_s": "--evidence-wait",
-    "concurrency": "--concurrency", "ttl_ms": "--ttl", "nodes": "--nodes", "dup_rate": "--dup-rate",
-    "seed": "--seed", "store": "--store", "clock_uncertainty_ms": "--clock-uncertainty",
-    "store_skew_ms": "--store-skew", "env": "--env",
-}
 #: settings shown first: what a reader of the report asks about before anything else
 _FIRST = ("target", "nemesis", "seed", "time_limit", "concurrency", "ttl_ms", "clock_uncertainty_ms", "nodes")
+
+
+@dataclass(frozen=True)
+class ReplayFlag:
+    """A ``leasecheck run`` flag the replay command may carry: the test.json option it repeats, and that option's default.
+
+    The report never imports a run, so whoever writes it gives it these
+    (:func:`leasecheck.run.flags.replay_flags`: ``leasecheck run``'s own table).
+    """
+
+    #: the key in test.json's ``options``; ``workload.rate``: ``rate`` in its ``workload`` object
+    option: str
+    flag: str
+    #: the option's value when the flag is not given: left out of the command at it
+    default: Any
 
 
 @dataclass
@@ -142,13 +146,23 @@ def _flag_value(name: str, value: Any) -> str:
     return str(value)
 
 
-def replay_command(test: dict[str, Any] | None, header: Header, results: dict[str, Any]) -> tuple[str | None, str]:
+def _option(options: dict[str, Any], key: str, default: Any) -> Any:
+    """test.json's option ``key`` (``workload.rate``: ``rate`` in its ``workload`` object), or ``default``."""
+    owner, _, name = key.rpartition(".")
+    if owner:
+        inner = options.get(owner)
+        return inner.get(name, default) if isinstance(inner, dict) else default
+    return options.get(name, default)
+
+
+def replay_command(test: dict[str, Any] | None, header: Header, results: dict[str, Any],
+                   flags: Sequence[ReplayFlag]) -> tuple[str | None, str]:
     """(the command that replays the run, where it came from), or (None, why there is none).
 
     test.json's argv when it was ``leasecheck run`` itself (with ``--seed``
     added if the seed was drawn); else built from its options, flag by flag
-    for what differs from the defaults; without test.json, from the history's
-    header (target, nemesis, seed, ttl).
+    (``flags``, in their order) for what differs from the defaults; without
+    test.json, from the history's header (target, nemesis, seed, ttl).
     """
     seed = (test or {}).get("seed", results.get("seed", header.meta.get("seed")))
     argv = (test or {}).get("argv")
@@ -160,17 +174,13 @@ def replay_command(test: dict[str, Any] | None, header: Header, results: dict[st
         return shlex.join(["leasecheck", "run", *args]), "test.json (the command line of the run)"
     options = (test or {}).get("options")
     if isinstance(options, dict):
-        defaults = dataclasses.asdict(RunOptions())
         args = []
-        for name, flag in _FLAGS.items():
-            value = seed if name == "seed" else options.get(name, defaults.get(name))
-            if name == "nemesis" and isinstance(value, list):
+        for f in flags:
+            value = seed if f.option == "seed" else _option(options, f.option, f.default)
+            if f.option == "nemesis" and isinstance(value, list):
                 value = tuple(value)
-            if value is not None and (value != defaults.get(name) or name in ("target", "seed")):
-                args += [flag, _flag_value(name, value)]
-        rate = (options.get("workload") or {}).get("rate", Workload().rate)
-        if rate:
-            args += ["--rate", _flag_value("rate", rate)]
+            if value is not None and (value != f.default or f.option in ("target", "seed")):
+                args += [f.flag, _flag_value(f.option, value)]
         return shlex.join(["leasecheck", "run", *args]), "test.json (its options)"
     target = results.get("target", header.meta.get("target"))
     if isinstance(target, str) and seed is not None and "generator" not in header.meta:
@@ -222,4 +232,4 @@ def settings(inputs: RunInputs, header: Header) -> list[tuple[str, str]]:
     return rows
 
 
-__all__ = ["KIND_MEANING", "RunInputs", "history_of", "load", "replay_command", "settings", "sorted_anomalies"]
+__all__ = ["KIND_MEANING", "ReplayFlag", "RunInputs", "history_of", "load", "replay_command", "settings", "sorted_anomalies"]

@@ -1,6 +1,7 @@
 """A run: a backend under concurrent workers and faults, recorded, then judged.
 
 * :mod:`.options` — what defines a run (:class:`~.options.RunOptions`) and what refuses one;
+* :mod:`.flags` — ``leasecheck run``'s options, declared once (the CLI, the matrix and the report's replay read them);
 * :mod:`.runner` — the run as a short story of phases; :mod:`.environment` — the store it runs against;
 * :mod:`.pool`, :mod:`.zygote`, :mod:`.workload` — the worker processes, their forkserver, the seed's workload;
 * :mod:`.hub`, :mod:`.merge`, :mod:`.takeovers` — the recorder and queue, the merged history, what wakes a zombie;

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from leasecheck.verdict.exits import interrupted
+
 #: the signals that end a run early
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -47,7 +49,7 @@ class Interrupts:
     @property
     def exit_code(self) -> int | None:
         """128 + the signal (130, 143), or None."""
-        return 128 + int(self.signal) if self.signal is not None else None
+        return interrupted(self.signal) if self.signal is not None else None
 
     def interrupt(self, sig: signal.Signals) -> None:
         """Take the interrupt path as if ``sig`` had arrived (a KeyboardInterrupt raised in a callback)."""

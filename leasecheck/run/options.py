@@ -21,6 +21,7 @@ from leasecheck.nemesis.store_clock import required_uncertainty_ms
 from leasecheck.run.workload import Workload
 from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES
 from leasecheck.targets.urls import url_problem
+from leasecheck.verdict.exits import Exit, interrupted
 
 #: stores we run as servers (what the store faults pause, kill and proxy)
 SERVER_STORES = ("postgres", "redis", "zookeeper", "etcd")
@@ -93,9 +94,9 @@ class RunResult:
     def exit_code(self) -> int:
         """docs/contracts/exit-codes.md's: 1 when anomalies are proven; else 128 + the signal if interrupted; else the verdict's."""
         if self.verdict.valid is False:
-            return 1
+            return Exit.INVALID
         if self.interrupted is not None:
-            return 128 + int(signal.Signals[self.interrupted])
+            return interrupted(signal.Signals[self.interrupted])
         return self.verdict.exit_code
 
 

@@ -355,8 +355,9 @@ class Run:
         """report.html and the plots, next to results.json; a failure is logged and warned about, never a verdict."""
         try:
             from leasecheck.report.html import write_report
+            from leasecheck.run.flags import replay_flags
 
-            write_report(self.run_dir, warn=lambda message: log.warning("report: %s", message))
+            write_report(self.run_dir, replay_flags=replay_flags(), warn=lambda message: log.warning("report: %s", message))
         except Exception as e:
             log.warning("the run report could not be written: %s: %s", type(e).__name__, e, exc_info=e)
             line = " ".join(f"{type(e).__name__}: {e}".split())

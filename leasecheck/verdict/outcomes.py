@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from leasecheck.histories.vocabulary import KINDS
+from leasecheck.verdict.exits import Exit, worst
 
 #: the verdicts a run can expect (docs/contracts/verdict.md's three)
 EXPECTABLE = ("valid", "invalid", "unknown")
@@ -25,12 +26,6 @@ EXPECTED_FILE = "expected.json"
 RESULTS_FILE = "results.json"
 TEST_FILE = "test.json"
 REPORT_FILE = "report.html"
-
-#: exit codes (docs/contracts/exit-codes.md)
-EXIT_OK, EXIT_MISMATCH, EXIT_UNKNOWN, EXIT_BAD_INPUT, EXIT_ENVIRONMENT = 0, 1, 2, 3, 4
-#: which non-matching row decides the exit code: a run that could not test beats a usage error, which beats a
-#: proven mismatch, which beats "only unknowns" (the same order as ``leasecheck audit``)
-_SEVERITY = (EXIT_ENVIRONMENT, EXIT_BAD_INPUT, EXIT_MISMATCH, EXIT_UNKNOWN)
 
 Outcome = Literal["pass", "failure", "error", "skipped"]
 
@@ -128,7 +123,7 @@ class Row:
     #: the command that replays the run, when known
     command: str | None = None
     #: the exit code of a row that could not be judged (``error``): 4, or 3 for options the run refused
-    error_code: int = EXIT_ENVIRONMENT
+    error_code: int = Exit.ENVIRONMENT
     #: a name of its own (``check``: the history's path); by default target / nemesis / seed
     name: str | None = None
 
@@ -179,23 +174,23 @@ class Row:
         exp = self.expected
         said = "" if exp.source == "default" else f"expected {exp.describe()}, got "
         if self.verdict == "skipped":
-            return Judgement(False, "skipped", EXIT_UNKNOWN, f"not run: {self.reason or 'the matrix was interrupted'}")
+            return Judgement(False, "skipped", Exit.UNKNOWN, f"not run: {self.reason or 'the matrix was interrupted'}")
         if self.verdict in ("error", "missing"):
             return Judgement(False, "error", self.error_code, said + self.found())
         if self.interrupted and self.verdict != "invalid":  # an interrupted run proves nothing but anomalies
             expected = f" (expected {exp.describe()})" if exp.source != "default" else ""
-            return Judgement(False, "error", EXIT_UNKNOWN,
+            return Judgement(False, "error", Exit.UNKNOWN,
                              f"interrupted by {self.interrupted}: {self.verdict} so far, which proves nothing{expected}")
         if self.verdict == exp.verdict:
             missing = [k for k in exp.kinds if k not in self.kinds]
             if not missing:
-                return Judgement(True, "pass", EXIT_OK, f"{self.found()}, as expected" if exp.source != "default" else self.found())
-            return Judgement(False, "failure", EXIT_MISMATCH, f"{said}{self.found()}; never found: {', '.join(missing)}")
+                return Judgement(True, "pass", Exit.VALID, f"{self.found()}, as expected" if exp.source != "default" else self.found())
+            return Judgement(False, "failure", Exit.INVALID, f"{said}{self.found()}; never found: {', '.join(missing)}")
         if self.verdict == "unknown":
-            return Judgement(False, "error", EXIT_UNKNOWN, said + self.found())
+            return Judgement(False, "error", Exit.UNKNOWN, said + self.found())
         if self.verdict == "valid":  # a broken variant expected invalid that comes out valid: its bug went uncaught
-            return Judgement(False, "failure", EXIT_MISMATCH, f"{said}valid: the expected anomalies were not found")
-        return Judgement(False, "failure", EXIT_MISMATCH, said + self.found())
+            return Judgement(False, "failure", Exit.INVALID, f"{said}valid: the expected anomalies were not found")
+        return Judgement(False, "failure", Exit.INVALID, said + self.found())
 
     def to_json(self) -> dict[str, Any]:
         j = self.judge()
@@ -308,12 +303,8 @@ def read_run(run_dir: Path, expected: Expectation | None = None) -> Row:
 
 
 def exit_code(rows: list[Row]) -> int:
-    """0 iff every row matched its expectation; else the worst non-matching row's code (4, 3, 1, then 2)."""
-    codes = {j.code for j in (r.judge() for r in rows) if not j.match}
-    for code in _SEVERITY:
-        if code in codes:
-            return code
-    return EXIT_OK if not codes else max(codes)
+    """0 iff every row matched its expectation; else the worst non-matching row's code (4, 3, 1, then 2: :data:`~leasecheck.verdict.exits.SEVERITY`)."""
+    return worst(j.code for j in (r.judge() for r in rows) if not j.match)
 
 
 def tally(rows: list[Row]) -> str:

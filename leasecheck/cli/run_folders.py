@@ -1,0 +1,98 @@
+"""``leasecheck report`` and ``heal``: a run folder after its run, its report (re)written, its faults undone.
+
+Both also serve a run whose harness was killed: ``heal`` undoes what it left
+active, and, as ``check`` does, :func:`recover_history` completes its history
+from the worker logs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from leasecheck.cli.output import one_line
+from leasecheck.histories import HistoryError
+from leasecheck.rundir.storedir import failed_start
+from leasecheck.verdict.exits import Exit
+
+
+@click.command()
+@click.argument("path", default="store/latest", metavar="[RUN_DIR]")
+@click.option("-o", "--output", default=None, metavar="FILE", help="Write the report here (default: RUN_DIR/report.html); the plots go next to it.")
+def report(path: str, output: str | None) -> None:
+    """Write (or rebuild) a run's report.html: verdict, anomalies, timeline, plots, settings.
+
+    RUN_DIR is a run folder (default: store/latest) or a history file. The
+    report is one self-contained HTML file that opens offline; the latency and
+    rate plots (PNG and SVG) are written next to it. A run folder without
+    results.json has its history checked for the report. Exit 0 once written,
+    3 on a history that is not one (one line: file, line, what).
+    """
+    from leasecheck.report.html import write_report
+    from leasecheck.run.flags import replay_flags
+
+    failed = failed_start(Path(path)) if Path(path).is_dir() else None
+    if failed is not None:
+        click.echo(f"{path}: this run failed before it recorded a history, nothing to report: {one_line(failed)}", err=True)
+        sys.exit(Exit.BAD_INPUT)
+    try:
+        written = write_report(Path(path), Path(output) if output else None, replay_flags=replay_flags(), warn=lambda m: click.echo(f"warning: {one_line(m)}", err=True))
+    except HistoryError as e:
+        click.echo(str(e), err=True)
+        sys.exit(Exit.BAD_INPUT)
+    click.echo(str(written))
+
+
+@click.command()
+@click.argument("path", default="store/latest", metavar="[RUN_DIR]")
+def heal(path: str) -> None:
+    """Undo the faults a run left active (after the harness itself was killed).
+
+    Reads RUN_DIR/faults.json (default: store/latest), undoes each fault it
+    lists — resume paused processes, and, with their nemeses, delete toxics,
+    reset clocks, unpause containers — and clears the file. Then appends to the
+    history what only the worker logs hold (RUN_DIR/workers/, what the killed
+    harness had not merged yet), as `leasecheck check RUN_DIR` does.
+    """
+    from leasecheck.nemesis.catalogue import import_fault_modules
+    from leasecheck.nemesis.heal import heal_record
+    from leasecheck.rundir.storedir import BadFaultsFile, load_faults, save_faults
+
+    import_fault_modules()  # each registers how to undo its records (docker's only if the extra is installed)
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        click.echo(f"leasecheck heal: {path}: not a run directory", err=True)
+        sys.exit(Exit.BAD_INPUT)
+    try:
+        records = load_faults(run_dir)
+    except BadFaultsFile as e:
+        click.echo(f"leasecheck heal: {e}", err=True)
+        sys.exit(Exit.BAD_INPUT)
+    if not records:
+        click.echo(f"{run_dir}: no active faults recorded; nothing to heal")
+    for rec in records:
+        click.echo(f"{rec.get('kind')}: {heal_record(rec)}")
+    if records:
+        save_faults(run_dir, [])
+    from leasecheck.rundir.files import remove_leftovers, remove_mp_tempdir
+
+    for name in remove_leftovers(run_dir):  # what a killed harness left: worker clocks, server data
+        click.echo(f"removed {run_dir / name}")
+    from leasecheck.rundir.worker_logs import harness_alive
+
+    mp_temp = None if harness_alive(run_dir) else remove_mp_tempdir(run_dir)  # a killed harness's forkserver socket folder
+    if mp_temp is not None:
+        click.echo(f"removed {mp_temp}")
+    recover_history(run_dir)
+
+
+def recover_history(run_dir: Path) -> None:
+    """A run whose harness was killed: append to its history what only the worker logs hold (leasecheck.rundir.worker_logs)."""
+    from leasecheck.rundir.worker_logs import WORKERS_DIR, recover
+
+    added = recover(run_dir)
+    if added is not None:
+        click.echo(f"{run_dir}: the harness died before merging everything: recovered {added} event(s) "
+                   f"from {run_dir / WORKERS_DIR} into history.jsonl", err=True)
