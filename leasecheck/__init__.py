@@ -13,7 +13,7 @@ The one import name. Its rooms, and the way the arrows point (import-linter chec
               servers                    store servers leasecheck starts, external tools
                 checker / targets / nemesis
                   histories              history format v1: nothing of ours below it
-    errors, waiting                      the front's one error and its one poll, beside every room
+    errors, exits, waiting               the one environment error, the exit codes (the checker's too), the one poll
 
 A room imports only rooms below it; ``report`` never imports ``run``.
 """

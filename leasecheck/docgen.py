@@ -31,7 +31,7 @@ from pathlib import Path
 import click
 
 from leasecheck.cli import main as cli_group
-from leasecheck.verdict.exits import Exit
+from leasecheck.exits import Exit
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 #: the synopsis is wrapped here (what a page of the site shows without scrolling), continuation lines indented

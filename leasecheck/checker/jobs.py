@@ -38,6 +38,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar
 
 from leasecheck.checker.split import forks
+from leasecheck.exits import interrupted
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -90,7 +91,7 @@ def sigterm_exits() -> Iterator[None]:
         return
 
     def leave(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
+        raise SystemExit(interrupted(signum))
 
     signal.signal(signal.SIGTERM, leave)
     try:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from leasecheck.exits import Exit
+
 if TYPE_CHECKING:
     from leasecheck.checker.coverage import Coverage
     from leasecheck.histories import Header
@@ -77,9 +79,9 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        """0 valid, 1 anomalies found, 2 unknown (docs/contracts/exit-codes.md)."""
+        """Valid, anomalies found or unknown (docs/contracts/exit-codes.md)."""
         if self.valid is True:
-            return 0
+            return Exit.VALID
         if self.valid is False:
-            return 1
-        return 2
+            return Exit.INVALID
+        return Exit.UNKNOWN

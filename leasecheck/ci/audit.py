@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.checker.verdict import Anomaly, Validity, Verdict
+from leasecheck.exits import Exit
 from leasecheck.run.options import RunOptions
 from leasecheck.run.workload import Workload
 from leasecheck.targets.registry import TargetNotFound, available, load, not_installed, registered
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
-from leasecheck.verdict.exits import Exit
 
 
 @dataclass(frozen=True)

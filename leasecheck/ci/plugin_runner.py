@@ -38,6 +38,7 @@ from leasecheck.ci.plugin_args import (
     seed_list,
 )
 from leasecheck.ci.plugin_results import Anomaly, LeasecheckError, LeasecheckResult, failure_message, verdict_name
+from leasecheck.exits import SIGNALLED, Exit  # the standard library only, like the plugin
 
 #: seconds a run may take beyond its time limit and evidence wait (servers' start, final reads, the check)
 RUN_SLACK_S = 300.0
@@ -62,13 +63,13 @@ def _stop(proc: subprocess.Popen[str], first: signal.Signals, wait_s: float) -> 
 
 
 def _exit_meaning(code: int) -> str:
-    if code == 3:
+    if code == Exit.BAD_INPUT:
         return "bad options"
-    if code == 4:
+    if code == Exit.ENVIRONMENT:
         return "the environment failed"
-    if code > 128:
+    if code > SIGNALLED:
         try:
-            return f"interrupted by {signal.Signals(code - 128).name}"
+            return f"interrupted by {signal.Signals(code - SIGNALLED).name}"
         except ValueError:
             pass
     if code < 0:
@@ -159,7 +160,7 @@ class LeasecheckRunner:
             raise
         elapsed = time.monotonic() - started
         code = proc.returncode
-        if code not in (0, 1, 2):
+        if code not in (Exit.VALID, Exit.INVALID, Exit.UNKNOWN):
             raise LeasecheckError(f"leasecheck run (seed {seed}) gave no verdict: exit {code}, {_exit_meaning(code)}:"
                                   f" {_last_line(err)}\n  replay: {command}")
         try:

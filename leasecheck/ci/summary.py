@@ -22,9 +22,9 @@ import click
 
 from leasecheck.ci.spec import SpecError, judge_against, load_spec
 from leasecheck.ci.table import html_page, markdown, print_table
+from leasecheck.exits import Exit
 from leasecheck.report import junit
 from leasecheck.report.terminal import console_for
-from leasecheck.verdict.exits import Exit
 from leasecheck.verdict.outcomes import RESULTS_FILE, Row, exit_code, read_run
 
 #: the symlink ``leasecheck run`` points at the newest run (or, in a downloaded artifact, a copy of that run)

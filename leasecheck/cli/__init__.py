@@ -1,6 +1,6 @@
 """The ``leasecheck`` command line: the group every command hangs from, and how each way of ending becomes an exit code.
 
-Exit codes are a contract (docs/contracts/exit-codes.md, :class:`~leasecheck.verdict.exits.Exit`):
+Exit codes are a contract (docs/contracts/exit-codes.md, :class:`~leasecheck.exits.Exit`):
 0 valid, 1 anomalies found, 2 unknown, 3 bad input or usage error, 4 the environment
 failed or leasecheck crashed. click's own usage errors exit 2, which would read as
 "unknown", so the group's ``main`` maps them to 3, and every other exception to 4 with one line.
@@ -36,7 +36,7 @@ from leasecheck.cli.new_target import new_target
 from leasecheck.cli.output import last_note, one_line
 from leasecheck.cli.run_folders import heal, report
 from leasecheck.cli.running import install_toxiproxy, run
-from leasecheck.verdict.exits import Exit, interrupted
+from leasecheck.exits import Exit, interrupted
 
 
 class _BrokenPipe(Exception):

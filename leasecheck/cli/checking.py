@@ -19,10 +19,10 @@ import msgspec
 from leasecheck.checker import DEFAULT_BUDGET, check_source
 from leasecheck.cli.output import one_line, write_junit
 from leasecheck.cli.run_folders import recover_history
+from leasecheck.exits import Exit, worst
 from leasecheck.histories import HistoryError
 from leasecheck.run.flags import Finite, output_file
 from leasecheck.rundir.storedir import failed_start
-from leasecheck.verdict.exits import Exit, worst
 
 if TYPE_CHECKING:
     from leasecheck.checker import Verdict

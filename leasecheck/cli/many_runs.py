@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
+from leasecheck.exits import SIGNALLED, Exit, worst
 from leasecheck.run.flags import Finite, comma_list, output_file
-from leasecheck.verdict.exits import SIGNALLED, Exit, worst
 
 
 @click.command()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from leasecheck.verdict.exits import Exit
+from leasecheck.exits import Exit
 
 
 @click.command("new-target")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from leasecheck.verdict.exits import Exit
+from leasecheck.exits import Exit
 
 if TYPE_CHECKING:
     from leasecheck.verdict.outcomes import Row

@@ -13,9 +13,9 @@ from pathlib import Path
 import click
 
 from leasecheck.cli.output import one_line
+from leasecheck.exits import Exit
 from leasecheck.histories import HistoryError
 from leasecheck.rundir.storedir import failed_start
-from leasecheck.verdict.exits import Exit
 
 
 @click.command()

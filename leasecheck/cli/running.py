@@ -14,8 +14,8 @@ from typing import Any
 import click
 
 from leasecheck.cli.output import last_note, one_line, write_junit
+from leasecheck.exits import Exit
 from leasecheck.run.flags import FLAGS, run_options
-from leasecheck.verdict.exits import Exit
 
 
 @click.command(params=[flag.option for flag in FLAGS])

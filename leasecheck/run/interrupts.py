@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from leasecheck.verdict.exits import interrupted
+from leasecheck.exits import interrupted
 
 #: the signals that end a run early
 SIGNALS = (signal.SIGINT, signal.SIGTERM)

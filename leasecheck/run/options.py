@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.checker import Verdict
+from leasecheck.exits import Exit, interrupted
 from leasecheck.histories.vocabulary import SITUATIONS
 from leasecheck.nemesis import clock
 from leasecheck.nemesis.catalogue import FaultKind, Need, UnknownFault, lookup, needing
@@ -21,7 +22,6 @@ from leasecheck.nemesis.store_clock import required_uncertainty_ms
 from leasecheck.run.workload import Workload
 from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES
 from leasecheck.targets.urls import url_problem
-from leasecheck.verdict.exits import Exit, interrupted
 
 #: stores we run as servers (what the store faults pause, kill and proxy)
 SERVER_STORES = ("postgres", "redis", "zookeeper", "etcd")

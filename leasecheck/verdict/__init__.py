@@ -2,8 +2,7 @@
 
 * :mod:`.run_verdict` — did the run test anything at all (evidence, coverage, the run verdict);
 * :mod:`.attribution` — the fault windows and their victims the checker's attribution takes;
-* :mod:`.outcomes` — a run's outcome against what was expected (the row CI shares);
-* :mod:`.exits` — the exit codes of every command, and the severity order that picks the worst.
+* :mod:`.outcomes` — a run's outcome against what was expected (the row CI shares).
 
 Pure functions of histories and verdicts. May import the core (``checker``, ``nemesis``'s
 catalogue, ``histories``); never ``run``, ``report``, ``ci`` or ``cli``.

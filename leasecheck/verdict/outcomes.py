@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from leasecheck.exits import Exit, worst
 from leasecheck.histories.vocabulary import KINDS
-from leasecheck.verdict.exits import Exit, worst
 
 #: the verdicts a run can expect (docs/contracts/verdict.md's three)
 EXPECTABLE = ("valid", "invalid", "unknown")
@@ -303,7 +303,7 @@ def read_run(run_dir: Path, expected: Expectation | None = None) -> Row:
 
 
 def exit_code(rows: list[Row]) -> int:
-    """0 iff every row matched its expectation; else the worst non-matching row's code (4, 3, 1, then 2: :data:`~leasecheck.verdict.exits.SEVERITY`)."""
+    """0 iff every row matched its expectation; else the worst non-matching row's code (4, 3, 1, then 2: :data:`~leasecheck.exits.SEVERITY`)."""
     return worst(j.code for j in (r.judge() for r in rows) if not j.match)
 
 
