@@ -3,7 +3,8 @@
 * :mod:`.options` — what defines a run (:class:`~.options.RunOptions`) and what refuses one;
 * :mod:`.runner` — the run as a short story of phases; :mod:`.environment` — the store it runs against;
 * :mod:`.pool`, :mod:`.zygote`, :mod:`.workload` — the worker processes, their forkserver, the seed's workload;
-* :mod:`.hub`, :mod:`.merge`, :mod:`.takeovers` — the recorder and queue, the merged history, what wakes a zombie;
+* :mod:`.recorder`, :mod:`.deliveries`, :mod:`.merge`, :mod:`.takeovers` — the recorder, the at-least-once queue, the merged
+  history, what wakes a zombie;
 * :mod:`.store_network`, :mod:`.final_reads`, :mod:`.interrupts` — proxies, the last reads, SIGINT/SIGTERM.
 
 May import: ``verdict``, ``report``, ``rundir``, ``servers``, the core (``checker``,

@@ -40,13 +40,14 @@ from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.faults import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
+from leasecheck.run.deliveries import Deliveries, new_run_id
 from leasecheck.run.environment import Environment, prepare
 from leasecheck.run.final_reads import node_names, read_every_node
-from leasecheck.run.hub import Deliveries, Recorder, Slot, new_run_id
 from leasecheck.run.interrupts import Interrupts
 from leasecheck.run.merge import Merge
 from leasecheck.run.options import BadOptions, RunOptions, RunResult, Timing, check_store, validate
 from leasecheck.run.pool import WorkerPool
+from leasecheck.run.recorder import Recorder, Slot
 from leasecheck.run.store_network import StoreNetwork
 from leasecheck.rundir.files import CLOCKS_DIR, note_mp_tempdir, remove_leftovers
 from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json

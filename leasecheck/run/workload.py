@@ -25,7 +25,7 @@ hub without waiting; the hub merges the workers' streams in time order
 (:mod:`leasecheck.run.merge`). So the recorded interval always contains the real
 one, whatever the timing. One case keeps the round trip: a claim racing a
 duplicate delivery waits until its rival's claim is in (see
-:meth:`leasecheck.run.hub.Recorder._claim_invoked`).
+:meth:`leasecheck.run.recorder.Recorder._claim_invoked`).
 """
 
 from __future__ import annotations
