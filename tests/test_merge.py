@@ -28,7 +28,7 @@ from leasecheck.run import recorder as recorder_module
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.merge import Merge
 from leasecheck.run.recorder import Recorder
-from leasecheck.run.workload import Hub, Recording
+from leasecheck.run.worker_pipe import Hub, Recording
 from leasecheck.rundir.worker_logs import JOURNAL, WORKERS_DIR, Journal, WorkerLog, recover
 
 

@@ -253,7 +253,7 @@ class Recorder:
 
     def _answer(self, s: Slot, conn: Connection, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
-        if kind == "batch":  # a held completion and the message after it (see workload.Hub.complete)
+        if kind == "batch":  # a held completion and the message after it (see worker_pipe.Hub.complete)
             for part in msg[1:]:
                 self._answer(s, conn, part)
             return
