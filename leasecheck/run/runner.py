@@ -57,7 +57,8 @@ from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavail
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.targets.registry import TargetSpec, load, server_not_installed
 from leasecheck.verdict.attribution import fault_victims
-from leasecheck.verdict.run_verdict import CoverageTail, HistoryTail, coverage_json, fault_windows, gaps, required, run_verdict
+from leasecheck.verdict.run_verdict import coverage_json, fault_windows, gaps, required, run_verdict
+from leasecheck.verdict.tails import CoverageTail, HistoryTail
 
 log = logging.getLogger("leasecheck.run")
 
