@@ -2,6 +2,8 @@
 
 * :mod:`.options` — what defines a run (:class:`~.options.RunOptions`) and what refuses one;
 * :mod:`.runner` — the run as a short story of phases; :mod:`.environment` — the store it runs against;
+* :mod:`.deadline` — when the test proper ends (the time limit, or later while evidence is missing);
+  :mod:`.judgement` — the finished run's verdict and report;
 * :mod:`.pool`, :mod:`.zygote`, :mod:`.workload`, :mod:`.worker_pipe` — the worker processes, their forkserver, the seed's
   workload, a worker's end of its pipe (it stamps, logs and sends its events);
 * :mod:`.recorder`, :mod:`.deliveries`, :mod:`.merge`, :mod:`.takeovers` — the recorder, the at-least-once queue, the merged
