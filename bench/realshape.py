@@ -2,7 +2,7 @@
 
 ``bench.gen``'s default shape keeps 100 nodes per run busy for hundreds of ops
 each. A real run is different: leasecheck's workload (``leasecheck/run/workload.py``)
-takes a node from an at-least-once queue (``leasecheck/run/hub.py``), claims it,
+takes a node from an at-least-once queue (``leasecheck/run/deliveries.py``), claims it,
 executes for a fraction of a ttl (a quarter of the executions for 1.2-2.5 ttl,
 heartbeating every ttl/3), writes 1-3 effects, and commits, or releases, or its
 process crashes; the queue duplicates deliveries and hands out nodes again
@@ -49,7 +49,7 @@ _READ_RATE = 0.15  # a loop iteration also reads a node the worker held lately
 _MAX_EFFECTS = 3
 _ZOMBIE_ACTS = ("renew", "effect", "read", "commit", "release")
 _ZOMBIE_WAIT_TTLS = 4.0  # the longest a zombie waits for its node to be taken over
-# the queue (leasecheck.run.hub.Deliveries, leasecheck.run.options: dup_rate 0.1, visibility 1.5 ttl)
+# the queue (leasecheck.run.deliveries.Deliveries, leasecheck.run.options: dup_rate 0.1, visibility 1.5 ttl)
 _DUP_RATE = 0.1  # a delivery is duplicated: the copy goes to the very next consumer
 _EXTENDED_SHARE = 0.5  # deliveries whose heartbeats extend the visibility
 _VISIBILITY_TTLS = 1.5

@@ -24,10 +24,11 @@ import pytest
 from test_run import _harness, _wait_for_paused_worker, _wait_gone, check_cli
 
 from leasecheck.histories import Header, HistoryWriter, read_history
-from leasecheck.run import hub as hub_module
-from leasecheck.run.hub import Deliveries, Recorder
+from leasecheck.run import recorder as recorder_module
+from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.merge import Merge
-from leasecheck.run.workload import Hub, Recording
+from leasecheck.run.recorder import Recorder
+from leasecheck.run.worker_pipe import Hub, Recording
 from leasecheck.rundir.worker_logs import JOURNAL, WORKERS_DIR, Journal, WorkerLog, recover
 
 
@@ -166,7 +167,7 @@ def test_a_paused_worker_holds_the_file_back_but_not_what_the_hub_answers(tmp_pa
     assert recorder.tally.ok == 3 and recorder.takeovers.holders() == {1}  # answered from what was received
     assert recorder.merge.laggards() == [recorder.slots[pa].stream]
     assert len(recorder._listened()) == 3
-    monkeypatch.setattr(hub_module, "MAX_BUFFERED", 3)  # past the bound, the recorder listens to the laggard alone
+    monkeypatch.setattr(recorder_module, "MAX_BUFFERED", 3)  # past the bound, the recorder listens to the laggard alone
     assert recorder._listened() == [pa]
     a.send(("complete", "ok", {}, now()))  # a resumes
     recorder._handle(pa)

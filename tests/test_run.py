@@ -636,7 +636,8 @@ def test_recorder_survives_a_worker_killed_between_invoke_and_ack(tmp_path: Path
     from multiprocessing import Pipe
 
     from leasecheck.histories import Header, HistoryWriter
-    from leasecheck.run.hub import Deliveries, Recorder
+    from leasecheck.run.deliveries import Deliveries
+    from leasecheck.run.recorder import Recorder
 
     died = []
     writer = HistoryWriter(tmp_path / "history.jsonl", Header(1000, 10, {}))

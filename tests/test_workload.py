@@ -18,7 +18,7 @@ import pytest
 
 from leasecheck.histories.format import lease_key
 from leasecheck.nemesis.catalogue import lookup
-from leasecheck.run.hub import Deliveries
+from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.runner import RunOptions, run
 from leasecheck.run.takeovers import Takeovers
 from leasecheck.verdict.run_verdict import applicable

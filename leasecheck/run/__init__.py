@@ -3,8 +3,12 @@
 * :mod:`.options` — what defines a run (:class:`~.options.RunOptions`) and what refuses one;
 * :mod:`.flags` — ``leasecheck run``'s options, declared once (the CLI, the matrix and the report's replay read them);
 * :mod:`.runner` — the run as a short story of phases; :mod:`.environment` — the store it runs against;
-* :mod:`.pool`, :mod:`.zygote`, :mod:`.workload` — the worker processes, their forkserver, the seed's workload;
-* :mod:`.hub`, :mod:`.merge`, :mod:`.takeovers` — the recorder and queue, the merged history, what wakes a zombie;
+* :mod:`.deadline` — when the test proper ends (the time limit, or later while evidence is missing);
+  :mod:`.judgement` — the finished run's verdict and report;
+* :mod:`.pool`, :mod:`.zygote`, :mod:`.workload`, :mod:`.worker_pipe` — the worker processes, their forkserver, the seed's
+  workload, a worker's end of its pipe (it stamps, logs and sends its events);
+* :mod:`.recorder`, :mod:`.deliveries`, :mod:`.merge`, :mod:`.takeovers` — the recorder, the at-least-once queue, the merged
+  history, what wakes a zombie;
 * :mod:`.store_network`, :mod:`.final_reads`, :mod:`.interrupts` — proxies, the last reads, SIGINT/SIGTERM.
 
 May import: ``verdict``, ``report``, ``rundir``, ``servers``, the core (``checker``,

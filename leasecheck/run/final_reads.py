@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from leasecheck.histories import HistoryWriter
-from leasecheck.run.hub import Recorder, node_name
+from leasecheck.run.deliveries import node_name
+from leasecheck.run.recorder import Recorder
 from leasecheck.targets.base import NodeState
 from leasecheck.targets.registry import TargetSpec
 

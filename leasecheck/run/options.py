@@ -1,4 +1,4 @@
-"""What defines a run (:class:`RunOptions`), what refuses one (:func:`validate`), and the durations it derives.
+"""What defines a run (:class:`RunOptions`), what refuses one (:func:`validate`, :func:`load_target`), and the durations it derives.
 
 Faults are validated against the catalogue (:mod:`leasecheck.nemesis.catalogue`):
 unknown names are refused naming the known ones, and each fault's needs
@@ -20,7 +20,9 @@ from leasecheck.nemesis import clock
 from leasecheck.nemesis.catalogue import FaultKind, Need, UnknownFault, lookup, needing
 from leasecheck.nemesis.store_clock import required_uncertainty_ms
 from leasecheck.run.workload import Workload
-from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES
+from leasecheck.targets.base import Target
+from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES, ExecTarget
+from leasecheck.targets.registry import load, server_not_installed
 from leasecheck.targets.urls import url_problem
 
 #: stores we run as servers (what the store faults pause, kill and proxy)
@@ -180,6 +182,20 @@ def check_store(opts: RunOptions, kinds: tuple[FaultKind, ...], store: str | Non
         raise BadOptions(f"{opts.target} brings its own store (its class says store = None): pass the store's address"
                          " with --url URL (the adapter gets it as self.config.url)")
 
+
+
+def load_target(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> type[Target]:
+    """The backend class ``--target`` names (an ``exec:`` child over ``--exec-store``'s store), refused (BadOptions) when it
+    cannot take the run: its store (:func:`check_store`), a server whose client library is missing, the ttl."""
+    target_cls = load(opts.target)
+    if issubclass(target_cls, ExecTarget) and opts.exec_store != "none":
+        target_cls = target_cls.with_store(opts.exec_store)
+    check_store(opts, kinds, target_cls.store)
+    if not opts.url and (lacking := server_not_installed(target_cls.store)) is not None:
+        raise BadOptions(f"--target {opts.target}: {lacking}")  # a team's adapter need not declare psycopg to be told
+    if (problem := target_cls.ttl_problem(opts.ttl_ms)) is not None:
+        raise BadOptions(f"--target {opts.target}: {problem}")
+    return target_cls
 
 @dataclass(frozen=True)
 class Timing:

@@ -27,10 +27,11 @@ from typing import Any, ClassVar, cast
 
 from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.run import zygote
-from leasecheck.run.hub import Recorder, Slot
 from leasecheck.run.interrupts import shielded
+from leasecheck.run.recorder import Recorder, Slot
 from leasecheck.run.store_network import StoreNetwork
-from leasecheck.run.workload import Recording, Workload, worker_main
+from leasecheck.run.worker_pipe import Recording
+from leasecheck.run.workload import Workload, worker_main
 from leasecheck.targets.base import Target
 from leasecheck.targets.registry import TargetSpec, load
 

@@ -28,25 +28,26 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from leasecheck.checker import Verdict, check_source
-from leasecheck.checker.coverage import Coverage
 from leasecheck.histories import Header, HistoryWriter
 from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
+from leasecheck.run.deadline import Deadline
+from leasecheck.run.deliveries import Deliveries, new_run_id
 from leasecheck.run.environment import Environment, prepare
 from leasecheck.run.final_reads import node_names, read_every_node
-from leasecheck.run.hub import Deliveries, Recorder, Slot, new_run_id
 from leasecheck.run.interrupts import Interrupts
+from leasecheck.run.judgement import judge, write_report
 from leasecheck.run.merge import Merge
-from leasecheck.run.options import BadOptions, RunOptions, RunResult, Timing, check_store, validate
+from leasecheck.run.options import BadOptions, RunOptions, RunResult, Timing, load_target, validate
 from leasecheck.run.pool import WorkerPool
+from leasecheck.run.recorder import Recorder, Slot
 from leasecheck.run.store_network import StoreNetwork
 from leasecheck.rundir.files import CLOCKS_DIR, note_mp_tempdir, remove_leftovers
 from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
@@ -54,9 +55,9 @@ from leasecheck.rundir.worker_logs import WORKERS_DIR, Journal
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
 from leasecheck.targets.exec_target import ExecTarget
-from leasecheck.targets.registry import TargetSpec, load, server_not_installed
-from leasecheck.verdict.attribution import fault_victims
-from leasecheck.verdict.run_verdict import CoverageTail, HistoryTail, coverage_json, fault_windows, gaps, required, run_verdict
+from leasecheck.targets.registry import TargetSpec
+from leasecheck.verdict.run_verdict import coverage_json
+from leasecheck.verdict.tails import HistoryTail
 
 log = logging.getLogger("leasecheck.run")
 
@@ -76,14 +77,7 @@ class Run:
     def __init__(self, opts: RunOptions, progress: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.kinds = validate(opts)
         self.opts = opts
-        self.target_cls = load(opts.target)
-        if issubclass(self.target_cls, ExecTarget) and opts.exec_store != "none":
-            self.target_cls = self.target_cls.with_store(opts.exec_store)
-        check_store(opts, self.kinds, self.target_cls.store)
-        if not opts.url and (lacking := server_not_installed(self.target_cls.store)) is not None:
-            raise BadOptions(f"--target {opts.target}: {lacking}")  # a team's adapter need not declare psycopg to be told
-        if (problem := self.target_cls.ttl_problem(opts.ttl_ms)) is not None:
-            raise BadOptions(f"--target {opts.target}: {problem}")
+        self.target_cls = load_target(opts, self.kinds)
         self.needs = needs(self.kinds)
         self.seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**31)
         self.run_id = new_run_id()  # in every node's name: runs that share a store never see each other's nodes
@@ -109,36 +103,32 @@ class Run:
     # -------------------------------------------------------------------- run
 
     def execute(self) -> RunResult:
-        opts = self.opts
-        self.run_dir = new_run_dir(Path(opts.store), opts.target)
-        handler = _log_to(self.run_dir / "leasecheck.log")
-        write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "run_id": self.run_id, "argv": sys.argv})
-        log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
-        started = self.started = time.monotonic()
-        self.clocks = ClockControl(self.run_dir / CLOCKS_DIR)  # removed at the end, or by ``leasecheck heal``
-        stop = self.interrupts.event
+        """The run, phase by phase (docs/how-it-works.md). Once its folder is there, on every exit: every fault is healed
+        and faults.json emptied, then the history closed, every clock reset, every process we started stopped; an
+        exception marks the folder failed and goes on up; the run's log handler is removed."""
+        handler = self._open_run_folder()
         try:
             with self.interrupts:
                 try:
-                    producer = self._prepare()
+                    self._start_store()
+                    self._start_proxies()
+                    producer = self._connect_producer()
+                    self._open_history(producer)
+                    self._set_up_workers(producer)
+                    self._set_up_nemesis()
                     try:
-                        if not stop.is_set() and self._await_workers():
-                            self._drive(started)
-                        if self.interrupts.name is not None:
-                            log.info("%s: winding down", self.interrupts.name)
-                            print(f"\ninterrupted ({self.interrupts.name}): healing faults and checking what was recorded", file=sys.stderr)
+                        if self._start_workers():
+                            self._drive()
+                        self._say_if_interrupted()
                     finally:
-                        self._wind_down()
+                        self._heal()
+                        self._stop_workers()
                         save_faults(self.run_dir, [])
-                    if not stop.wait(self.timing.expiry_wait_s):
-                        nodes = node_names(self.run_id, self.deliveries.runs, opts.nodes)
-                        read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set)
+                    self._read_every_node()
                     producer.close()
                 finally:
                     self._clean_up()
-                if self.interrupts.name is not None:
-                    log.info("interrupted by %s: checking what was recorded", self.interrupts.name)
-                return self._judge(time.monotonic() - started)
+                return self._judge()
         except BaseException as e:  # the traceback goes to the run's log; the CLI prints one line (exit 3 or 4)
             self._failed(e)
             raise
@@ -146,26 +136,51 @@ class Run:
             log.removeHandler(handler)
             handler.close()
 
+    def _open_run_folder(self) -> logging.Handler:
+        """The run's folder, its log (the handler the caller removes), test.json; the run's clock and the workers' clocks."""
+        opts = self.opts
+        self.run_dir = new_run_dir(Path(opts.store), opts.target)
+        handler = _log_to(self.run_dir / "leasecheck.log")
+        write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "run_id": self.run_id, "argv": sys.argv})
+        log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
+        self.started = time.monotonic()
+        self.clocks = ClockControl(self.run_dir / CLOCKS_DIR)  # removed at the end, or by ``leasecheck heal``
+        return handler
+
     def _failed(self, e: BaseException) -> None:
         """Log the traceback, mark the run directory failed (storedir: never ``latest`` without a history)."""
         log.error("run failed: %s: %s", type(e).__name__, e, exc_info=e)
         mark_failed(self.run_dir, f"{type(e).__name__}: {e}" if not isinstance(e, EnvironmentFailure) else str(e))
         e.add_note(f"traceback in {self.run_dir / 'leasecheck.log'}")
 
-    def _prepare(self) -> Target:
-        """Store, proxies, history, queue, recorder, workers' pool and nemesis; returns the producer's client."""
+    # ---------------------------------------------------------- the parts
+
+    def _start_store(self) -> None:
+        """The store the backend runs against (a server of ours, or ``--url``), and the spec every client is made from."""
         opts = self.opts
         self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable=Need.FAKETIME in self.needs, env=opts.env)
         # log_dir: where a backend may keep logs of its own (an exec: child's stderr goes to exec.log there)
         config = TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s, options={"log_dir": str(self.run_dir)})
         self.spec = TargetSpec(opts.target, config)
-        if Need.TOXIPROXY in self.needs:  # the producer and the final reads bypass it
+
+    def _start_proxies(self) -> None:
+        """Toxiproxy between each worker and the store, when a fault needs it (the producer and the final reads bypass it)."""
+        if Need.TOXIPROXY in self.needs:
             self.network = StoreNetwork(self.run_dir / "toxiproxy", seed=self.seed)
+
+    def _connect_producer(self) -> Target:
+        """The producer's client (it creates the queue's nodes), set up; a store it cannot reach is the environment's failure."""
+        assert self.env is not None
         try:
             producer = self.spec.make()
             producer.setup()
         except (Unavailable, Indeterminate) as e:
-            raise EnvironmentFailure(f"cannot reach the {opts.target} store at {self.env.url or '(no --url)'}: {e}") from None
+            raise EnvironmentFailure(f"cannot reach the {self.opts.target} store at {self.env.url or '(no --url)'}: {e}") from None
+        return producer
+
+    def _open_history(self, producer: Target) -> None:
+        """history.jsonl with its header, the merge of the workers' streams into it; only now is the run store/latest."""
+        opts = self.opts
         meta = {
             "target": opts.target, "seed": self.seed, "run_id": self.run_id, "nemesis": list(opts.nemesis),
             "concurrency": opts.concurrency, "store": self.target_cls.store,
@@ -176,11 +191,15 @@ class Run:
             effect_fence = producer.hello.effect_fence
         header = Header(opts.ttl_ms, self.timing.uncertainty_ms, meta, effect_fence=effect_fence,
                         lease_expiry=self.target_cls.lease_expiry)
-        start_ns = time.monotonic_ns()  # the history's time origin: the workers stamp their events against it
-        self.writer = HistoryWriter(self.run_dir / "history.jsonl", header, start_ns=start_ns)
+        self.start_ns = time.monotonic_ns()  # the history's time origin: the workers stamp their events against it
+        self.writer = HistoryWriter(self.run_dir / "history.jsonl", header, start_ns=self.start_ns)
         journal = Journal(self.run_dir / WORKERS_DIR) if opts.record else None
         self.merge = Merge(self.writer, journal)
         mark_latest(self.run_dir)  # only now: a run that failed to start never becomes store/latest
+
+    def _set_up_workers(self, producer: Target) -> None:
+        """The delivery queue, the recorder that serves the workers' pipes, the pool that starts them (none started yet)."""
+        opts = self.opts
         self.deliveries = Deliveries(
             random.Random(f"{self.seed}/queue"), opts.nodes, opts.dup_rate,
             visibility_s=self.timing.visibility_s,
@@ -188,7 +207,12 @@ class Run:
         )
         self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put, self.merge)
         self.pool = WorkerPool(self.spec, opts.workload, self.seed, opts.record, self.recorder, self.clocks, self.network,
-                               log_dir=self.run_dir / WORKERS_DIR, start_ns=start_ns)
+                               log_dir=self.run_dir / WORKERS_DIR, start_ns=self.start_ns)
+
+    def _set_up_nemesis(self) -> None:
+        """The nemesis on its seeded schedule, and what its faults act on (not started yet)."""
+        assert self.env is not None
+        opts = self.opts
         context = FaultContext(
             ttl_ms=opts.ttl_ms, workers=self.recorder.ready, holders=self.recorder.takeovers.holders, clocks=self.clocks,
             network=self.network.network if self.network is not None else None,
@@ -198,7 +222,8 @@ class Run:
             self.kinds, opts.nemesis_interval, context, self.merge.nemesis, random.Random(f"{self.seed}/nemesis"),
             on_change=self._save_faults, first_interval_s=opts.time_limit / 3,
         )
-        return producer
+
+    # ---------------------------------------------------------- the test
 
     def _check_parts(self) -> None:
         for part in (self.recorder, self.deliveries, self.nemesis):
@@ -216,8 +241,10 @@ class Run:
         log.info("worker %d (process %d) died; started process %d", dead.slot, dead.process, new.process)
         return dead
 
-    def _await_workers(self) -> bool:
+    def _start_workers(self) -> bool:
         """The barrier: spawn every worker and wait until each has said hello; False if interrupted first."""
+        if self.interrupts.event.is_set():  # before anything was started: nothing to start
+            return False
         n = self.opts.concurrency
         self.deliveries.start()
         self.recorder.start()
@@ -245,30 +272,22 @@ class Run:
         self.recorder.go.set()
         return True
 
-    def _drive(self, started: float) -> None:
-        """The test proper: workers under the nemesis until the time limit (longer while evidence is missing), or a signal."""
+    def _drive(self) -> None:
+        """The test proper: workers under the nemesis until the deadline (past the time limit while evidence is missing),
+        or a signal; dead workers replaced, the progress callback fed."""
+        assert self.started is not None
         self.nemesis.start()
-        now = time.monotonic()
-        deadline, cap = now + self.opts.time_limit, now + self.opts.time_limit + self.opts.evidence_wait_s
-        self.tail = HistoryTail(self.run_dir / "history.jsonl")
-        # a whole-history count, recomputed now and then; only worth it when the run must reach a situation
-        situations = CoverageTail(self.run_dir / "history.jsonl") if any(required(self.kinds, self.opts.require).values()) else None
-        extended = False
+        end = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require,
+                       self.opts.time_limit, self.opts.evidence_wait_s, now=time.monotonic())
+        self.tail = end.tail
         while not self.interrupts.event.is_set():
-            now = time.monotonic()
-            if now >= deadline:
-                reached = situations.poll() if situations is not None and now < cap else Coverage()
-                missing = gaps(self.tail.poll(), self.kinds, reached, self.opts.require) if now < cap else []
-                if not missing:
-                    break
-                if not extended:
-                    extended = True
-                    log.info("time limit reached; going on up to %g s more while missing: %s", cap - now, "; ".join(missing))
+            if end.passed(time.monotonic()):
+                break
             self._check_parts()
             self._replace_dead()
             if self.progress is not None:
                 try:
-                    self.progress(self.snapshot(started))
+                    self.progress(self.snapshot(self.started))
                 except KeyboardInterrupt:  # a caller's callback may stop the run this way (bench/bench_runner.py)
                     self.interrupts.interrupt(signal.SIGINT)
 
@@ -281,8 +300,16 @@ class Run:
             "faults": self.nemesis.active_names(), "workers": len(self.recorder.live()),
         }
 
-    def _wind_down(self) -> None:
-        """Heal every fault, then let every worker finish its op and exit (kill stragglers)."""
+    def _say_if_interrupted(self) -> None:
+        """A signal cut the test short: say so (the run goes on to heal, read every node and check what was recorded)."""
+        if self.interrupts.name is not None:
+            log.info("%s: winding down", self.interrupts.name)
+            print(f"\ninterrupted ({self.interrupts.name}): healing faults and checking what was recorded", file=sys.stderr)
+
+    # ---------------------------------------------------------- the end
+
+    def _heal(self) -> None:
+        """Heal every fault: the nemesis', the proxies', the store's containers' (whatever of them was made)."""
         if hasattr(self, "nemesis"):
             self.nemesis.heal_all()
         if self.network is not None:
@@ -290,6 +317,9 @@ class Run:
         if self.env is not None:
             for report in self.env.heal_containers():
                 log.info("container heal: %s", report)
+
+    def _stop_workers(self) -> None:
+        """Let every worker finish its op and exit (kill stragglers); the rest of what they sent goes into the history."""
         if not hasattr(self, "recorder"):
             return
         self.recorder.stopping.set()
@@ -298,6 +328,13 @@ class Run:
         self.recorder.join(10)
         self.deliveries.stop()
         self.merge.drain()  # every worker is gone: what is still buffered goes into the history, in time order
+
+    def _read_every_node(self) -> None:
+        """Once every lease can have expired (unless a signal came first): the final read of every node."""
+        stop = self.interrupts.event
+        if not stop.wait(self.timing.expiry_wait_s):
+            nodes = node_names(self.run_id, self.deliveries.runs, self.opts.nodes)
+            read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set)
 
     def _clean_up(self) -> None:
         """Close the history, reset every clock, stop Toxiproxy and the store (on every exit path)."""
@@ -317,24 +354,13 @@ class Run:
             self.env.stop(keep_logs_in=self.run_dir)
         remove_leftovers(self.run_dir)
 
-    def _judge(self, seconds: float) -> RunResult:
-        """Check the history, apply the run verdict, write results.json."""
-        history = self.run_dir / "history.jsonl"
-        reason: str | None
-        reached = Coverage()
-        if self.opts.record:
-            checked = check_source(history, budget=self.opts.check_budget, windows=fault_windows, faults=fault_victims)
-            evidence = (self.tail or HistoryTail(history)).poll()
-            reached = checked.coverage or reached
-            valid, reason = run_verdict(checked.valid, evidence, self.kinds, reached, self.opts.require)
-            if self.interrupts.name is not None and valid is not False:  # what it lacked is not the news: it was cut short
-                reason = self._interrupted(reason)
-            verdict = replace(checked, valid=valid)
-        else:  # the recorder-overhead baseline: workers ran without recording, nothing to judge
-            reason = "recording was off: no history to check"
-            verdict = Verdict("unknown", [], {"ops": 0, "nodes": 0}, [reason])
-        if reason is not None:
-            log.info("verdict %s: %s", verdict.valid, reason)
+    def _judge(self) -> RunResult:
+        """Check the history, write results.json and the report: what the run returns."""
+        assert self.started is not None
+        if self.interrupts.name is not None:
+            log.info("interrupted by %s: checking what was recorded", self.interrupts.name)
+        seconds = time.monotonic() - self.started
+        verdict, reason, reached = judge(self.run_dir / "history.jsonl", self.opts, self.kinds, self.tail, self.interrupts, self.started)
         stats = self._stats(seconds)
         write_json(self.run_dir / "results.json", {
             **verdict.to_json(), "reason": reason, "target": self.opts.target, "nemesis": list(self.opts.nemesis),
@@ -342,26 +368,8 @@ class Run:
             "coverage": coverage_json(reached, self.kinds, self.opts.require),
         })
         if self.opts.record:
-            self._write_report()
+            write_report(self.run_dir)
         return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
-
-    def _interrupted(self, lacked: str | None) -> str:
-        """The reason of an interrupted run without a proven anomaly: the signal and when, then what it lacked."""
-        at = self.interrupts.at
-        when = f" {at - self.started:.1f} s after the start" if at is not None and self.started is not None else ""
-        return f"interrupted by {self.interrupts.name}{when}" + (f"; by then {lacked}" if lacked else "")
-
-    def _write_report(self) -> None:
-        """report.html and the plots, next to results.json; a failure is logged and warned about, never a verdict."""
-        try:
-            from leasecheck.report.html import write_report
-            from leasecheck.run.flags import replay_flags
-
-            write_report(self.run_dir, replay_flags=replay_flags(), warn=lambda message: log.warning("report: %s", message))
-        except Exception as e:
-            log.warning("the run report could not be written: %s: %s", type(e).__name__, e, exc_info=e)
-            line = " ".join(f"{type(e).__name__}: {e}".split())
-            print(f"warning: the run report could not be written ({line}); see {self.run_dir / 'leasecheck.log'}", file=sys.stderr)
 
     def _stats(self, seconds: float) -> dict[str, Any]:
         t = self.recorder.tally

@@ -17,15 +17,8 @@ an event, not a sleep. A worker woken from a real pause (SIGSTOP) past its
 lease, or refused a heartbeat, becomes such a zombie too (or, as a careful worker
 would, stops). Every choice comes from the worker's seeded RNG.
 
-Every operation is recorded without a round trip: the worker stamps its invoke
-with CLOCK_MONOTONIC (one clock for every process on the host) before it talks
-to the store and its completion after the reply, appends each to its own log in
-the run folder (what recovery reads if the harness dies) and sends it to the
-hub without waiting; the hub merges the workers' streams in time order
-(:mod:`leasecheck.run.merge`). So the recorded interval always contains the real
-one, whatever the timing. One case keeps the round trip: a claim racing a
-duplicate delivery waits until its rival's claim is in (see
-:meth:`leasecheck.run.hub.Recorder._claim_invoked`).
+Every operation is recorded without a round trip, by the worker's end of its pipe
+to the harness (:mod:`leasecheck.run.worker_pipe`).
 """
 
 from __future__ import annotations
@@ -44,7 +37,7 @@ from typing import Any
 from leasecheck.histories.format import lease_key
 from leasecheck.run.interrupts import ignore_in_child
 from leasecheck.run.takeovers import PHASES
-from leasecheck.rundir.worker_logs import WorkerLog
+from leasecheck.run.worker_pipe import Hub, Recording
 from leasecheck.servers.base import die_with_parent
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
 from leasecheck.targets.registry import TargetSpec
@@ -86,102 +79,6 @@ class Workload:
     #: scales every execution's duration; 0 runs claim, effects and commit back to back
     #: (throughput benchmarks: the store's speed, not the simulated work)
     exec_scale: float = 1.0
-
-
-#: a worker about to sleep at least this long says so first (``idle``), so that the merge need not wait for it
-IDLE_NOTE_S = 0.02
-
-
-@dataclass(frozen=True)
-class Recording:
-    """How a worker records: where its log goes, the history's time origin, its first process number."""
-
-    log_dir: str
-    start_ns: int
-    process: int
-
-
-class Hub:
-    """The worker's end of its pipe to the harness, and its own log of the events it stamps."""
-
-    def __init__(self, conn: Connection, recording: Recording | None = None, slot: int = 0) -> None:
-        self.conn = conn
-        self.record = recording is not None
-        self.start_ns = recording.start_ns if recording is not None else 0
-        #: this worker's process number in the history (a new one after each ``info`` op)
-        self.process = recording.process if recording is not None else -1
-        self.log = WorkerLog(recording.log_dir, slot) if recording is not None else None
-        #: the last completion, stamped but not yet logged nor sent: (its log line, its message)
-        self._held: tuple[bytes, tuple[Any, ...]] | None = None
-
-    def _release(self, line: bytes = b"", msg: tuple[Any, ...] | None = None) -> None:
-        """Log ``line`` and send ``msg``, each after the held completion's: one write, one message."""
-        held, self._held = self._held, None
-        if held is not None:
-            line = held[0] + line
-            msg = held[1] if msg is None else ("batch", held[1], msg)
-        if line:
-            assert self.log is not None
-            self.log.write_bytes(line)
-        if msg is not None:
-            self.conn.send(msg)
-
-    def ask(self, *msg: Any) -> Any:
-        self._release(msg=msg)
-        return self.conn.recv()
-
-    def tell(self, *msg: Any) -> None:
-        self._release(msg=msg)
-
-    def flush(self) -> None:
-        """Log and send the held completion now (before a sleep, a crash, the end)."""
-        self._release()
-
-    def stamp(self) -> int:
-        """Now on the history's clock (CLOCK_MONOTONIC, shared by every process on the host)."""
-        return time.monotonic_ns() - self.start_ns
-
-    def invoke(self, f: str, node: str, value: dict[str, Any], wait: bool = False) -> None:
-        """Stamp and record an invoke, before the op goes to the store; ``wait``: until the hub says go (a racing claim).
-
-        The log gets the held completion and this invoke in one write, and the
-        hub one message: half the system calls of recording an op.
-        """
-        t = self.stamp()
-        assert self.log is not None
-        self._release(self.log.line(t, self.process, "invoke", f, node, value), ("invoke", f, node, value, t, wait))
-        if wait:
-            self.conn.recv()
-
-    def complete(self, f: str, node: str, typ: str, value: dict[str, Any]) -> None:
-        """Stamp the completion, after the store's reply; it is logged and sent with this worker's next message.
-
-        That message comes at once in the workload (the next invoke, or a word
-        to the hub), and :meth:`sleep` sends it before any pause: holding it
-        saves a write and a message per op, never a wait. A worker killed in
-        between loses it, and the op is recorded ``info``, as when it is killed
-        before the store's reply.
-        """
-        t = self.stamp()
-        assert self.log is not None
-        self._held = (self.log.line(t, self.process, typ, f, node, value), ("complete", typ, value, t))
-
-    def renumber(self) -> None:
-        """After an ``info`` op: this process number is retired, the hub hands out the next."""
-        self.process = self.ask("renumber")
-
-    def sleep(self, seconds: float) -> None:
-        """Sleep; a long sleep is announced first, so the merge can write past this worker meanwhile.
-
-        ``time.sleep`` waits on CLOCK_MONOTONIC until at least ``seconds`` after
-        it is called (a SIGSTOP only makes it later): nothing this worker stamps
-        next can be earlier than now + ``seconds``, and that is what it tells the hub.
-        """
-        if self.record and seconds >= IDLE_NOTE_S:
-            self.tell("idle", self.stamp() + int(seconds * 1e9) - 1_000)
-        else:
-            self.flush()
-        time.sleep(seconds)
 
 
 def _value_of(out: Any) -> tuple[str, dict[str, Any]]:

@@ -21,9 +21,8 @@ heal, and the heal that counts is the runner's ``start`` of a replacement whose
 by itself is replaced too, but that is no heal of a kill).
 
 :class:`Evidence` is fed raw events in file order, so the runner can watch a
-history grow (:class:`HistoryTail`) with the same code that judges it at the end.
-Coverage is a function of the whole history, so the runner recomputes it from
-the file now and then while it waits (:class:`CoverageTail`).
+history grow (:mod:`leasecheck.verdict.tails`) with the same code that judges it
+at the end.
 
 The checker's coverage knows nothing of faults: it takes fault *windows*.
 :func:`fault_windows` makes them from the nemesis events with the catalogue:
@@ -39,11 +38,9 @@ store-side rows, and the runner's ``start`` of a replacement worker
 
 from __future__ import annotations
 
-import math
 import os
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +49,7 @@ import msgspec
 from leasecheck.checker.coverage import Coverage, coverage_source
 from leasecheck.checker.verdict import Validity
 from leasecheck.checker.windows import Window
-from leasecheck.histories import Header, HistoryError
+from leasecheck.histories import Header
 from leasecheck.histories.format import NEMESIS, Event, lease_key
 from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS
 from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Need
@@ -247,37 +244,6 @@ def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind
     return "unknown", "the linearizability search ran out of its budget"
 
 
-class HistoryTail:
-    """Feeds :class:`Evidence` from a history file as it grows (whole lines only; the header skipped)."""
-
-    def __init__(self, path: str | os.PathLike[str], evidence: Evidence | None = None) -> None:
-        self.path = path
-        self.evidence = evidence if evidence is not None else Evidence()
-        self._offset = 0
-        self._header_seen = False
-        self._decode = msgspec.json.Decoder(Event).decode
-
-    def poll(self) -> Evidence:
-        """Read what was appended since the last poll."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return self.evidence
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        for line in data[:end].splitlines():
-            if not self._header_seen:
-                self._header_seen = True
-                continue
-            try:
-                self.evidence.feed(self._decode(line))
-            except msgspec.MsgspecError:
-                continue  # not an event (the checker reports bad lines; here they prove nothing)
-        return self.evidence
-
-
 def evidence_of(lines: Iterable[bytes]) -> Evidence:
     """The evidence in a whole history's lines (for tests and tools)."""
     decode = msgspec.json.Decoder(Event).decode
@@ -383,25 +349,3 @@ def coverage_json(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[s
         "missing": cov.missing(wanted),
         "required": {why: list(situations) for why, situations in required(kinds, require).items()},
     }
-
-
-class CoverageTail:
-    """A growing history's coverage, recomputed from the file at most every max(1 s, 2 × the last computation)."""
-
-    def __init__(self, path: str | os.PathLike[str], clock: Callable[[], float] = time.monotonic) -> None:
-        self.path = path
-        self.coverage = Coverage()
-        self._clock = clock
-        self._due = -math.inf
-
-    def poll(self) -> Coverage:
-        """The coverage as of the last computation, recomputed first when that is due."""
-        began = self._clock()
-        if began < self._due:
-            return self.coverage
-        try:
-            _, self.coverage = history_coverage(self.path)
-        except HistoryError:
-            pass  # no header written yet: keep what was reached so far (nothing)
-        self._due = began + max(1.0, 2 * (self._clock() - began))
-        return self.coverage
