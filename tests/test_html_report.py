@@ -330,6 +330,11 @@ def test_replay_command_comes_from_the_command_line_or_the_options() -> None:
                                "ttl_ms": 1000, "seed": None, "workload": {"rate": 50.0}}}
     assert replay_command(from_pytest, header, {}, replay_flags())[0] == \
         "leasecheck run --target mypkg:MyLease --nemesis pause,kill --concurrency 8 --seed 12 --rate 50"
+    # a run that had to reach situations replays waiting on them too: each one its own --require
+    requiring = {"argv": ["/usr/bin/pytest"], "seed": 3, "options": {"target": "redis", "evidence_wait_s": 60.0,
+                                                                     "require": ["claim-race-ready", "zombie-after-takeover"]}}
+    assert replay_command(requiring, header, {}, replay_flags())[0] == (
+        "leasecheck run --target redis --evidence-wait 60 --require claim-race-ready --require zombie-after-takeover --seed 3")
     assert replay_command(None, header, {}, replay_flags())[0] == "leasecheck run --target sqlite --nemesis pause --ttl 1000 --seed 9"
     generated = Header(1000, 0, {"target": "bench-sim", "seed": 1, "generator": {"name": "bench.gen"}})
     assert replay_command(None, generated, {}, replay_flags())[0] is None

@@ -55,6 +55,8 @@ class ReplayFlag:
     flag: str
     #: the option's value when the flag is not given: left out of the command at it
     default: Any
+    #: given once per item of the value (``--require a --require b``), not as one value
+    repeated: bool = False
 
 
 @dataclass
@@ -179,7 +181,9 @@ def replay_command(test: dict[str, Any] | None, header: Header, results: dict[st
             value = seed if f.option == "seed" else _option(options, f.option, f.default)
             if f.option == "nemesis" and isinstance(value, list):
                 value = tuple(value)
-            if value is not None and (value != f.default or f.option in ("target", "seed")):
+            if f.repeated and isinstance(value, list | tuple):
+                args += [a for item in value for a in (f.flag, str(item))]
+            elif value is not None and (value != f.default or f.option in ("target", "seed")):
                 args += [f.flag, _flag_value(f.option, value)]
         return shlex.join(["leasecheck", "run", *args]), "test.json (its options)"
     target = results.get("target", header.meta.get("target"))

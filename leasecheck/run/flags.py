@@ -162,10 +162,6 @@ def run_options(params: Mapping[str, Any]) -> RunOptions:
     return RunOptions(**fields, workload=Workload(**workload))
 
 
-#: fields the report's replay command leaves out (it repeats single values only)
-_NOT_REPLAYED = frozenset({"require"})
-
-
 def replay_flags() -> tuple[ReplayFlag, ...]:
     """The flags the report's replay command is built from, each with the default it is left out at.
 
@@ -178,12 +174,12 @@ def replay_flags() -> tuple[ReplayFlag, ...]:
     defaults = RunOptions()
     out = []
     for flag in FLAGS:
-        if flag.field is None or flag.field in _NOT_REPLAYED:
+        if flag.field is None:
             continue
         value: Any = defaults
         for part in flag.field.split("."):
             value = getattr(value, part)
-        out.append(ReplayFlag(flag.field, f"--{flag.name}", value))
+        out.append(ReplayFlag(flag.field, f"--{flag.name}", value, repeated=bool(flag.option.multiple)))
     return tuple(sorted(out, key=lambda f: "." in f.option))
 
 
