@@ -21,7 +21,7 @@ import click
 import pytest
 
 from leasecheck.ci import plugin_args
-from leasecheck.ci.plugin_args import RUN_FLAGS, replay_command, run_args
+from leasecheck.ci.plugin_args import replay_command, run_args, run_flags
 from leasecheck.ci.plugin_results import SHOWN_ANOMALIES, Anomaly, LeasecheckResult, describe_run, verdict_name
 
 pytest_plugins = ["pytester"]
@@ -64,11 +64,14 @@ def test_every_run_option_is_a_flag_of_leasecheck_run() -> None:
     from leasecheck.cli.running import run
 
     flags = {opt for p in run.params if isinstance(p, click.Option) for opt in p.opts}
-    assert set(RUN_FLAGS.values()) <= flags
+    assert set(run_flags().values()) <= flags
     # set by the call itself, by the plugin, or about the CLI's own output (pytest reports for itself)
     own = {"--target", "--nemesis", "--seed", "--time-limit", "--store", "--json", "--coverage", "--junit"}
-    assert flags - own - set(RUN_FLAGS.values()) == set()
-    assert all(flag == "--" + key.replace("_", "-") for key, flag in RUN_FLAGS.items())
+    assert flags - own - set(run_flags().values()) == set()
+    assert all(flag == "--" + key.replace("_", "-") for key, flag in run_flags().items())
+    # the keys a call has always taken (docs/pytest.md)
+    assert {"url", "exec_store", "nemesis_interval", "evidence_wait", "require", "concurrency", "ttl", "nodes", "dup_rate",
+            "rate", "clock_uncertainty", "store_skew", "env"} == set(run_flags())
 
 
 def test_a_list_repeats_its_flag_and_a_float_reads_as_typed() -> None:

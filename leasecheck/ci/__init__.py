@@ -6,7 +6,7 @@
 * :mod:`.table` — the rows of many runs as one table (terminal, Markdown, HTML), for ``matrix`` and ``summary``;
 * :mod:`.audit` — a third-party lock library's published plan, run, and what it showed;
 * :mod:`.pytest_plugin` — a lease library's own test suite runs leasecheck: the options, marker, fixtures and
-  hooks pytest loads; :mod:`.plugin_args` what a call may say (``RUN_FLAGS``) and the command line it becomes,
+  hooks pytest loads; :mod:`.plugin_args` what a call may say (the run's own flags) and the command line it becomes,
   :mod:`.plugin_runner` the runs, :mod:`.plugin_results` what they give back and the failure message.
 
 May import ``run``, ``kit``, ``report``, ``verdict``, ``rundir``, ``servers`` and the core; never ``cli``.

@@ -1,19 +1,22 @@
 """What a ``leasecheck_run`` call may say, and the ``leasecheck run`` command line it becomes.
 
-The fixture's keyword arguments are ``leasecheck run`` flags; :data:`RUN_FLAGS`
-is the one table of which ones (a test in ``tests/test_pytest_plugin.py`` holds
-it to the CLI's own options). Here too: the call's defaults, the checks of its
+The fixture's keyword arguments are ``leasecheck run`` flags, named as the flag
+with ``_`` for ``-`` (``ttl=500`` is ``--ttl 500``): :func:`run_flags` reads them
+off the one declaration of the run's options (:data:`leasecheck.run.flags.FLAGS`)
+when a call is checked, all but those the call or the plugin sets itself. Here too: the call's defaults, the checks of its
 arguments, the argument list of one run, its replay command and its child's
 environment. Kept apart from the fixture that runs it and from the message a
 failure shows, so the table and its checks read on their own.
 
 Imported when pytest loads the plugin (:mod:`leasecheck.ci.pytest_plugin`), so it
-imports only the standard library; :data:`_STARTUP_PATH` is taken then.
+imports only the standard library at the top (the run's flags, and click with them,
+when a run is asked for); :data:`_STARTUP_PATH` is taken then.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import shlex
 import sys
@@ -21,24 +24,20 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-#: ``leasecheck_run(**run_options)`` keys -> ``leasecheck run`` flags (the flag's name with ``_`` for ``-``)
-RUN_FLAGS: dict[str, str] = {
-    "url": "--url",
-    "exec_store": "--exec-store",
-    "nemesis_interval": "--nemesis-interval",
-    "evidence_wait": "--evidence-wait",
-    "require": "--require",
-    "concurrency": "--concurrency",
-    "ttl": "--ttl",
-    "nodes": "--nodes",
-    "dup_rate": "--dup-rate",
-    "rate": "--rate",
-    "clock_uncertainty": "--clock-uncertainty",
-    "store_skew": "--store-skew",
-    "env": "--env",
-}
 #: the call's own parameters, which the marker may also give
 CALL_KEYS = ("target", "nemesis", "seeds", "time_limit", "expect")
+#: flags of ``leasecheck run`` a call never passes on: the call's own (``target``, ``nemesis``, ``time_limit``,
+#: ``seeds``), the plugin's (``--store``, ``--json``), and how the CLI reports (pytest reports for itself)
+_NOT_A_CALL_OPTION = frozenset({"--target", "--nemesis", "--time-limit", "--seed", "--store", "--json", "--coverage", "--junit"})
+
+
+@functools.cache
+def run_flags() -> dict[str, str]:
+    """``leasecheck_run(**run_options)`` keys -> ``leasecheck run`` flags: the flag's name with ``_`` for ``-``."""
+    from leasecheck.run.flags import FLAGS
+
+    flags = (f"--{flag.name}" for flag in FLAGS)
+    return {flag[2:].replace("-", "_"): flag for flag in flags if flag not in _NOT_A_CALL_OPTION}
 #: what ``expect`` may say; "any": return the results without judging them
 EXPECTATIONS = ("valid", "invalid", "unknown", "any")
 
@@ -82,14 +81,15 @@ def _flag_value(value: object) -> str:
 def check_run_options(options: Mapping[str, Any]) -> None:
     """Refuse keys that are no ``leasecheck run`` flag, naming the close ones and all the known ones."""
     __tracebackhide__ = True
-    unknown = [key for key in options if key not in RUN_FLAGS]
+    known = run_flags()
+    unknown = [key for key in options if key not in known]
     if not unknown:
         return
     hints = []
     for key in unknown:
-        close = difflib.get_close_matches(key, list(RUN_FLAGS) + list(CALL_KEYS), n=1)
+        close = difflib.get_close_matches(key, list(known) + list(CALL_KEYS), n=1)
         hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    raise TypeError(f"leasecheck_run: unknown run option {', '.join(hints)}; known: {', '.join(CALL_KEYS + tuple(RUN_FLAGS))}")
+    raise TypeError(f"leasecheck_run: unknown run option {', '.join(hints)}; known: {', '.join(CALL_KEYS + tuple(known))}")
 
 
 def run_args(target: str, nemesis: str, seed: int, time_limit: float, options: Mapping[str, Any]) -> list[str]:
@@ -99,7 +99,7 @@ def run_args(target: str, nemesis: str, seed: int, time_limit: float, options: M
         if value is None:
             continue
         for one in (value if isinstance(value, list | tuple) else [value]):  # a repeatable flag (require) takes a list
-            args += [RUN_FLAGS[key], _flag_value(one)]
+            args += [run_flags()[key], _flag_value(one)]
     return args
 
 

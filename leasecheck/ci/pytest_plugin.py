@@ -15,7 +15,7 @@ target that the test can import, the run can too.
 
 This module is what pytest loads: the options, the marker, the fixtures and the
 session's hooks. What a call may say and the command line it becomes is
-:mod:`.plugin_args` (its :data:`~.plugin_args.RUN_FLAGS` table); the runs,
+:mod:`.plugin_args` (its keys read off the run's one table of flags); the runs,
 :mod:`.plugin_runner`; what they give back and the failure message,
 :mod:`.plugin_results`.
 
