@@ -308,3 +308,13 @@ def test_misuse_is_a_clear_error_and_a_bad_option_is_no_verdict(inner: pytest.Py
         f"E*replay: cd {inner.path} && leasecheck run --target {SQLITE} --nemesis no-such-fault --seed 5 --time-limit 4 --evidence-wait 4"
         " --store *",
     ])
+
+
+def test_loading_the_plugin_imports_nothing_of_a_run() -> None:
+    """Every pytest session of a project with leasecheck installed loads the plugin: it must cost only itself."""
+    probe = ("import sys, leasecheck.ci.pytest_plugin\n"
+             "print(' '.join(sorted(m for m in sys.modules if m.startswith('leasecheck') or m.split('.')[0] in "
+             "('click', 'rich', 'networkx', 'msgspec', 'numpy', 'matplotlib'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert set(out) == {"leasecheck", "leasecheck.ci", "leasecheck.ci.pytest_plugin", "leasecheck.ci.plugin_args",
+                        "leasecheck.ci.plugin_results", "leasecheck.ci.plugin_runner", "leasecheck.exits"}, out
