@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,45 @@ def test_faults_overlap_up_to_max_active_and_heal_all_undoes_the_rest() -> None:
         assert f in {"pause": ("pause", "resume"), "kill": ("kill", "start")}[victim.split("-")[0]]
     n.heal_all()  # idempotent
     assert len([e for e in log if e[0] == "heal"]) == len(healed)
+
+
+@dataclass
+class Twin:
+    """A fault equal to every other Twin of its victim, as two pauses of one worker are (dataclass equality)."""
+
+    victim: str
+    log: list[tuple[str, int]]
+
+    @property
+    def name(self) -> str:
+        return "pause"
+
+    def start(self) -> dict[str, Any]:
+        self.log.append(("start", id(self)))
+        return {"victims": [self.victim]}
+
+    def heal(self) -> dict[str, Any] | None:
+        self.log.append(("heal", id(self)))
+        return {"victims": [self.victim]}
+
+    def undo_record(self) -> dict[str, Any] | None:
+        return None
+
+
+def test_equal_faults_are_each_healed_once_whichever_heals_first() -> None:
+    """Seen under load: the later of two equal pauses healed on schedule took the earlier off the active list, so
+    the earlier was never healed and heal_all failed with a KeyError (an internal error ending the run)."""
+    log: list[tuple[str, int]] = []
+    kind = FaultKind("pause", "a twin", (1.0, 1.0), ("pause", "resume"), frozenset(), lambda ctx, rng: Twin("w1", log))
+    n = schedule(1, [], [], [], max_active=2)
+    assert n._inflict(kind, 0.0, random.Random(1)) and n._inflict(kind, 0.0, random.Random(2))
+    first, second = n.active
+    assert first == second and first is not second
+    n._heal(second)  # the later one's heal comes first
+    assert n.active == [first] and n.active[0] is first
+    n.heal_all()
+    assert sorted(log) == sorted([("start", id(first)), ("start", id(second)), ("heal", id(second)), ("heal", id(first))])
+    assert n.active == [] and not n._kind_of
 
 
 def test_the_schedule_flows_from_the_seed() -> None:

@@ -113,9 +113,12 @@ class Nemesis:
         return True
 
     def _heal(self, fault: Fault) -> None:
-        if fault not in self.active:
+        # by identity, never ==: two pauses of one worker are equal dataclasses, and healing the later one must
+        # not take the earlier one off the list (it would never be healed, and heal_all would meet a stranger)
+        at = next((i for i, active in enumerate(self.active) if active is fault), None)
+        if at is None:
             return
-        self.active.remove(fault)
+        del self.active[at]
         kind = self._kind_of.pop(id(fault))
         value = fault.heal()
         if value is not None:
