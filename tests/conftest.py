@@ -1,4 +1,4 @@
-"""Hypothesis profiles for the whole suite; pick one with HYPOTHESIS_PROFILE.
+"""Hypothesis profiles for the whole suite (pick one with HYPOTHESIS_PROFILE) and the order it runs in.
 
 ``dev`` (default) is quick enough to run on every edit; ``ci`` runs many more
 examples, derandomized so that a red CI run is reproducible from the commit
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -27,5 +28,22 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# The order tests are handed to xdist's workers in: the longest modules first (tests/schedule.py).
+from schedule import DurationStore, known_durations, longest_modules_first  # noqa: E402
+
 # Real store servers, shared by every test module of a session.
 from stores import etcd_server, postgres_server, redis_server, store_for, zookeeper_server  # noqa: E402,F401
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help="write each test's seconds to tests/durations.json (the suite's order reads it)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--store-durations"):
+        config.pluginmanager.register(DurationStore(), "leasecheck-durations")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items[:] = longest_modules_first(items, known_durations())

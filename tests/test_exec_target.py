@@ -409,6 +409,9 @@ def test_error_answers_are_the_childs_word_and_keep_it(child: Path, tmp_path: Pa
 
 # ---------------------------------------------------------------- whole runs
 
+#: what each kind of garbage makes a run's info op say (in GARBAGE's order: json, id, silence, exit, reason, shape)
+_GARBAGE_SAID = ("(not JSON)", "(id ", "hung: no answer", "exited with code 3", "'nope'", "forty-two")
+
 
 def leasecheck_run(tmp_path: Path, target: str, *args: str) -> tuple[int, dict[str, object]]:
     """``leasecheck run --json`` as a user runs it; (exit code, results.json)."""
@@ -440,20 +443,32 @@ def test_a_correct_child_is_valid_under_pause_and_kill(child: Path, tmp_path: Pa
     assert gone_within(our_children(child)) == []  # killed workers' children too
 
 
+#: runs the garbage test may take to meet every kind of garbage: the children take the kinds in turn, one per child
+#: started, and a loaded machine starts fewer in a run (4 of 6 in 8 s beside two CPU-bound processes); the count
+#: file carries the turn on into the next run, so the evidence is waited for, never the machine's speed
+GARBAGE_RUNS = 4
+
+
 def test_garbage_children_cost_info_ops_and_the_run_still_ends_with_a_verdict(child: Path, tmp_path: Path) -> None:
     counter = tmp_path / "children"
-    code, results = leasecheck_run(tmp_path, "exec:" + command(child, "cycle", 15, str(counter)), "--exec-store", "sqlite",
-                                   "--nemesis", "pause", "--time-limit", "8")
-    assert code in (0, 2) and results["valid"] in (True, "unknown"), (results.get("reason"), results.get("anomalies"))
-    run_dir = Path(str(results["run_dir"]))
-    _, ops, _ = read_history(run_dir / "history.jsonl")
-    errors = [op.result.get("error", "") for op in ops if op.type == "info"]
-    for what in ("(not JSON)", "(id ", "hung: no answer", "exited with code 3", "'nope'", "forty-two"):
+    errors: list[str] = []
+    logged = 0  # the children's misdeeds leasecheck wrote to the runs' exec.log
+    for _ in range(GARBAGE_RUNS):
+        code, results = leasecheck_run(tmp_path, "exec:" + command(child, "cycle", 15, str(counter)), "--exec-store", "sqlite",
+                                       "--nemesis", "pause", "--time-limit", "8")
+        assert code in (0, 2) and results["valid"] in (True, "unknown"), (results.get("reason"), results.get("anomalies"))
+        run_dir = Path(str(results["run_dir"]))
+        _, ops, _ = read_history(run_dir / "history.jsonl")
+        these = [op.result.get("error", "") for op in ops if op.type == "info"]
+        # each says what the child did, in one line (a final read's says it after the exception's name); or a worker crashed
+        assert all(("exec child pid " in error and "\n" not in error) or error == "worker process died" for error in these)
+        processes = Counter(op.process for op in ops if op.type == "info")
+        assert not processes or max(processes.values()) == 1  # after an info op, the worker goes on under a new process number
+        logged += (run_dir / "exec.log").read_text().count("leasecheck: exec child pid ")
+        errors += these
+        if all(any(what in error for error in errors) for what in _GARBAGE_SAID):
+            break
+    for what in _GARBAGE_SAID:
         assert any(what in error for error in errors), (what, Counter(e.split(" (killed")[0][:60] for e in errors))
-    # each says what the child did, in one line (a final read's says it after the exception's name); or a worker crashed
-    assert all(("exec child pid " in error and "\n" not in error) or error == "worker process died" for error in errors)
-    processes = Counter(op.process for op in ops if op.type == "info")
-    assert max(processes.values()) == 1  # after an info op, the worker goes on under a new process number
-    log = (run_dir / "exec.log").read_text()
-    assert log.count("leasecheck: exec child pid ") >= len(GARBAGE)
+    assert logged >= len(GARBAGE)
     assert gone_within(our_children(child)) == []

@@ -127,6 +127,24 @@ def test_equal_faults_are_each_healed_once_whichever_heals_first() -> None:
     assert n.active == [] and not n._kind_of
 
 
+def test_the_store_is_out_from_a_store_fault_s_start_to_the_end_of_its_heal() -> None:
+    """What a stalled holder's wait for its takeover reads: a killed store is out until its restart is done."""
+    log: list[tuple[str, int]] = []
+    store = next(k for k in CATALOGUE if k.name == "kill-store")
+    assert store.on_store and not next(k for k in CATALOGUE if k.name == "pause").on_store
+    kind = FaultKind("kill-store", "a twin", (1.0, 1.0), ("kill", "start"), frozenset(), lambda ctx, rng: Twin("store", log),
+                     store.situations)
+    seen: list[bool] = []
+    n = schedule(1, [], [], [])
+    assert not n.store_out()
+    assert n._inflict(kind, 0.0, random.Random(1))
+    (fault,) = n.active
+    fault.heal = lambda: seen.append(n.store_out()) or {"victims": ["store"]}  # type: ignore[method-assign]
+    assert n.store_out()
+    n.heal_all()
+    assert seen == [True] and not n.store_out()
+
+
 def test_the_schedule_flows_from_the_seed() -> None:
     def choices(seed: int) -> list[str]:
         log: list = []

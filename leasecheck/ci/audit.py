@@ -208,13 +208,14 @@ def options_for(audited: Audited, nemesis: str, seed: int, store: Path, time_lim
     """The run options of one audit run: the plan's settings, this fault and seed.
 
     A run waits up to one more time limit for the evidence its verdict needs
-    (``--evidence-wait``), so a slow machine gives a late verdict rather than ``unknown``.
+    (``--evidence-wait``: its faults' situations and the fault's ``require``), so a slow machine gives a
+    late verdict rather than ``unknown``.
     """
     plan = audited.plan
-    audited.fault(nemesis)  # refuses a fault the plan does not publish
+    fault = audited.fault(nemesis)  # refuses a fault the plan does not publish
     limit = time_limit if time_limit is not None else plan.time_limit
     opts = RunOptions(target=audited.target, nemesis=tuple(nemesis.split(",")), seed=seed, time_limit=limit,
-                      evidence_wait_s=limit, store=str(store))
+                      evidence_wait_s=limit, store=str(store), require=tuple(fault.require))
     options = dict(plan.options)
     if isinstance(options.get("workload"), dict):
         options["workload"] = Workload(**options["workload"])

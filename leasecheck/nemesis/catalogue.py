@@ -80,6 +80,11 @@ class FaultKind:
         return ctx.ttl_s(rng.uniform(low, high))
 
     @property
+    def on_store(self) -> bool:
+        """A fault of the store itself (killed, paused, cut off), the family that brings about STORE_FAULT."""
+        return bool(set(STORE_FAULT) & set(self.situations))
+
+    @property
     def module(self) -> str:
         """The module that defines the fault (and registers how ``leasecheck heal`` undoes it)."""
         return self.factory.module if isinstance(self.factory, Lazy) else self.factory.__module__

@@ -63,6 +63,8 @@ class Nemesis:
     _order: Any = field(default_factory=itertools.count)
     #: the kinds still to deal in this round, next first
     _deck: list[FaultKind] = field(default_factory=list)
+    #: store faults started and not yet healed to the end (a killed store's heal is its restart): see store_out
+    _store_faults: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _thread: threading.Thread | None = None
@@ -106,6 +108,7 @@ class Nemesis:
         value = fault.start()
         self.active.append(fault)
         self._kind_of[id(fault)] = kind
+        self._store_faults += kind.on_store
         self.started += 1
         self.record(kind.events[0], {"fault": kind.name, **value})
         heapq.heappush(self._heals, (now + kind.duration_s(self.context, rng), next(self._order), fault))
@@ -120,10 +123,20 @@ class Nemesis:
             return
         del self.active[at]
         kind = self._kind_of.pop(id(fault))
-        value = fault.heal()
+        try:
+            value = fault.heal()
+        finally:
+            self._store_faults -= kind.on_store
         if value is not None:
             self.record(kind.events[1], {"fault": kind.name, **value})
         self.on_change(list(self.active))
+
+    def store_out(self) -> bool:
+        """Is a fault of the store on right now, or still healing (a killed server starting again)?
+
+        Read without the lock, from the recorder's thread: a stale answer only moves a zombie's wait by a tick.
+        """
+        return self._store_faults > 0
 
     def active_names(self) -> list[str]:
         with self._lock:

@@ -92,6 +92,11 @@ class Recorder:
         self._on_the_line: dict[str, Connection] = {}
         #: stalled workers waiting for a phase of their node: (conn, node, lease key, phase, deadline)
         self._waits: list[tuple[Connection, str, Any, Phase, float]] = []
+        #: is the store out (killed, paused, cut off) right now? The runner points it at its nemesis. A zombie's
+        #: wait for its takeover does not run down while it is: nobody can take a node over from a store that is
+        #: out, and how long one takes to come back is the machine's (a loaded one restarts Postgres in 3 s, not 1)
+        self.store_out: Callable[[], bool] = lambda: False
+        self._ticked = time.monotonic()
         self._next_process = 0
         self._lock = threading.Lock()
         #: the live workers' pipes, registered once (not per wait: a wait per message would cost more than the message)
@@ -147,8 +152,11 @@ class Recorder:
                 for conn in ready:
                     self._handle(conn)  # type: ignore[arg-type]
                 self.merge.flush()
+                now = time.monotonic()
+                out_s = now - self._ticked if self.store_out() else 0.0
+                self._ticked = now
                 if self._waits:
-                    self._wake()
+                    self._wake(out_s)
                 if self._twin is not None and (self._twin[2] < time.monotonic() or self.stopping.is_set()):
                     self._send(self._twin[0], self._twin[1])
                     self._twin = None
@@ -179,10 +187,14 @@ class Recorder:
                 continue
             self._send(conn, None if self.stopping.is_set() else self.deliveries.next())
 
-    def _wake(self) -> None:
-        """Answer the stalled workers whose phase came (or was missed, or never came in time)."""
+    def _wake(self, out_s: float = 0.0) -> None:
+        """Answer the stalled workers whose phase came (or was missed, or never came in time).
+
+        ``out_s``: seconds the store was out since the last call, added to every wait (see :attr:`store_out`).
+        """
         now, waits, self._waits = time.monotonic(), self._waits, []
         for conn, node, key, phase, deadline in waits:
+            deadline += out_s
             s = self.slots.get(conn)
             if s is None or not s.alive:
                 continue

@@ -222,6 +222,7 @@ class Run:
             self.kinds, opts.nemesis_interval, context, self.merge.nemesis, random.Random(f"{self.seed}/nemesis"),
             on_change=self._save_faults, first_interval_s=opts.time_limit / 3,
         )
+        self.recorder.store_out = self.nemesis.store_out
 
     # ---------------------------------------------------------- the test
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from leasecheck.histories.vocabulary import AnomalyKind
+from leasecheck.histories.vocabulary import AnomalyKind, Situation
 
 #: ``unknown`` is published too where a fault cannot test the library (a lock with no deadline under
 #: pause: nothing is ever taken over); the run verdict's reason then says what never happened
@@ -27,6 +27,10 @@ class FaultAudit:
     kinds: tuple[AnomalyKind, ...] = ()
     #: for ``unknown``: words the run verdict's reason must contain (what the fault never brought about)
     reason: str = ""
+    #: coverage situations a run of this fault must reach before its verdict counts (``--require``): the finding
+    #: needs them, and a run that never reached them tested nothing of it, so it goes on past its time limit while
+    #: they are missing and ends ``unknown`` without them, never ``valid`` (a loaded machine reaches them later)
+    require: tuple[Situation, ...] = ()
 
 
 @dataclass(frozen=True)

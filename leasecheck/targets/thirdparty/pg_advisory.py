@@ -288,7 +288,9 @@ class SqlalchemyDlock(LockLease):
             FaultAudit("pause", "valid"),
             FaultAudit("kill", "valid"),
             FaultAudit("pause-store", "valid"),
-            FaultAudit("kill-store", "invalid", LOST_SESSION_KINDS),
+            # the finding is a holder that wakes after its session died with the server and writes on: a run in which
+            # no zombie acted (beside load, a slow restart outlasted every stall in 4 of 5 seeds) tested nothing of it
+            FaultAudit("kill-store", "invalid", LOST_SESSION_KINDS, require=("zombie-effect-before-new-effect",)),
         ),
         seeds=(1, 2, 3, 4, 5),
         fix=(
