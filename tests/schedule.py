@@ -1,10 +1,12 @@
 """The suite's order: the longest modules first, so no long test starts last and keeps two workers idle.
 
-pytest-xdist hands tests out in collection order (``--dist load``: the first quarter round robin, then
-a chunk to whichever worker runs dry). In file order, a module of two-minute journeys that sorts in the
-middle of the alphabet starts late, and a run's last minutes are one worker finishing it while the
-others wait. Ordered by each module's measured time, longest first, the long tests start at once and
-the suite ends on short ones, the longest-job-first rule that keeps workers evenly busy.
+pytest-xdist hands tests out in collection order. In file order, a module of two-minute journeys that
+sorts in the middle of the alphabet starts late, and a run's last minutes are one worker finishing it
+while the others wait. Ordered by each module's measured time, longest first, the long tests start at
+once and the suite ends on short ones, the longest-job-first rule that keeps workers evenly busy. It
+takes ``--dist worksteal`` (.ci/run): a worker that runs dry takes half of another's queue, so the long
+tests are shared out as the run goes; ``--dist load`` deals the first quarter of the tests (here, the
+long ones) out once and for all, and one worker may run its share long after the others are done.
 
 Whole modules move, in their own order: a module's fixtures (a real run, a server, a built wheel) are
 set up once per worker as before, never once per test.
