@@ -29,6 +29,9 @@ def _race_worker(spec: TargetSpec, owner: str, nodes: list[str], barrier: Any, o
             invoked = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the host
             got = t.try_claim(node, owner)
             out.put((node, owner, got, invoked, time.monotonic()))
+        # neither closes its client before both have claimed the last node: a lock client's close releases what it
+        # holds, and the rival's late claim would win a lock given back (seen beside load: the last round won twice)
+        barrier.wait(timeout=60)
 
 
 def race(spec: TargetSpec, rounds: int = 50, prefix: str = "race") -> Result:
