@@ -162,6 +162,9 @@ def test_a_race_won_twice_proves_a_double_grant_only_while_the_first_lease_was_s
     late = {**one, "n/0": [("a", a, 0.0, 0.01), ("b", b, 0.0, 1.2)]}  # b's answer came after a's lease may have ended
     r = judge_race(late, ttl_s=1.0)
     assert r.held and (r.facts["bad"], r.facts["late"]) == (0, 1) and "1 more were won twice" in r.detail, r.detail
+    held_back_first = {**one, "n/0": [("a", a, 0.0, 1.5), ("b", b, 0.1, 0.2)]}  # a may have been granted after b's ended
+    r = judge_race(held_back_first, ttl_s=1.0)
+    assert r.held and (r.facts["bad"], r.facts["late"]) == (0, 1), r.detail
     mostly_late = {f"n/{i}": [("a", a, 0.0, 0.01), ("b", b, 0.0, 1.5)] for i in range(3)} | {"n/3": one["n/3"]}
     r = judge_race(mostly_late, ttl_s=1.0)
     assert not r.held and r.facts["bad"] == 0 and "too few to tell" in r.detail, r.detail  # tested too little: no pass

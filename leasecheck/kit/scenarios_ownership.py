@@ -21,6 +21,10 @@ from leasecheck.targets.registry import TargetSpec
 # ----------------------------------------------------------------------- races
 
 
+#: a racer's report: (owner, what its claim got, when it sent the claim, when the answer came), monotonic seconds
+RaceReport = tuple[str, Lease | Refused, float, float]
+
+
 def _race_worker(spec: TargetSpec, owner: str, nodes: list[str], barrier: Any, out: Any) -> None:
     t = spec.make()
     with closing(t):
@@ -37,8 +41,8 @@ def _race_worker(spec: TargetSpec, owner: str, nodes: list[str], barrier: Any, o
 def race(spec: TargetSpec, rounds: int = 50, prefix: str = "race") -> Result:
     """Two worker processes claim the same READY node at the same instant, ``rounds`` times: one wins each time.
 
-    Two winners prove a double grant only when the later grant was done before the earlier claim was sent plus
-    the ttl: until then the first lease is surely live. A racer the machine held back longer than that may win
+    Two winners prove a double grant only when each claim was answered before the other was sent plus the ttl:
+    then whichever was granted first was surely live when the other was granted. A racer the machine held back longer than that may win
     after the first lease expired, as it should (seen beside two CPU-bound processes: a 1 s lease); such a round
     proves nothing either way and does not count, and fewer than half the rounds counting is a failure (the
     scenario tested too little), never a pass.
@@ -66,10 +70,6 @@ def race(spec: TargetSpec, rounds: int = 50, prefix: str = "race") -> Result:
     return judge_race(outcomes, spec.config.ttl_ms / 1000)
 
 
-#: a racer's report: (owner, what its claim got, when it sent the claim, when the answer came), monotonic seconds
-RaceReport = tuple[str, "Lease | Refused", float, float]
-
-
 def judge_race(outcomes: dict[str, list[RaceReport]], ttl_s: float) -> Result:
     """The race scenario's verdict from each round's two reports (see :func:`race`)."""
     rounds = len(outcomes)
@@ -80,7 +80,9 @@ def judge_race(outcomes: dict[str, list[RaceReport]], ttl_s: float) -> Result:
         wins = sorted((invoked, done) for _, w, invoked, done in got if isinstance(w, Lease))
         if not wins:
             bad[n] = f"no claim won: {seen}"
-        elif len(wins) > 1 and wins[1][1] < wins[0][0] + ttl_s:
+        elif len(wins) > 1 and wins[1][1] < wins[0][0] + ttl_s and wins[0][1] < wins[1][0] + ttl_s:
+            # each was granted within its claim's interval, and each lease lives at least ttl from its claim's send:
+            # whichever came first, the other was granted before it could have expired
             bad[n] = f"both won while the first lease was surely live: {seen}"
         elif len(wins) > 1:
             late += 1
