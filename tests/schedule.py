@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -70,6 +69,6 @@ class DurationStore:
         if hasattr(session.config, "workerinput"):  # an xdist worker: the controller sees every report and writes
             return
         root = Path(session.config.rootpath)
-        merged: dict[str, Any] = {k: v for k, v in known_durations(self.path).items() if (root / module_of(k)).exists()}
+        merged: dict[str, float] = {k: v for k, v in known_durations(self.path).items() if (root / module_of(k)).exists()}
         merged.update({k: round(v, 2) for k, v in self.seconds.items()})
         self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n", encoding="utf-8")

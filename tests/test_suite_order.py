@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from schedule import DURATIONS, known_durations, longest_modules_first
+from schedule import DURATIONS, known_durations, longest_modules_first, module_of
 
 
 @dataclass
@@ -27,6 +27,6 @@ def test_the_stored_durations_name_this_suite_s_modules() -> None:
     known = known_durations()
     assert known, f"{DURATIONS} is missing: python -m pytest -n 3 --store-durations"
     root = Path(__file__).resolve().parent.parent
-    assert all((root / nodeid.split("::")[0]).exists() for nodeid in known), "durations of modules gone"
+    assert all((root / module_of(nodeid)).exists() for nodeid in known), "durations of modules gone"
     assert known_durations(root / "no-such-file.json") == {}
     assert json.loads(DURATIONS.read_text()) == dict(sorted(known.items()))

@@ -42,10 +42,10 @@ def race(spec: TargetSpec, rounds: int = 50, prefix: str = "race") -> Result:
     """Two worker processes claim the same READY node at the same instant, ``rounds`` times: one wins each time.
 
     Two winners prove a double grant only when each claim was answered before the other was sent plus the ttl:
-    then whichever was granted first was surely live when the other was granted. A racer the machine held back longer than that may win
-    after the first lease expired, as it should (seen beside two CPU-bound processes: a 1 s lease); such a round
-    proves nothing either way and does not count, and fewer than half the rounds counting is a failure (the
-    scenario tested too little), never a pass.
+    then whichever was granted first was surely live when the other was granted. A racer the machine held back
+    longer than that may win after the first lease expired, as it should (seen beside two CPU-bound processes:
+    a 1 s lease); such a round proves nothing either way and does not count, and fewer than half the rounds
+    counting is a failure (the scenario tested too little), never a pass.
     """
     t = spec.make()
     nodes = [f"{fresh_node(prefix)}/{i}" for i in range(rounds)]
