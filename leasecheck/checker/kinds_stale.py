@@ -191,3 +191,44 @@ def grant_order(n: NodeHistory, out: Findings) -> None:
                 f"{at(op.invoke_time)}, after the newer {describe(newer)} (invoked at {at(newer.invoke_time)}) "
                 f"had been granted at {at(newer.complete_time)}; yet it was accepted.",
             )
+    if n.effect_fence == "lease" and "stale-effect" not in out.kinds_on(node):
+        crossed = crossed_effects(leases, [op for op in ops if op.type == "ok" and op.f == "effect"])
+        if crossed is not None:
+            a, b, early, late = crossed
+            out.add(
+                "stale-effect", node, [a, b, early, late],
+                f"{describe(a)} was granted by {at(a.complete_time)} and {describe(b)} by {at(b.complete_time)}, in an "
+                f"order the history cannot tell (both were invoked before either completed); {describe(early)} of the "
+                f"second was invoked at {at(early.invoke_time)}, after the first's grant, and {describe(late)} of the "
+                f"first at {at(late.invoke_time)}, after the second's. Whichever was granted first, the other's grant "
+                'made its later effect stale (effect_fence "lease"); yet both were accepted.',
+            )
+
+
+def crossed_effects(leases: TokenLeases, effects: list[Op]) -> tuple[Op, Op, Op, Op] | None:
+    """Two unfenced leases whose grants the history cannot order, each with an ok effect invoked after the other's
+    claim completed: (claim A, claim B, B's effect, A's effect), A's the later invoked; None if there are none.
+
+    Under ``effect_fence: "lease"`` a granted claim lifts the fence, so whichever of the two grants came first,
+    the later grant made the earlier lease's effect after it stale: one of the two accepted effects is stale
+    whatever the order. This is what a job queue's zombie leaves when the harness can bound a grant only by the
+    job's enqueue: the grant-order rule above needs one claim invoked after the other completed."""
+    last: dict[int, Op] = {}
+    claim_of: dict[int, Op] = {}
+    for op in effects:
+        h = leases.of(op)
+        if h is None:
+            continue
+        if id(h) not in last or op.invoke_time > last[id(h)].invoke_time:
+            last[id(h)] = op
+            claim_of[id(h)] = h
+    held = sorted(claim_of.values(), key=lambda c: c.complete_time or 0)
+    for i, a in enumerate(held):
+        for b in held[i + 1:]:
+            if freeze(a.result.get("token")) == freeze(b.result.get("token")):
+                continue
+            ea, eb = last[id(a)], last[id(b)]
+            assert a.complete_time is not None and b.complete_time is not None
+            if ea.invoke_time > b.complete_time and eb.invoke_time > a.complete_time:
+                return (b, a, eb, ea) if ea.invoke_time > eb.invoke_time else (a, b, ea, eb)
+    return None

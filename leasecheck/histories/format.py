@@ -32,8 +32,12 @@ DEFAULT_EFFECT_FENCE: Final = "lease"
 #: deadline, held as long as its holder's process, connection or session lives
 #: (an OS file lock, a Postgres session advisory lock): a stopped holder keeps it
 #: forever and a dead one loses it at once, both as promised, so ``overlapping-lease``
-#: and ``stuck-lease``, which are defined by the ttl, do not apply.
-LeaseExpiry = Literal["deadline", "holder"]
+#: and ``stuck-lease``, which are defined by the ttl, do not apply. ``"queue"``: an
+#: execution of a job queue's job (``leasecheck audit`` of a queue): the library judges
+#: when an execution is lost and runs the job again, by timers of its own that the
+#: history cannot see start (it took the job before the task could stamp anything), so
+#: the ttl-defined kinds do not apply either.
+LeaseExpiry = Literal["deadline", "holder", "queue"]
 LEASE_EXPIRIES: frozenset[str] = frozenset(get_args(LeaseExpiry))
 DEFAULT_LEASE_EXPIRY: Final = "deadline"
 
@@ -58,7 +62,7 @@ class Header(msgspec.Struct, frozen=True):
         if self.effect_fence not in EFFECT_FENCES:
             raise ValueError(f'effect_fence must be "lease" or "token", not {self.effect_fence!r}')
         if self.lease_expiry not in LEASE_EXPIRIES:
-            raise ValueError(f'lease_expiry must be "deadline" or "holder", not {self.lease_expiry!r}')
+            raise ValueError(f'lease_expiry must be "deadline", "holder" or "queue", not {self.lease_expiry!r}')
 
     @property
     def deadlines(self) -> bool:

@@ -92,7 +92,7 @@ def parse_header(raw: bytes, source: str) -> Header:
     expiry = obj.get("lease_expiry", DEFAULT_LEASE_EXPIRY)
     if expiry.__class__ is not str or expiry not in LEASE_EXPIRIES:
         # the timing kinds depend on it: guessing would judge a lock by a deadline it never promised
-        raise HistoryError(source, 1, f'header "lease_expiry" must be "deadline" or "holder", not {expiry!r}')
+        raise HistoryError(source, 1, f'header "lease_expiry" must be "deadline", "holder" or "queue", not {expiry!r}')
     meta = {k: v for k, v in obj.items() if k not in HEADER_KEYS}
     return Header(
         ttl_ms=obj["ttl_ms"],

@@ -58,15 +58,22 @@ class PauseProcess:
 
 @dataclass
 class KillProcess:
-    """SIGKILL a worker; nothing to undo (its replacement gets a new process number)."""
+    """SIGKILL a worker and everything below it; nothing to undo (its replacement gets a new process number).
+
+    The whole tree, as a machine that dies takes it: a job queue's worker runs its
+    jobs in children (RQ's work-horse, Celery's pool), and a child left running
+    would be no kill of the worker at all. The worker is stopped first so that it
+    forks nothing while its tree is read.
+    """
 
     process: int
     pid: int
     name: str = "kill"
 
     def start(self) -> dict[str, Any]:
-        _signal(self.pid, signal.SIGCONT)  # a stopped process dies just the same, but be explicit
-        _signal(self.pid, signal.SIGKILL)
+        below = freeze(self.pid) or []
+        for pid in [self.pid, *below]:
+            _signal(pid, signal.SIGKILL)  # a stopped process dies just the same
         return {"victims": [self.process], "pid": self.pid}
 
     def heal(self) -> dict[str, Any] | None:

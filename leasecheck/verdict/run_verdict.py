@@ -217,9 +217,12 @@ def coverage_gaps(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[s
     return out
 
 
-def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage, require: Sequence[str] = ()) -> list[str]:
-    """Everything the run verdict finds missing, in words; empty when the run tested the protocol."""
-    missing = [f"no ok {f}" for f in PROTOCOL_OPS if not evidence.ok[f]]
+def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage, require: Sequence[str] = (),
+         ops: Sequence[str] = PROTOCOL_OPS) -> list[str]:
+    """Everything the run verdict finds missing, in words; empty when the run tested the protocol.
+
+    ``ops``: the ops that must have succeeded once (a job queue without a heartbeat has no ``renew``)."""
+    missing = [f"no ok {f}" for f in ops if not evidence.ok[f]]
     if not evidence.held and not evidence.takeovers:
         missing.append("no contended claim (none refused held, none granted over an earlier lease)")
     faults = fault_gaps(evidence, kinds)
@@ -228,13 +231,13 @@ def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage, require:
 
 
 def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage,
-                require: Sequence[str] = ()) -> tuple[Validity, str | None]:
+                require: Sequence[str] = (), ops: Sequence[str] = PROTOCOL_OPS) -> tuple[Validity, str | None]:
     """(validity, reason) of a run from the checker's validity, the history's evidence and its coverage.
 
     An anomaly wins (a vacuous but anomalous run is invalid: the anomaly is proven);
     a vacuous run is ``unknown`` with the reason naming what is missing, never valid.
     """
-    missing = gaps(evidence, kinds, cov, require)
+    missing = gaps(evidence, kinds, cov, require, ops)
     if checked is False:
         return False, None
     if missing:

@@ -1,0 +1,32 @@
+"""``python -m leasecheck.queue_run LIBRARY``: one queue run, for adapter authors (``leasecheck audit`` is the front)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from leasecheck.queue_run.runner import QueueOptions, run_queue
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m leasecheck.queue_run")
+    p.add_argument("library")
+    p.add_argument("--mode", default="documented", choices=("documented", "fenced"))
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--time-limit", type=float, default=20.0)
+    p.add_argument("--ttl", type=int, default=2000, help="ms")
+    p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--stall-rate", type=float, default=0.5)
+    p.add_argument("--nemesis", default="")
+    p.add_argument("--store", default="store")
+    a = p.parse_args()
+    opts = QueueOptions(a.library, a.mode, a.seed, tuple(n for n in a.nemesis.split(",") if n), a.time_limit, a.ttl,
+                        a.workers, a.stall_rate, store=a.store)
+    result = run_queue(opts)
+    print(json.dumps({"valid": result.verdict.valid, "reason": result.reason, "run_dir": str(result.run_dir),
+                      "stats": result.stats, "anomalies": [a.to_json() for a in result.verdict.anomalies][:10]}, indent=1))
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,370 @@
+"""One queue run: the library's workers under faults run leasecheck's task; the history checked like any other.
+
+The flow mirrors ``leasecheck run`` (docs/auditing.md, "Job queues"): start the
+broker, start N of the library's own workers, enqueue jobs (and keep enough of
+them waiting that no worker idles), wait for the first execution to start (the
+run's clock and the nemesis start then: a worker's start-up is not the library's
+fault), inflict the faults on the seeded schedule until the time limit, then
+stop enqueuing and let every job finish (a zombie wakes, acts and returns within
+the library's timeout and its longest stall), heal, read every job one last
+time, stop the workers and the broker, and put the history together
+(:mod:`.assemble`). Faults are healed and every process we started is stopped
+on every exit path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from leasecheck.checker import Verdict, check_source
+from leasecheck.histories import Header, HistoryWriter
+from leasecheck.histories.format import EffectFence
+from leasecheck.nemesis.catalogue import FaultKind, lookup
+from leasecheck.nemesis.context import FaultContext
+from leasecheck.nemesis.protocol import Fault
+from leasecheck.nemesis.schedule import Nemesis
+from leasecheck.queue_run.assemble import assemble
+from leasecheck.queue_run.watcher import Watcher
+from leasecheck.queue_run.workers import QueueWorkers
+from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
+from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.targets.queues.base import Mode, QueueConfig, QueueLibrary
+from leasecheck.targets.queues.registry import load
+from leasecheck.targets.queues.resource import Resource
+from leasecheck.targets.queues.task import BUSY_DIR, EVENTS_DIR, PLAN_FILE, RESOURCE_FILE
+from leasecheck.verdict.attribution import fault_victims
+from leasecheck.verdict.run_verdict import evidence_of, fault_windows, run_verdict
+
+log = logging.getLogger("leasecheck.queue_run")
+
+#: the faults a queue run can inflict: on the library's worker processes (with their children) and on its broker
+QUEUE_FAULTS = ("pause", "kill", "pause-store", "kill-store")
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """What one queue run does (``leasecheck audit`` fills it from a library's plan)."""
+
+    library: str
+    mode: Mode = "documented"
+    seed: int = 1
+    nemesis: tuple[str, ...] = ()
+    time_limit: float = 20.0
+    #: after how long the library judges a silent execution lost (its timeouts are scaled to it)
+    ttl_ms: int = 2000
+    workers: int = 3
+    #: the chance that a job's first execution stalls past the library's timeout
+    stall_rate: float = 0.5
+    nemesis_interval: float = 4.0
+    store: str = "store"
+    #: settings of the library's adapter (QueueConfig.options)
+    options: dict[str, Any] = field(default_factory=dict)
+    #: coverage situations the run must reach (like ``run --require``)
+    require: tuple[str, ...] = ()
+
+
+@dataclass
+class QueueResult:
+    run_dir: Path
+    seed: int
+    verdict: Verdict
+    reason: str | None
+    stats: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        from leasecheck.exits import Exit
+
+        valid = self.verdict.valid
+        return int(Exit.VALID if valid is True else Exit.INVALID if valid is False else Exit.UNKNOWN)
+
+
+class QueueRun:
+    """One run of a queue library's audit; ``execute()`` does it all."""
+
+    def __init__(self, opts: QueueOptions) -> None:
+        bad = [n for n in opts.nemesis if n not in QUEUE_FAULTS]
+        if bad:
+            raise ValueError(f"a queue run takes the faults {', '.join(QUEUE_FAULTS)}, not {', '.join(bad)}")
+        self.opts = opts
+        self.cls: type[QueueLibrary] = load(opts.library)
+        if opts.mode == "fenced" and self.cls.identity != "attempt":
+            raise ValueError(f"{opts.library} hands its executions no attempt number: it has no fenced mode")
+        if (problem := self.cls.ttl_problem(opts.ttl_ms)) is not None:
+            raise ValueError(problem)
+        self.kinds: list[FaultKind] = list(lookup(list(opts.nemesis))) if opts.nemesis else []
+        self.run_id = f"lc{random.Random(f'{opts.seed}/{time.time_ns()}').getrandbits(32):08x}"
+        self.enqueued: dict[str, int] = {}
+        self.nemesis_events: list[tuple[int, str, dict[str, Any]]] = []
+        self.replaced = 0
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ the run
+
+    def execute(self) -> QueueResult:
+        opts = self.opts
+        self.run_dir = new_run_dir(Path(opts.store), f"queue-{opts.library}")
+        handler = logging.FileHandler(self.run_dir / "leasecheck.log")
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        self.queue_dir = self.run_dir / "queue"
+        self.server: LocalServer | None = None
+        self.workers: QueueWorkers | None = None
+        self.watcher: Watcher | None = None
+        self.nemesis: Nemesis | None = None
+        try:
+            write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": opts.seed, "run_id": self.run_id,
+                                                    "argv": sys.argv, "kind": "queue"})
+            try:
+                self._start_broker()
+                self._prepare()
+                started = self._start()
+                if started:
+                    self._drive()
+                    self._drain()
+            finally:
+                self._heal_and_stop()
+            history = self._write_history()
+            return self._judge(history)
+        except BaseException as e:
+            log.error("queue run failed: %s: %s", type(e).__name__, e, exc_info=e)
+            mark_failed(self.run_dir, str(e) if isinstance(e, EnvironmentFailure) else f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            log.removeHandler(handler)
+            handler.close()
+
+    def _start_broker(self) -> None:
+        directory = self.run_dir / self.cls.broker
+        if self.cls.broker == "redis":
+            from leasecheck.servers.redis import RedisServer
+
+            self.server = RedisServer(directory).start()
+        else:
+            from leasecheck.servers.postgres import PostgresServer
+
+            self.server = PostgresServer(directory).start()
+
+    def _prepare(self) -> None:
+        """The queue folder (plan, resource, events), the library's broker set up, the watcher and the workers made."""
+        opts = self.opts
+        assert self.server is not None
+        for sub in (EVENTS_DIR, BUSY_DIR):
+            (self.queue_dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.queue_dir / PLAN_FILE).write_text(json.dumps(
+            {"seed": opts.seed, "mode": opts.mode, "ttl_ms": opts.ttl_ms, "stall_rate": opts.stall_rate}))
+        Resource(self.queue_dir / RESOURCE_FILE).create()
+        config = QueueConfig(self.server.url, opts.ttl_ms, opts.mode, self.run_id, str(self.queue_dir), dict(opts.options))
+        self.producer = self.cls(config)
+        self.producer.setup()
+        self.watcher = Watcher(self.cls(config), interval_s=min(0.2, opts.ttl_ms / 10_000))
+        self.workers = QueueWorkers(self.producer, self.queue_dir, self.run_dir / "workers", _python_path())
+        self.start_ns = time.monotonic_ns()
+        mark_latest(self.run_dir)
+
+    def _enqueue(self, n: int) -> None:
+        first = len(self.enqueued)
+        jobs = [f"{self.run_id}-j{i:04d}" for i in range(first, first + n)]
+        at = time.monotonic_ns()  # before the call: the library cannot take a job before it is enqueued
+        self.producer.enqueue(jobs)
+        for job in jobs:
+            self.enqueued[job] = at
+        assert self.watcher is not None
+        self.watcher.add(jobs)
+
+    def _start(self) -> bool:
+        """Workers up and jobs waiting; True once an execution has started (the run's clock starts then)."""
+        assert self.workers is not None and self.watcher is not None
+        for _ in range(self.opts.workers):
+            self.workers.spawn()
+        self._enqueue(2 * self.opts.workers)
+        self.watcher.start()
+        deadline = time.monotonic() + 60 + 10 * self.opts.workers
+        while not any(p.stat().st_size for p in (self.queue_dir / EVENTS_DIR).iterdir()):
+            self._replace_dead(at_start=True)
+            if time.monotonic() > deadline:
+                raise EnvironmentFailure(f"{self.opts.library}: no worker started a job in {deadline:.0f} s; "
+                                         f"the last worker's log:\n{self.workers.log_tail()}")
+            time.sleep(0.05)
+        log.info("the first execution started: the clock starts")
+        return True
+
+    def _record_nemesis(self, f: str, value: Any) -> None:
+        with self._lock:
+            self.nemesis_events.append((time.monotonic_ns(), f, value if isinstance(value, dict) else {"value": value}))
+        with (self.queue_dir / "nemesis.jsonl").open("a") as journal:
+            journal.write(json.dumps({"t": time.monotonic_ns(), "f": f, "value": value}) + "\n")
+
+    def _save_faults(self, active: list[Fault]) -> None:
+        save_faults(self.run_dir, [r for r in (f.undo_record() for f in active) if r is not None])
+
+    def _drive(self) -> None:
+        opts = self.opts
+        assert self.workers is not None and self.watcher is not None
+        workers = self.workers
+        context = FaultContext(ttl_ms=opts.ttl_ms, workers=workers.live, holders=workers.busy, server=self.server)
+        self.nemesis = Nemesis(self.kinds, opts.nemesis_interval, context, self._record_nemesis,
+                               random.Random(f"{opts.seed}/nemesis"), on_change=self._save_faults,
+                               first_interval_s=opts.time_limit / 4)
+        self.nemesis.start()
+        end = time.monotonic() + opts.time_limit
+        while time.monotonic() < end:
+            if self.nemesis.error is not None:
+                raise RuntimeError(f"nemesis failed: {self.nemesis.error!r}") from self.nemesis.error
+            self._replace_dead()
+            waiting = len(self.enqueued) - len(self.watcher.finished)
+            if waiting < 2 * opts.workers:
+                self._enqueue(opts.workers)
+            time.sleep(0.05)
+
+    def _drain(self) -> None:
+        """No more jobs: heal, then let every job finish (a zombie wakes and returns) within its bound."""
+        assert self.watcher is not None
+        if self.nemesis is not None:
+            self.nemesis.heal_all()
+        bound = time.monotonic() + 6 * self.opts.ttl_ms / 1000 + 5
+        while time.monotonic() < bound:
+            self._replace_dead()
+            live = {w.slot for w in self.workers.live()} if self.workers is not None else set()
+            busy = self.workers.busy() & live if self.workers is not None else set()
+            if len(self.watcher.finished) >= len(self.enqueued) and not busy:
+                break
+            time.sleep(0.05)
+
+    def _replace_dead(self, at_start: bool = False) -> None:
+        """A worker that died (killed by the nemesis, or by itself) is replaced, as its supervisor would."""
+        assert self.workers is not None
+        for dead in self.workers.deaths():
+            self.replaced += 1
+            if self.replaced > 3 * self.opts.workers + 10:
+                raise EnvironmentFailure(f"{self.opts.library}: workers keep dying ({self.replaced}); "
+                                         f"the last worker's log:\n{self.workers.log_tail()}")
+            new = self.workers.spawn()
+            if not at_start:
+                self._record_nemesis("start", {"victims": [new.slot], "replaces": dead.slot})
+            log.info("worker %d died; started worker %d", dead.slot, new.slot)
+
+    def _heal_and_stop(self) -> None:
+        if self.nemesis is not None:
+            self.nemesis.heal_all()
+        save_faults(self.run_dir, [])
+        if self.watcher is not None:
+            self.watcher.stop()
+        if self.workers is not None:
+            self.workers.stop()
+        if self.watcher is not None and self.server is not None:
+            try:
+                self.watcher.sweep()  # the final reads: every job as the library leaves it
+            except Exception as e:
+                log.warning("final reads failed: %s", e)
+        for lib in (getattr(self, "producer", None), self.watcher.library if self.watcher else None):
+            if lib is not None:
+                try:
+                    lib.close()
+                except Exception:
+                    pass
+        if self.server is not None:
+            self.server.stop()
+
+    @staticmethod
+    def required_ops(library: str) -> Sequence[str]:
+        """The ops a run must have seen succeed: a library without a heartbeat has no ``renew``."""
+        return ("claim", "renew", "effect", "commit") if load(library).heartbeat else ("claim", "effect", "commit")
+
+    # ------------------------------------------------------------------ the history
+
+    def _write_history(self) -> Path:
+        opts = self.opts
+        events: list[dict[str, Any]] = []
+        for path in sorted((self.queue_dir / EVENTS_DIR).iterdir()):
+            for line in path.read_bytes().splitlines():
+                if line.strip():
+                    try:
+                        events.append(json.loads(line))
+                    except ValueError:  # a worker killed in the middle of a write: its last line is cut
+                        log.warning("%s: a cut line dropped", path.name)
+        assert self.watcher is not None
+        entries = assemble(self.enqueued, events, self.watcher.reads, self.nemesis_events)
+        header = Header(opts.ttl_ms, 50, {"target": f"queue:{opts.library}", "library": self.cls.library,
+                                          "mode": opts.mode, "seed": opts.seed, "run_id": self.run_id,
+                                          "nemesis": list(opts.nemesis), "workers": opts.workers},
+                        effect_fence=effect_fence(opts.mode), lease_expiry="queue")
+        path = self.run_dir / "history.jsonl"
+        writer = HistoryWriter(path, header, start_ns=self.start_ns)
+        with writer.batch():
+            for e in entries:
+                at = max(0, e.t - self.start_ns)
+                if e.process == "nemesis":
+                    writer.nemesis(e.f, e.value, at=at)
+                elif e.type == "invoke":
+                    assert isinstance(e.process, int)
+                    writer.invoke(e.process, e.f, e.node or "", e.value, at=at)
+                else:
+                    assert isinstance(e.process, int)
+                    writer.complete(e.process, e.type, e.value, at=at)
+        writer.close()
+        return path
+
+    def _judge(self, history: Path) -> QueueResult:
+        opts = self.opts
+        checked = check_source(history, windows=fault_windows, faults=fault_victims)
+        with history.open("rb") as f:
+            evidence = evidence_of(f)
+        ops = self.required_ops(opts.library)
+        valid, reason = run_verdict(checked.valid, evidence, queue_kinds(opts.nemesis), checked.coverage or _empty(),
+                                    opts.require, ops)
+        verdict = replace(checked, valid=valid)
+        stats = {"jobs": len(self.enqueued), "finished": len(self.watcher.finished) if self.watcher else 0,
+                 "reads": len(self.watcher.reads) if self.watcher else 0,
+                 "faults": self.nemesis.started if self.nemesis else 0, "worker_processes": self.replaced + opts.workers}
+        write_json(self.run_dir / "results.json", {
+            **verdict.to_json(), "reason": reason, "target": f"queue:{opts.library}", "library": self.cls.library,
+            "mode": opts.mode, "nemesis": list(opts.nemesis), "seed": opts.seed, "run_dir": str(self.run_dir),
+            "interrupted": None, "run": stats,
+        })
+        return QueueResult(self.run_dir, opts.seed, verdict, reason, stats)
+
+
+def effect_fence(mode: str) -> EffectFence:
+    """The rule the history's effects are judged by. ``documented``: the protocol's own (``"lease"``: once the job
+    was run again, nothing of an older execution may land), which a task that trusts the queue breaks by design;
+    ``fenced``: what a resource checking the library's attempt number promises (``"token"``: nothing below the
+    largest attempt it accepted), which lets a stale execution write before the newer one's first write."""
+    return "lease" if mode == "documented" else "token"
+
+
+def queue_kinds(nemesis: Sequence[str]) -> list[FaultKind]:
+    """The catalogue's rows of a queue run's faults, without the situations they must bring about in a lease run
+    (a claim after a lease's expiry: a queue's timers are the library's own, ``lease_expiry: "queue"``)."""
+    return [replace(k, situations=()) for k in lookup(list(nemesis))] if nemesis else []
+
+
+def _empty() -> Any:
+    from leasecheck.checker.coverage import Coverage
+
+    return Coverage()
+
+
+def _python_path() -> dict[str, str]:
+    """The workers import leasecheck's task as this process does (a source checkout run without installing)."""
+    import os
+
+    import leasecheck
+
+    root = str(Path(leasecheck.__file__).resolve().parent.parent)
+    existing = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": root + (os.pathsep + existing if existing else "")}
+
+
+def run_queue(opts: QueueOptions) -> QueueResult:
+    """Run one queue audit run; raises ValueError (bad options) or EnvironmentFailure."""
+    return QueueRun(opts).execute()

@@ -1,0 +1,9 @@
+"""Job queues and durable-execution runtimes, audited with their own workers running leasecheck's task.
+
+Holds the protocol a queue library's adapter follows (:mod:`.base`), the task
+body every library's workers run (:mod:`.task`: it records what it did and writes
+the protected resource, :mod:`.resource`), the registry of audited libraries
+(:mod:`.registry`) and one module per library. It may import
+``leasecheck.histories`` and ``leasecheck.targets`` (the audit plans); never the
+harness that starts the workers (``leasecheck.queue_run``), which imports it.
+"""

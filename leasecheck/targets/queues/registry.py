@@ -1,0 +1,45 @@
+"""The audited job queues by name, loaded only when used (a library's module imports it).
+
+``leasecheck audit --list`` reads the names without importing any library; a
+queue whose library is not installed says which extra installs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from leasecheck.targets.queues.base import QueueLibrary
+
+#: name -> "module:Class"; one line per audited library
+QUEUES: dict[str, str] = {
+    "procrastinate": "leasecheck.targets.queues.procrastinate_queue:Procrastinate",
+    "pgqueuer": "leasecheck.targets.queues.pgqueuer_queue:Pgqueuer",
+    "rq": "leasecheck.targets.queues.rq:RQ",
+    "huey": "leasecheck.targets.queues.huey_queue:HueyQueue",
+    "celery": "leasecheck.targets.queues.celery_queue:CeleryQueue",
+    "dramatiq": "leasecheck.targets.queues.dramatiq_queue:DramatiqQueue",
+    "arq": "leasecheck.targets.queues.arq_queue:ArqQueue",
+    "saq": "leasecheck.targets.queues.saq_queue:SaqQueue",
+}
+
+
+class QueueNotFound(Exception):
+    """A queue name that names nothing loadable; ``str()`` says why in one line."""
+
+
+def load(name: str) -> type[QueueLibrary]:
+    """The adapter class of queue ``name``; :class:`QueueNotFound` if unknown or its library is missing."""
+    where = QUEUES.get(name)
+    if where is None:
+        raise QueueNotFound(f"no audited queue {name!r} (audited queues: {', '.join(sorted(QUEUES)) or 'none'})")
+    module, _, cls = where.partition(":")
+    try:
+        found: type[QueueLibrary] = getattr(importlib.import_module(module), cls)
+    except ImportError as e:
+        raise QueueNotFound(f"queue {name!r} needs {e.name or e}: pip install 'leasecheck[queues]'") from None
+    for needed in found.requires:
+        try:
+            importlib.import_module(needed)
+        except ImportError:
+            raise QueueNotFound(f"queue {name!r} needs {needed}: pip install 'leasecheck[queues]'") from None
+    return found

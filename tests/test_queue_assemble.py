@@ -1,0 +1,154 @@
+"""The queue run's history assembly and task plan: pure functions, checked on hand-made recordings.
+
+What matters here is soundness: a claim's invoke at the job's enqueue time (the
+library took it later), a commit completed only at a read that showed its
+result, a fault naming every execution of the worker it hit. A history
+assembled from a zombie whose result the library stored over the newer
+execution's must be invalid, with the ops that prove it; the same recording
+without the overwrite must be valid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from leasecheck.checker import check_source
+from leasecheck.histories import Header, HistoryWriter
+from leasecheck.histories.format import EffectFence
+from leasecheck.queue_run.assemble import FIRST_EXECUTION, READER, Entry, assemble
+from leasecheck.queue_run.watcher import Read
+from leasecheck.targets.queues.base import JobState
+from leasecheck.targets.queues.task import Plan, steps
+
+MS = 1_000_000
+
+
+def ev(x: str, t_ms: int, type_: str, f: str, value: dict[str, Any], slot: int = 0, **extra: Any) -> dict[str, Any]:
+    return {"x": x, "slot": slot, "t": t_ms * MS, "type": type_, "f": f, "node": "j1", "value": value, **extra}
+
+
+def execution(x: str, epoch: int | None, start: int, slot: int, stall: int = 0) -> list[dict[str, Any]]:
+    """A claim at ``start`` ms, two effects, a commit invoked at the end; ``stall`` ms between the effects.
+    ``epoch`` None: an execution named by its id (the token ``x``)."""
+    lease: dict[str, Any] = {"epoch": epoch} if epoch is not None else {"epoch": None, "token": x}
+    t = start
+    out = [ev(x, t, "ok", "claim", lease, slot, owner=f"w{slot}")]
+    out += [ev(x, t + 1, "invoke", "effect", {**lease, "payload": "1"}, slot), ev(x, t + 2, "ok", "effect", {}, slot)]
+    t += 2 + stall
+    out += [ev(x, t + 1, "invoke", "effect", {**lease, "payload": "2"}, slot), ev(x, t + 2, "ok", "effect", {}, slot)]
+    out += [ev(x, t + 3, "invoke", "commit", {**lease, "result": x}, slot)]
+    return out
+
+
+def write(tmp: Path, entries: list[Entry], fence: EffectFence = "token") -> Path:
+    path = tmp / "history.jsonl"
+    writer = HistoryWriter(path, Header(1000, 50, {}, effect_fence=fence, lease_expiry="queue"), start_ns=0)
+    for e in entries:
+        if e.process == "nemesis":
+            writer.nemesis(e.f, e.value, at=e.t)
+        elif e.type == "invoke":
+            assert isinstance(e.process, int)
+            writer.invoke(e.process, e.f, e.node or "", e.value, at=e.t)
+        else:
+            assert isinstance(e.process, int)
+            writer.complete(e.process, e.type, e.value, at=e.t)
+    writer.close()
+    return path
+
+
+def read(t_ms: int, result: str) -> Read:
+    return Read("j1", t_ms * MS, (t_ms + 1) * MS, JobState("SUCCEEDED", result))
+
+
+def test_a_claim_is_invoked_at_the_enqueue_and_a_commit_completes_at_the_read_of_its_result() -> None:
+    entries = assemble({"j1": 5 * MS}, execution("a", 1, 100, slot=0), [read(200, "a")], [])
+    mine = [e for e in entries if e.process == FIRST_EXECUTION]
+    assert (mine[0].type, mine[0].f, mine[0].t) == ("invoke", "claim", 5 * MS)
+    assert (mine[-1].type, mine[-1].f, mine[-1].t) == ("ok", "commit", 201 * MS)
+    reads = [e for e in entries if e.process == READER and e.type == "ok"]
+    assert reads[0].value == {"status": "SUCCEEDED", "epoch": 1, "owner": "w0", "result": "a"}
+
+
+def test_a_commit_whose_result_was_never_read_stays_open() -> None:
+    entries = assemble({"j1": 0}, execution("a", 1, 100, slot=0), [], [])
+    assert [e.f for e in entries if e.process == FIRST_EXECUTION][-1] == "commit"
+    assert [e.type for e in entries if e.process == FIRST_EXECUTION][-1] == "invoke"
+
+
+def test_a_fault_names_every_execution_of_the_worker_it_hit() -> None:
+    events = execution("a", 1, 100, slot=0) + execution("b", 2, 300, slot=1) + execution("c", 3, 500, slot=0)
+    entries = assemble({"j1": 0}, events, [], [(50 * MS, "pause", {"fault": "pause", "victims": [0]})])
+    (pause,) = [e for e in entries if e.process == "nemesis"]
+    assert pause.value["victims"] == [0, FIRST_EXECUTION, FIRST_EXECUTION + 2]
+    assert pause.value["workers"] == [0]
+
+
+def test_a_zombie_result_stored_over_the_newer_one_is_invalid_and_cited(tmp_path: Path) -> None:
+    # a (epoch 1) stalls; b (epoch 2) runs the job again and its result is read; then a wakes, its effect is
+    # accepted (an unfenced resource) and the library stores its result over b's
+    events = execution("a", 1, 100, slot=0, stall=2000) + execution("b", 2, 1000, slot=1)
+    history = write(tmp_path, assemble({"j1": 0}, events, [read(1100, "b"), read(2300, "a")], []))
+    verdict = check_source(history)
+    assert verdict.valid is False
+    kinds = {a.kind for a in verdict.anomalies}
+    assert kinds <= {"stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable"}
+    assert "stale-commit" in kinds and "stale-effect" in kinds
+    stale = next(a for a in verdict.anomalies if a.kind == "stale-commit")
+    assert stale.ops, stale
+
+
+def test_a_zombie_effect_of_a_queue_without_attempt_numbers_is_caught_whichever_took_the_job_first(tmp_path: Path) -> None:
+    # executions named by ids, both claims invoked at the enqueue: which the library granted first is unknown. The
+    # zombie (a) writes after b started, and b writes after a started: whichever was granted first, the other's
+    # grant made a later write of it stale under the documented mode's rule ("lease")
+    events = execution("a", None, 100, slot=0, stall=2000) + execution("b", None, 1000, slot=1)
+    history = write(tmp_path, assemble({"j1": 0}, events, [read(1100, "b")], []), fence="lease")
+    verdict = check_source(history)
+    assert verdict.valid is False, verdict
+    (stale,) = [a for a in verdict.anomalies if a.kind == "stale-effect"]
+    assert len(stale.ops) == 4
+    last = verdict.cited[stale.ops[-1]]
+    assert (last.f, last.process) == ("effect", FIRST_EXECUTION)  # the zombie's late effect, cited last
+    # without the zombie's late writes the same two executions are fine (an at-least-once queue runs a job twice)
+    early = [e for e in events if not (e["x"] == "a" and e["t"] > 1000 * MS)]
+    assert check_source(write(tmp_path, assemble({"j1": 0}, early, [read(1100, "b")], []), fence="lease")).valid is True
+
+
+def test_a_zombie_result_of_a_queue_without_attempt_numbers_is_caught(tmp_path: Path) -> None:
+    # executions named by ids, both claims invoked at the enqueue: which the library granted first is unknown; but
+    # b's result was read, then a's: b's commit had taken effect, and a's commit cannot follow it (SUCCEEDED is final)
+    events = execution("a", None, 100, slot=0, stall=2000) + execution("b", None, 1000, slot=1)
+    history = write(tmp_path, assemble({"j1": 0}, events, [read(1100, "b"), read(2300, "a")], []), fence="lease")
+    verdict = check_source(history)
+    assert verdict.valid is False, verdict
+    assert {a.kind for a in verdict.anomalies} & {"duplicate-commit", "lost-commit", "non-linearizable"}
+    # the zombie's commit never read: its late effects are the only finding
+    kinds = {a.kind for a in check_source(write(tmp_path, assemble({"j1": 0}, events, [read(1100, "b")], []),
+                                                fence="lease")).anomalies}
+    assert kinds == {"stale-effect"}
+
+
+def test_the_same_jobs_without_a_zombie_are_valid(tmp_path: Path) -> None:
+    events = execution("a", 1, 100, slot=0) + execution("b", 1, 100, slot=1)
+    for e in events[len(events) // 2:]:
+        e["node"] = "j2"
+    reads = [read(300, "a"), Read("j2", 302 * MS, 303 * MS, JobState("SUCCEEDED", "b"))]
+    history = write(tmp_path, assemble({"j1": 0, "j2": 0}, events, reads, []))
+    assert check_source(history).valid is True
+
+
+def test_an_execution_stalls_only_as_the_seed_says() -> None:
+    plan = Plan(seed=7, mode="documented", ttl_ms=1000, stall_rate=0.5)
+    first = [steps(plan, f"j{i}", 1, heartbeat=False) for i in range(200)]
+    stalled = [s for s in first if any(step.what == "stall" for step in s)]
+    assert 60 < len(stalled) < 140  # about half
+    assert first == [steps(plan, f"j{i}", 1, heartbeat=False) for i in range(200)]  # the same every time
+    assert not any(step.what == "stall" for i in range(200) for step in steps(plan, f"j{i}", 2, heartbeat=False))
+    for s in stalled:
+        (stall,) = [step.arg for step in s if step.what == "stall"]
+        assert 1.5 <= stall <= 3.0  # past the library's timeout
+        whats = [step.what for step in s]
+        assert whats.index("effect") < whats.index("stall") < len(whats) - 1 - whats[::-1].index("effect")  # between the effects
+    beats = steps(plan, "j0", 1, heartbeat=True)
+    assert [step.what for step in beats].count("renew") == 2
