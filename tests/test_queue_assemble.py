@@ -152,3 +152,31 @@ def test_an_execution_stalls_only_as_the_seed_says() -> None:
         assert whats.index("effect") < whats.index("stall") < len(whats) - 1 - whats[::-1].index("effect")  # between the effects
     beats = steps(plan, "j0", 1, heartbeat=True)
     assert [step.what for step in beats].count("renew") == 2
+
+
+def test_a_completion_the_library_loses_afterwards_is_a_lost_commit(tmp_path: Path) -> None:
+    # the job succeeded (its result read), then the library reported it failed: a stale execution's refusal
+    # stored over the completion (arq's fenced mode, seen)
+    events = execution("a", 1, 100, slot=0)
+    reads = [read(200, "a"), Read("j1", 300 * MS, 301 * MS, JobState("FAILED", None))]
+    entries = assemble({"j1": 0}, events, reads, [])
+    failed = [e for e in entries if e.process == READER and e.type == "ok"][-1]
+    assert failed.value == {"status": "READY", "reported": "FAILED"}
+    verdict = check_source(write(tmp_path, entries))
+    assert [a.kind for a in verdict.anomalies] == ["lost-commit"]
+
+
+def test_a_library_that_stores_no_result_completes_the_only_execution_that_had_returned(tmp_path: Path) -> None:
+    # procrastinate, pgqueuer: a job's state says it succeeded, not who finished it
+    done = Read("j1", 300 * MS, 301 * MS, JobState("SUCCEEDED", None))
+    alone = assemble({"j1": 0}, execution("a", 1, 100, slot=0), [done], [])
+    last = [e for e in alone if e.process == FIRST_EXECUTION][-1]
+    assert (last.type, last.f, last.t) == ("ok", "commit", 301 * MS)
+    assert [e for e in alone if e.process == READER][-1].value == {"status": "SUCCEEDED", "epoch": 1, "owner": "w0",
+                                                                   "inferred": "a"}
+    assert check_source(write(tmp_path, alone)).valid is True
+    # two executions had returned: nobody can tell which finished it; both commits stay open, the status alone read
+    events = execution("a", 1, 100, slot=0) + execution("b", 2, 150, slot=1)
+    both = assemble({"j1": 0}, events, [done], [])
+    assert not [e for e in both if e.f == "commit" and e.type == "ok"]
+    assert [e for e in both if e.process == READER][-1].value == {"status": "SUCCEEDED"}

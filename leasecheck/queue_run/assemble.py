@@ -14,7 +14,11 @@ Each execution's ops are its own events, with two bounds the harness proves:
   taken it before, and the task stamps the claim's completion when it starts;
 * its ``commit`` completes ``ok`` at the first read that showed its result
   (the library stored it before that read's answer); never read, the commit
-  stays open, which counts as ``info``: it may or may not have happened.
+  stays open, which counts as ``info``: it may or may not have happened. A
+  library that stores no result (procrastinate, pgqueuer) shows only that the
+  job succeeded: the read is then the completion of the one execution that had
+  returned by its answer, and names it (``"inferred"``); with none or several,
+  the read shows the status alone and their commits stay open.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ def assemble(enqueued: dict[str, int], events: Iterable[dict[str, Any]], reads: 
     process_of = {key: FIRST_EXECUTION + i for i, (key, _) in enumerate(executions)}
     of_slot: dict[int, list[int]] = defaultdict(list)
     lease_of: dict[str, tuple[dict[str, Any], str]] = {}  # execution (its result) -> (lease, owner)
-    first_read = _first_reads(reads)
+    #: per job, the executions whose commit was invoked and not refused: (invoke time, execution, process)
+    returned: dict[str, list[tuple[int, str, int]]] = defaultdict(list)
 
     for key, evs in executions:
         process = process_of[key]
@@ -80,32 +85,56 @@ def assemble(enqueued: dict[str, int], events: Iterable[dict[str, Any]], reads: 
             if f == "commit":
                 open_commit = ev if type_ == "invoke" else None
         if open_commit is not None:
-            seen = first_read.get((open_commit["node"], key))
-            if seen is not None and seen.completed >= open_commit["t"]:
-                emit(seen.completed, process, "ok", "commit", open_commit["node"], {})
+            returned[open_commit["node"]].append((open_commit["t"], key, process))
 
-    for read in reads:
+    done: set[str] = set()
+    for read in sorted(reads, key=lambda r: r.completed):
+        value = _read_value(read, lease_of)
+        who = _who(read, returned[read.job], lease_of)
+        if who is not None and read.state.result is None:  # a library that stores no result: the one that returned
+            lease, owner = lease_of[who]
+            value = {"status": "SUCCEEDED", **lease, "owner": owner, "inferred": who}  # no result to compare
+        if who is not None and who not in done:
+            done.add(who)
+            at, process = next((t, p) for t, k, p in returned[read.job] if k == who)
+            if read.completed >= at:
+                emit(read.completed, process, "ok", "commit", read.job, {})
         emit(read.invoked, READER, "invoke", "read", read.job, {})
-        emit(read.completed, READER, "ok", "read", read.job, _read_value(read, lease_of))
+        emit(read.completed, READER, "ok", "read", read.job, value)
 
     for t, f, value in nemesis:
         emit(t, "nemesis", "info", f, None, _name_executions(value, of_slot))
     return sorted(out)
 
 
-def _first_reads(reads: Sequence[Read]) -> dict[tuple[str, str], Read]:
-    """The first read that showed each (job, result)."""
-    first: dict[tuple[str, str], Read] = {}
-    for read in sorted(reads, key=lambda r: r.completed):
-        if read.state.result is not None:
-            first.setdefault((read.job, read.state.result), read)
-    return first
+def _who(read: Read, returned: list[tuple[int, str, int]], lease_of: dict[str, tuple[dict[str, Any], str]]) -> str | None:
+    """The execution whose completion a SUCCEEDED read shows: the one whose result it holds, or, from a library
+    that stores none, the only execution that had returned by the time the read was answered (none, or several:
+    nobody can tell, and None leaves their commits open)."""
+    if read.state.status != "SUCCEEDED":
+        return None
+    if read.state.result is not None:
+        return read.state.result if read.state.result in lease_of and any(k == read.state.result for _, k, _ in returned) else None
+    before = {k for t, k, _ in returned if t <= read.completed}
+    return before.pop() if len(before) == 1 else None
 
 
 def _read_value(read: Read, lease_of: dict[str, tuple[dict[str, Any], str]]) -> dict[str, Any]:
-    """A read's ok value: SUCCEEDED with the lease and owner of the execution whose result the library holds."""
+    """A read's ok value: SUCCEEDED with the lease and owner of the execution whose result the library holds.
+
+    A job the library reports in another state after it had succeeded (the watcher keeps only such reads) is
+    read ``RUNNING`` if the library says it runs, else ``READY`` (failed, queued again), with what the library
+    said under ``reported``; it names no lease, owner or result, so only its status is compared: any of them
+    after an ok commit is a ``lost-commit``."""
+    if read.state.status != "SUCCEEDED":
+        status = "RUNNING" if read.state.status == "RUNNING" else "READY"
+        return {"status": status, "reported": read.state.status}
     result = read.state.result
-    lease, owner = lease_of.get(result or "", ({"epoch": None}, None))
+    if result is None:  # who completed it is not said: the status alone is compared
+        return {"status": "SUCCEEDED"}
+    if result not in lease_of:  # a result no execution of this run returned: compared, it proves that much
+        return {"status": "SUCCEEDED", "result": result}
+    lease, owner = lease_of[result]
     return {"status": "SUCCEEDED", **lease, "owner": owner, "result": result}
 
 

@@ -106,6 +106,7 @@ class QueueRun:
         self.enqueued: dict[str, int] = {}
         self.nemesis_events: list[tuple[int, str, dict[str, Any]]] = []
         self.replaced = 0
+        self._dead: list[Any] = []
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ the run
@@ -243,7 +244,11 @@ class QueueRun:
     def _replace_dead(self, at_start: bool = False) -> None:
         """A worker that died (killed by the nemesis, or by itself) is replaced, as its supervisor would."""
         assert self.workers is not None
-        for dead in self.workers.deaths():
+        self._dead += self.workers.deaths()
+        if self._dead and self.nemesis is not None and self.nemesis.store_out():
+            return  # a worker that exits when its broker is gone (RQ's) is replaced once the broker is back
+        dead_now, self._dead = self._dead, []
+        for dead in dead_now:
             self.replaced += 1
             if self.replaced > 3 * self.opts.workers + 10:
                 raise EnvironmentFailure(f"{self.opts.library}: workers keep dying ({self.replaced}); "

@@ -6,7 +6,9 @@ read before it asks and after the answer (the recorded interval contains the
 real one). A read is kept when it shows a result the job did not show at its
 last kept read: the first read of an execution's result is what completes that
 execution's commit (:mod:`.assemble`), and a result that changes after the job
-succeeded is the library overwriting a completion. Reads that show nothing new
+succeeded is the library overwriting a completion. Once a job was read
+SUCCEEDED, a read that shows it in any other state (failed, queued or running
+again) is kept too: the library lost a completion. Reads that show nothing new
 are dropped: fewer observations are always sound.
 """
 
@@ -39,7 +41,8 @@ class Watcher:
         self.finished: set[str] = set()
         self.errors = 0
         self._jobs: list[str] = []
-        self._last: dict[str, str | None] = {}
+        #: per job, the (status, result) of its last kept read; a job is here once a read showed it SUCCEEDED
+        self._last: dict[str, tuple[str, str | None]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="queue-watcher", daemon=True)
@@ -72,8 +75,10 @@ class Watcher:
                 continue
             if state.status in ("SUCCEEDED", "FAILED"):
                 self.finished.add(job)
-            if state.status == "SUCCEEDED" and self._last.get(job) != state.result:
-                self._last[job] = state.result
+            seen = (state.status, state.result)
+            succeeded = job in self._last  # a result was kept before: any change after it is news
+            if (state.status == "SUCCEEDED" or succeeded) and self._last.get(job) != seen:
+                self._last[job] = seen
                 self.reads.append(Read(job, invoked, completed, state))
 
     def stop(self) -> None:

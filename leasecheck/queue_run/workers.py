@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from leasecheck.nemesis.processes import descendants, signal_process, start_time
 from leasecheck.targets.queues.base import QueueLibrary
 from leasecheck.targets.queues.task import BUSY_DIR, ENV_DIR, ENV_SLOT
 
@@ -82,10 +83,13 @@ class QueueWorkers:
         return found
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """SIGTERM every live worker's group (continued first: a stopped one would not hear it), then SIGKILL."""
+        """SIGTERM every live worker's group (continued first: a stopped one would not hear it), then SIGKILL the
+        group and every process that was below the worker (RQ's work-horse leaves the group: ``os.setpgrp``)."""
+        below: list[tuple[int, int | None]] = []
         for w in self.workers:
             w.stopping = True
             if w.proc.poll() is None:
+                below += [(pid, start_time(pid)) for pid in descendants(w.proc.pid)[1:]]
                 _group(w.proc.pid, signal.SIGCONT)
                 _group(w.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -100,6 +104,9 @@ class QueueWorkers:
                 w.proc.wait(5)
             except subprocess.TimeoutExpired:
                 pass
+        for pid, started in below:  # the same process still (a recycled pid starts later): ours to kill
+            if started is not None and start_time(pid) == started:
+                signal_process(pid, signal.SIGKILL)
 
     def log_tail(self, lines: int = 12) -> str:
         """The last lines of the most recent worker's log (why workers keep dying)."""

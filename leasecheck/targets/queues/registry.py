@@ -20,6 +20,8 @@ QUEUES: dict[str, str] = {
     "dramatiq": "leasecheck.targets.queues.dramatiq_queue:DramatiqQueue",
     "arq": "leasecheck.targets.queues.arq_queue:ArqQueue",
     "saq": "leasecheck.targets.queues.saq_queue:SaqQueue",
+    "dbos": "leasecheck.targets.queues.dbos_queue:Dbos",
+    "chancy": "leasecheck.targets.queues.chancy_queue:ChancyQueue",
 }
 
 

@@ -191,13 +191,14 @@ class _Execution:
             fence = self.run.resource.fence(self.job)
             if fence is not None and self.identity.epoch is not None and fence > self.identity.epoch:
                 self.event("fail", "commit", {"reason": "stale"})
-                self.done()
                 raise StaleExecution(f"{self.job}: attempt {self.identity.epoch} is stale (the resource saw {fence})")
-        self.done()
         return self.key
 
     def done(self) -> None:
-        self.busy.unlink(missing_ok=True)
+        """The execution has ended (returned, refused or ended by the library): its worker is no longer busy."""
+        busy = getattr(self, "busy", None)
+        if busy is not None:
+            busy.unlink(missing_ok=True)
 
 
 def execute(job: str, identity: Identity, heartbeat: Callable[[], object] | None = None) -> str:
@@ -206,40 +207,46 @@ def execute(job: str, identity: Identity, heartbeat: Callable[[], object] | None
     ``heartbeat`` is the library's own (called between slices of work; a falsy
     return or an exception is recorded as a renew that failed or may have)."""
     x = _Execution(job, identity)
-    for step in x.begin(heartbeat is not None):
-        if step.what == "effect":
-            x.effect(step.arg)
-        elif step.what in ("work", "stall"):
-            time.sleep(step.arg)
-        elif step.what == "renew":
-            assert heartbeat is not None
-            x.renew_invoke()
-            try:
-                ok = heartbeat()
-            except Exception as e:
-                x.renew_done(None, e)
-            else:
-                x.renew_done(ok is not False)
-    return x.commit()
+    try:
+        for step in x.begin(heartbeat is not None):
+            if step.what == "effect":
+                x.effect(step.arg)
+            elif step.what in ("work", "stall"):
+                time.sleep(step.arg)
+            elif step.what == "renew":
+                assert heartbeat is not None
+                x.renew_invoke()
+                try:
+                    ok = heartbeat()
+                except Exception as e:
+                    x.renew_done(None, e)
+                else:
+                    x.renew_done(ok is not False)
+        return x.commit()
+    finally:  # a library that ends an overdue execution with an exception (RQ's, huey's timeout) ends it here
+        x.done()
 
 
 async def execute_async(job: str, identity: Identity, heartbeat: Callable[[], Awaitable[object]] | None = None) -> str:
     """:func:`execute` for an async task. Work awaits; a stall blocks the event loop, as a real pause would."""
     x = _Execution(job, identity)
-    for step in x.begin(heartbeat is not None):
-        if step.what == "effect":
-            x.effect(step.arg)
-        elif step.what == "work":
-            await asyncio.sleep(step.arg)
-        elif step.what == "stall":
-            time.sleep(step.arg)  # the point: the whole worker stops, heartbeats and all
-        elif step.what == "renew":
-            assert heartbeat is not None
-            x.renew_invoke()
-            try:
-                ok = await heartbeat()
-            except Exception as e:
-                x.renew_done(None, e)
-            else:
-                x.renew_done(ok is not False)
-    return x.commit()
+    try:
+        for step in x.begin(heartbeat is not None):
+            if step.what == "effect":
+                x.effect(step.arg)
+            elif step.what == "work":
+                await asyncio.sleep(step.arg)
+            elif step.what == "stall":
+                time.sleep(step.arg)  # the point: the whole worker stops, heartbeats and all
+            elif step.what == "renew":
+                assert heartbeat is not None
+                x.renew_invoke()
+                try:
+                    ok = await heartbeat()
+                except Exception as e:
+                    x.renew_done(None, e)
+                else:
+                    x.renew_done(ok is not False)
+        return x.commit()
+    finally:  # cancelled (a library's timeout) or failed: no longer busy
+        x.done()

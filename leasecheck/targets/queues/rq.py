@@ -1,0 +1,160 @@
+"""RQ (``rq`` 3.0): ``rq worker`` runs each job in a forked work-horse, one at a time; a stalled job is killed and retried.
+
+What RQ promises, and how it recovers (rq 3.0.0 source):
+
+* a stalled job does not outlive its ``job_timeout``: the horse runs the job
+  under ``UnixSignalDeathPenalty`` (``signal.alarm(timeout)``; its handler
+  "raise[s] an exception after the timeout amount", ``rq/timeouts.py``), so a
+  blocking ``time.sleep`` is interrupted by ``JobTimeoutException`` at the
+  deadline and the execution ends there: it never wakes up to write again. The
+  failure is then retried: ``handle_job_failure`` "Retries the job if it has
+  retries left" (``rq/worker/base.py``), with ``Retry(max=...)`` given at
+  enqueue; without intervals the job goes straight back on the queue.
+* a worker that dies (or freezes) with a job in hand is found by the
+  StartedJobRegistry's cleanup, run by every worker's maintenance ("Handles
+  abandoned jobs whose execution expired ... Each one is retried if it has
+  retries left", ``rq/registry.py``). An execution's entry there is kept alive
+  by the worker's heartbeat, with a ttl of ``min(timeout, job_monitoring_interval)
+  + 60`` seconds (``get_heartbeat_ttl``): the ``+ 60`` is RQ's, so an abandoned
+  job is re-run no sooner than a minute after its worker died, whatever ttl.
+  A pause (SIGSTOP) of the worker shorter than that re-runs nothing: on
+  SIGCONT the horse's overdue alarm ends the execution, which is then retried.
+
+The horse calls ``os.setpgrp()``: it is in no process group of the worker's,
+so a ``killpg`` of the worker's group misses it (the nemesis signals the
+process tree, which does include it).
+
+So the adapter sets ``job_timeout`` to the ttl (whole seconds: ``signal.alarm``),
+``Retry(max=5)``, and each worker's ``--job-monitoring-interval 1``,
+``--maintenance-interval 1`` and ``--worker-ttl 16`` (an idle worker's dequeue
+wakes every ``worker_ttl - 15`` s, and runs maintenance then).
+
+Identity: RQ 3 makes an :class:`rq.executions.Execution` for every run of a job
+(a uuid4 hex id, in the job's execution registry with its worker's name); the
+task finds its own by its worker's name (``RQ_WORKER_ID``, set in the horse). RQ hands no attempt number: ``job.retries_left`` only counts
+down (``Retry(max) - retries_left + 1`` would be one), so ``identity = "id"``.
+The heartbeat is the worker's, not the task's (the parent process beats for the
+horse every ``job_monitoring_interval``; a heartbeat does not extend the
+timeout), so ``heartbeat = False``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
+from leasecheck.targets.queues.task import Identity, execute
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+#: retries a job gets (each stall or abandoned execution uses one)
+RETRIES = 5
+#: how long RQ keeps a job's results and failures (a run is far shorter)
+KEEP_S = 3600
+
+
+def run_job(name: str) -> str:
+    """The task RQ's work-horse calls: one execution of job ``name``, named by RQ's execution id."""
+    from rq import get_current_job
+    from rq.executions import Execution
+
+    job = get_current_job()
+    if job is None:
+        raise RuntimeError("run_job runs only inside an RQ worker")
+    worker = os.environ.get("RQ_WORKER_ID", "")
+    for execution_id in job.execution_registry.get_execution_ids():
+        try:  # not job.get_executions(): a dead worker's execution outlives its hash in the registry by 60 s
+            execution = Execution.fetch(execution_id, job.id, job.connection)
+        except ValueError:
+            continue
+        if execution.worker_name == worker:
+            return execute(name, Identity(token=execution.id))
+    raise RuntimeError(f"RQ lists no execution of job {job.id} by worker {worker!r}")
+
+
+class RQ(QueueLibrary):
+    """RQ with its job timeout and Retry: a stalled job is killed at the timeout, then run again."""
+
+    name = "rq"
+    library = "rq"
+    broker = "redis"
+    identity = "id"
+    heartbeat = False
+    requires: ClassVar[tuple[str, ...]] = ("rq", "redis")
+
+    #: RQ's statuses as the harness's
+    STATUSES: ClassVar[dict[str, Literal["READY", "RUNNING", "SUCCEEDED", "FAILED"]]] = {
+        "created": "READY", "queued": "READY", "deferred": "READY", "scheduled": "READY",
+        "ready_to_enqueue": "READY", "rate_limited": "READY", "started": "RUNNING",
+        "finished": "SUCCEEDED", "failed": "FAILED",
+    }
+
+    @classmethod
+    def ttl_problem(cls, ttl_ms: int) -> str | None:
+        if ttl_ms < 1000 or ttl_ms % 1000:
+            return f"RQ's job timeout is signal.alarm(whole seconds): --ttl must be a multiple of 1000 ms, not {ttl_ms}"
+        return None
+
+    def __init__(self, config: QueueConfig) -> None:
+        if (problem := self.ttl_problem(config.ttl_ms)) is not None:
+            raise ValueError(problem)
+        super().__init__(config)
+        self._redis: Redis | None = None
+
+    @property
+    def queue_name(self) -> str:
+        return f"lc-{self.config.run_id}"
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:
+            from redis import Redis
+
+            self._redis = Redis.from_url(self.config.url)
+        return self._redis
+
+    def job_id(self, job: str) -> str:
+        """The job's RQ id: the run's id and its name (RQ's ids are global to the Redis database)."""
+        return re.sub(r"[^A-Za-z0-9_-]", "_", f"{self.config.run_id}-{job}")
+
+    def setup(self) -> None:
+        self.redis.ping()
+
+    def worker_command(self, slot: int) -> list[str]:
+        return [sys.executable, "-m", "rq.cli", "worker", "--url", self.config.url,
+                "--name", f"lc-{self.config.run_id}-w{slot}",
+                "--job-monitoring-interval", "1", "--maintenance-interval", "1", "--worker-ttl", "16",
+                "--results-ttl", str(KEEP_S), self.queue_name]
+
+    def enqueue(self, jobs: list[str]) -> None:
+        from rq import Queue, Retry
+
+        queue = Queue(self.queue_name, connection=self.redis)
+        for job in jobs:
+            queue.enqueue(run_job, job, job_id=self.job_id(job), job_timeout=self.config.ttl_ms // 1000,
+                          retry=Retry(max=RETRIES), result_ttl=KEEP_S, failure_ttl=KEEP_S)
+
+    def state(self, job: str) -> JobState | None:
+        from rq.exceptions import NoSuchJobError
+        from rq.job import Job
+
+        try:
+            found = Job.fetch(self.job_id(job), connection=self.redis)
+        except NoSuchJobError:
+            return None
+        status = self.STATUSES.get(found.get_status(refresh=False).value)
+        if status is None:  # stopped, canceled
+            return JobState("OTHER")
+        if status == "SUCCEEDED":
+            value = found.return_value()
+            return JobState("SUCCEEDED", None if value is None else str(value))
+        return JobState(status)
+
+    def close(self) -> None:
+        if self._redis is not None:
+            self._redis.close()
+            self._redis = None
