@@ -171,7 +171,7 @@ def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int] | None:
                     if not lease or ended != e or ended_by_commit != (status == SUCCEEDED):
                         return None
                     if status == SUCCEEDED:
-                        seen = r["result"]
+                        seen = r.get("result")  # absent (a queue that stores none): the full checks decide
                         if type(seen) is not str or seen != result:
                             return None
                     block = 4 * e + 3
@@ -182,6 +182,8 @@ def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int] | None:
                 max_block = block
                 if status != READY and owner is not None:
                     # agrees(owner_of(claim), seen); equal values freeze equal
+                    if "owner" not in r:  # not given: the full checks decide
+                        return None
                     seen = r["owner"]
                     if seen != owner and (type(owner) is str or not agrees(freeze(owner), seen)):
                         return None

@@ -52,7 +52,7 @@ def commits(n: NodeHistory, out: Findings) -> None:
             if (
                 v.get("status") == SUCCEEDED
                 and (seen_key is None or seen_key == want)
-                and agrees(result_of(c), v.get("result"))
+                and ("result" not in v or agrees(result_of(c), v["result"]))  # not given: not compared
             ):
                 continue
             out.add("lost-commit", node, [c, r], lost_commit_explanation(c, r, fenced, owners.get(want)))
@@ -65,8 +65,8 @@ def lost_commit_explanation(c: Op, r: Op, fenced: bool, owner: Any = None) -> st
     ``owner`` is what the lease's claim asked to be recorded (None: no claim
     said): it never makes the anomaly (docs/contracts/anomaly-kinds.md compares status, epoch and
     result), but a read that shows another owner says whose lease the store
-    kept, so it is named too. A field the read does not give is not compared,
-    except the result of a read that shows SUCCEEDED.
+    kept, so it is named too. A field the read does not give is not compared; a
+    null result of a read that shows SUCCEEDED is.
     """
     v = r.result
     lease = "epoch" if fenced else "token"
@@ -77,7 +77,7 @@ def lost_commit_explanation(c: Op, r: Op, fenced: bool, owner: Any = None) -> st
         (lease, c.value.get(lease), v.get(lease), v.get(lease) is not None),
         ("owner", owner, v.get("owner"), owner is not None and v.get("owner") is not None),
         ("result", stated, v.get("result"),
-         stated is not None and (v.get("result") is not None or v.get("status") == SUCCEEDED)),
+         stated is not None and "result" in v and (v["result"] is not None or v.get("status") == SUCCEEDED)),
     ]
 
     def value(name: str, x: Any) -> str:

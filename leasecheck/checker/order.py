@@ -177,6 +177,11 @@ def _by_epoch(done: list[Op]) -> _Epochs:
     return epochs
 
 
+def _fits_result(end: Op, read: Op) -> bool:
+    """Could ``end`` (a commit) have left the result ``read`` shows? A read that gives none is not compared."""
+    return "result" not in read.result or agrees(result_of(end), read.result["result"])
+
+
 def _needed_ends(epochs: _Epochs, maybe_ends: list[Op]) -> list[tuple[Op, int]]:
     """The info ends that reads of an ended epoch need, placed in their epoch's end block.
 
@@ -193,19 +198,20 @@ def _needed_ends(epochs: _Epochs, maybe_ends: list[Op]) -> list[tuple[Op, int]]:
             b = next(r for r in reads if r.result.get("status") == SUCCEEDED)
             raise _no([a, b], f"{describe(a)} and {describe(b)} saw epoch {e} both released and committed.")
         want = "release" if READY in statuses else "commit"
-        results = {repr(r.result.get("result")) for r in reads} if want == "commit" else set()
+        # a read that gives no result (a job queue that stores none) is not compared on it (read_matches's reading)
+        told = [r for r in reads if "result" in r.result]
+        results = {repr(r.result["result"]) for r in told} if want == "commit" else set()
         if len(results) > 1:
-            raise _no(reads[:2], f"{describe(reads[0])} and {describe(reads[1])} read different results of epoch {e}.")
-        sample = reads[0]
+            raise _no(told[:2], f"{describe(told[0])} and {describe(told[1])} read different results of epoch {e}.")
+        sample = told[0] if told else reads[0]
         if e in epochs.end:
             x = epochs.end[e]
-            if x.f != want or (want == "commit" and not agrees(result_of(x), sample.result.get("result"))):
+            if x.f != want or (want == "commit" and not _fits_result(x, sample)):
                 raise _no([x, sample], f"{describe(sample)} {_shows(sample)}, but epoch {e} ended with {describe(x)}.")
             continue
         fits = [
             m for m in maybe_ends
-            if m.value.get("epoch") == e and m.f == want
-            and (want == "release" or agrees(result_of(m), sample.result.get("result")))
+            if m.value.get("epoch") == e and m.f == want and (want == "release" or _fits_result(m, sample))
         ]
         fits.sort(key=lambda m: m.invoke_time)
         if not fits:

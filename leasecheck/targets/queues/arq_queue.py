@@ -49,10 +49,11 @@ import os
 import sys
 import threading
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute_async
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from arq.connections import ArqRedis
@@ -103,15 +104,48 @@ def main() -> None:
     worker.run()
 
 
+#: the advice the audit's finding ends with (AUDITS.md)
+FIX = (
+    "arq re-runs a job whose in-progress key expired while the first execution still runs; the first to "
+    "finish deletes the in-progress key and the job, and the last result stored wins. Fencing the effects "
+    "by ctx['job_try'] stops the stale writes, but a stale execution's refusal is stored as the job's "
+    "failure over the newer success: arq itself must refuse the stale finish."
+)
+
+
 class ArqQueue(QueueLibrary):
     """arq: a stalled job is run again once its in-progress key expires; the last to finish writes the result."""
 
     name = "arq"
     library = "arq"
     broker = "redis"
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="arq", mode="documented",
+            faults=(
+                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+                FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+        AuditPlan(
+            library="arq", mode="fenced",
+            faults=(
+                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+    )
     identity = "attempt"
     heartbeat = False
     requires = ("arq",)
+    #: arq 0.28 pins redis<6; ``pip install --no-deps arq`` runs it on the redis-py the rest needs
+    extra = "arq"
 
     def __init__(self, config: QueueConfig) -> None:
         super().__init__(config)

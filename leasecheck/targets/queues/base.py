@@ -34,7 +34,7 @@ Mode = Literal["documented", "fenced"]
 class QueueConfig:
     """Where the broker is and how the run's jobs behave, as the harness gives it to the adapter."""
 
-    #: the broker's (or database's) address: ``redis://…`` or a Postgres DSN
+    #: the broker's (or database's) address: ``redis://…``, a Postgres DSN or Temporal's ``host:port``
     url: str
     #: after how long the library judges a silent execution lost (its timeouts are scaled to this)
     ttl_ms: int
@@ -61,7 +61,7 @@ class JobState:
 class QueueLibrary(ABC):
     """A job queue under audit. Subclass it in ``leasecheck/targets/queues/<library>.py`` and list it in the registry.
 
-    ``broker`` names the server leasecheck starts for it (``redis`` or ``postgres``).
+    ``broker`` names the server leasecheck starts for it (``redis``, ``postgres`` or ``temporal``).
     ``identity`` says what the library hands each execution: ``"attempt"`` (a
     number that grows with every execution of a job: it is the history's epoch,
     and the fenced mode fences with it) or ``"id"`` (an opaque execution id: the
@@ -72,7 +72,7 @@ class QueueLibrary(ABC):
     name: ClassVar[str]
     #: the distribution on PyPI (its installed version is published with each finding)
     library: ClassVar[str]
-    broker: ClassVar[Literal["redis", "postgres"]]
+    broker: ClassVar[Literal["redis", "postgres", "temporal"]]
     identity: ClassVar[Literal["attempt", "id"]] = "id"
     heartbeat: ClassVar[bool] = False
     #: the import names the adapter needs, and the extra that installs them

@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -89,12 +90,35 @@ def make_app(url: str, ttl_ms: int, run_id: str) -> Celery:
     return app
 
 
+#: the advice the audit's finding ends with (AUDITS.md)
+FIX = (
+    "Celery redelivers a task that is not acknowledged within the visibility timeout while the first "
+    "execution still runs, and nothing stops the first one's writes (its late SUCCESS is dropped by the "
+    "result backend, its late ack removes the new delivery's unacked entry). Fence every write with a "
+    "number your own store hands out per execution; keep the visibility timeout far above the longest "
+    "task."
+)
+
+
 class CeleryQueue(QueueLibrary):
     """Celery (Redis broker and results), acks_late and a visibility timeout of one ttl: kombu redelivers by age."""
 
     name = "celery"
     library = "celery"
     broker = "redis"
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="celery", mode="documented",
+            faults=(
+                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+                FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+    )
     identity = "id"
     heartbeat = False
     requires = ("celery", "kombu", "redis")

@@ -46,6 +46,7 @@ import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from chancy import Chancy
@@ -67,12 +68,33 @@ def _app(url: str, prefix: str, ttl_s: float) -> Chancy:
     ])
 
 
+#: the advice the audit's finding ends with (AUDITS.md)
+FIX = (
+    "chancy's leader resets the running jobs of a worker whose heartbeat went silent while it may still "
+    "run them; its completion is fenced by claim_id, but the stale execution's effects are not. Fence "
+    "every effect with a number of your own per execution."
+)
+
+
 class ChancyQueue(QueueLibrary):
     """chancy with its Recovery plugin: the running jobs of a worker silent for a ttl go back to pending; stale claims' updates dropped."""
 
     name = "chancy"
     library = "chancy"
     broker = "postgres"
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="chancy", mode="documented",
+            faults=(
+                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+                FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+    )
     identity = "id"
     requires = ("chancy",)
 

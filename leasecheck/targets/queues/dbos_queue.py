@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -72,12 +73,41 @@ _STATUS: dict[str, Any] = {
 }
 
 
+#: the advice the audit's finding ends with (AUDITS.md)
+FIX = (
+    "DBOS resumes a workflow only when its executor restarts (a killed worker's replacement with its "
+    "executor id): no live zombie, and the step's record is written only while the execution owns the "
+    "workflow. A stalled executor is never taken over without DBOS Conductor."
+)
+
+
 class Dbos(QueueLibrary):
     """DBOS Transact: a queued workflow whose body is one step; a worker's PENDING workflows recovered when it restarts."""
 
     name = "dbos"
     library = "dbos"
     broker = "postgres"
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="dbos", mode="documented",
+            faults=(
+                FaultAudit("kill", "valid"),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+        AuditPlan(
+            library="dbos", mode="fenced",
+            faults=(
+                FaultAudit("kill", "valid"),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+    )
     identity = "attempt"
     requires = ("dbos",)
 

@@ -47,9 +47,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from dramatiq import Message
@@ -92,12 +93,33 @@ def make_broker(url: str, ttl_ms: int, run_id: str) -> tuple[RedisBroker, RedisB
     return broker, backend
 
 
+#: the advice the audit's finding ends with (AUDITS.md)
+FIX = (
+    "Dramatiq's time limit ends a stalled actor, but a frozen worker's message is requeued by the "
+    "heartbeat and the woken original then writes, and its result overwrites the new one's (last writer "
+    "wins). Fence every write with a number of your own per execution."
+)
+
+
 class DramatiqQueue(QueueLibrary):
     """Dramatiq (Redis broker, Results): a silent process's messages requeued by heartbeat, a stalled actor cut by its time limit."""
 
     name = "dramatiq"
     library = "dramatiq"
     broker = "redis"
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="dramatiq", mode="documented",
+            faults=(
+                FaultAudit("none", "valid"),
+                FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+    )
     identity = "id"
     heartbeat = False
     requires = ("dramatiq", "redis")

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 #: the environment the consumer's Huey is made from (:mod:`.huey_tasks`)
 ENV_NAME, ENV_URL = "LEASECHECK_HUEY_NAME", "LEASECHECK_HUEY_URL"
@@ -65,12 +66,43 @@ def make_huey(name: str, url: str) -> tuple[Any, Any]:
     return huey, huey.task(context=True, name=TASK_NAME, retries=RETRIES)(run_job)
 
 
+#: the advice the audit's finding ends with (AUDITS.md)
+FIX = (
+    "huey (process workers) ends an overdue task at its timeout and retries it; a killed consumer's task "
+    "is lost for good (at most once): re-enqueue from your own record of what ran, fenced by the attempt."
+)
+
+
 class HueyQueue(QueueLibrary):
     """huey with RedisHuey, the process worker type, a task timeout and retries: no recovery of a lost task."""
 
     name = "huey"
     library = "huey"
     broker = "redis"
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="huey", mode="documented",
+            faults=(
+                FaultAudit("none", "valid"),
+                FaultAudit("pause", "valid"),
+                FaultAudit("kill", "valid"),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+        AuditPlan(
+            library="huey", mode="fenced",
+            faults=(
+                FaultAudit("none", "valid"),
+                FaultAudit("pause", "valid"),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+    )
     identity = "attempt"
     heartbeat = False
     requires: ClassVar[tuple[str, ...]] = ("huey", "redis")

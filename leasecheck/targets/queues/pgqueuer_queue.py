@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from leasecheck.histories.vocabulary import Status
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute_async
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     import psycopg
@@ -118,12 +119,33 @@ def run_worker(ttl_s: float) -> None:
                              dequeue_timeout=timedelta(seconds=ttl_s / 4)))
 
 
+#: the advice the audit's finding ends with (AUDITS.md)
+FIX = (
+    "pgqueuer retries a job whose heartbeat stopped while it may still run, and its heartbeat and "
+    "completion update by job id alone: a stale worker's completion ends the new owner's execution and "
+    "its heartbeat keeps a frozen owner's job alive. Fence every write with a number of your own per "
+    "execution."
+)
+
+
 class Pgqueuer(QueueLibrary):
     """pgqueuer re-picking jobs whose heartbeat is a ttl old (``pgq run --heartbeat-timeout``)."""
 
     name = "pgqueuer"
     library = "pgqueuer"
     broker = "postgres"
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="pgqueuer", mode="documented",
+            faults=(
+                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+    )
     identity = "id"
     heartbeat = False  # the worker beats for every job it holds; nothing a task can call
     requires = ("pgqueuer", "psycopg")

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from leasecheck.histories.vocabulary import Status
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     import procrastinate
@@ -100,12 +101,42 @@ class Settings:
         return max(1, int(self.ttl_s / 2))
 
 
+#: the advice the audit's finding ends with (AUDITS.md)
+FIX = (
+    "procrastinate's stalled-job retry runs the job again while the stalled worker may still run it, and "
+    "finishing checks only that the job is todo or doing: a stale worker's finish is accepted and the "
+    "current one's refused. Fencing effects by attempts stops the stale writes, but the stale refusal "
+    "still fails the job: finish only through a conditional update of your own."
+)
+
+
 class Procrastinate(QueueLibrary):
     """procrastinate with the docs' stalled-job retry as a periodic task, heartbeat-based, scaled to the ttl."""
 
     name = "procrastinate"
     library = "procrastinate"
     broker = "postgres"
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="procrastinate", mode="documented",
+            faults=(
+                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+        AuditPlan(
+            library="procrastinate", mode="fenced",
+            faults=(
+                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+    )
     identity = "attempt"
     heartbeat = False  # the worker beats on its own; nothing a task can call
     requires = ("procrastinate", "psycopg")

@@ -22,6 +22,7 @@ QUEUES: dict[str, str] = {
     "saq": "leasecheck.targets.queues.saq_queue:SaqQueue",
     "dbos": "leasecheck.targets.queues.dbos_queue:Dbos",
     "chancy": "leasecheck.targets.queues.chancy_queue:ChancyQueue",
+    "temporal": "leasecheck.targets.queues.temporal_queue:TemporalQueue",
 }
 
 
@@ -43,5 +44,5 @@ def load(name: str) -> type[QueueLibrary]:
         try:
             importlib.import_module(needed)
         except ImportError:
-            raise QueueNotFound(f"queue {name!r} needs {needed}: pip install 'leasecheck[queues]'") from None
+            raise QueueNotFound(f"queue {name!r} needs {needed}: pip install 'leasecheck[{found.extra}]'") from None
     return found

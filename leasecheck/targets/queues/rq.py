@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -76,12 +77,36 @@ def run_job(name: str) -> str:
     raise RuntimeError(f"RQ lists no execution of job {job.id} by worker {worker!r}")
 
 
+#: the advice the audit's finding ends with (AUDITS.md)
+FIX = (
+    "RQ ends an overdue execution itself (signal.alarm in the work-horse raises at the job_timeout), so "
+    "a stalled task never wakes to write. But a worker paused past the timeout handles the timed-out job "
+    "twice when it resumes (the horse's timeout and the parent's 'work-horse terminated'), each with a "
+    "retry: the job is queued twice and two workers run it at once. Fence every write with a number "
+    "your own store hands out per execution."
+)
+
+
 class RQ(QueueLibrary):
     """RQ with its job timeout and Retry: a stalled job is killed at the timeout, then run again."""
 
     name = "rq"
     library = "rq"
     broker = "redis"
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="rq", mode="documented",
+            faults=(
+                FaultAudit("none", "valid"),
+                FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+                FaultAudit("kill", "valid"),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+    )
     identity = "id"
     heartbeat = False
     requires: ClassVar[tuple[str, ...]] = ("rq", "redis")

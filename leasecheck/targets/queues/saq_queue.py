@@ -46,10 +46,11 @@ import os
 import sys
 import threading
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute_async
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from saq.queue.base import Queue
@@ -83,12 +84,41 @@ def settings() -> dict[str, Any]:
     }
 
 
+#: the advice the audit's finding ends with (AUDITS.md)
+FIX = (
+    "SAQ's sweep re-queues a job whose heartbeat went silent while it may still run, and a stale "
+    "execution's finish overwrites the job by key. Fence every effect by job.attempts and refuse to "
+    "finish when a newer attempt wrote; keep the sweep interval above SAQ's 5 s abort wait."
+)
+
+
 class SaqQueue(QueueLibrary):
     """SAQ: a heartbeat-stale job is aborted, waited for 5 s and re-queued; whoever writes last is the stored job."""
 
     name = "saq"
     library = "saq"
     broker = "redis"
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="saq", mode="documented",
+            faults=(
+                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0, "options": {"sweep_s": 6}},
+        ),
+        AuditPlan(
+            library="saq", mode="fenced",
+            faults=(
+                FaultAudit("none", "valid"),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0, "options": {"sweep_s": 6}},
+        ),
+    )
     identity = "attempt"
     heartbeat = True
     requires = ("saq", "redis")

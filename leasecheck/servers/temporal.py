@@ -1,0 +1,165 @@
+"""A private Temporal dev server (``temporal server start-dev``) for queue runs: loopback only, SQLite on disk.
+
+Temporal ships its server inside its CLI; no Debian package and no prebuilt
+download can be had here, so ``scripts/install-temporal.sh`` builds the CLI at
+the pinned :data:`TEMPORAL_VERSION` with the machine's Go into the per-user cache
+(``~/.cache/leasecheck/bin``, where :func:`find_temporal` looks after ``PATH``).
+Why that version: the CLI's newer releases (v1.9) carry a ``replace`` directive
+in their ``go.mod`` and cannot be ``go install``-ed; v1.5.1 embeds Temporal
+Server 1.29.1.
+
+The dev server is one process (frontend, history, matching and its internal
+worker in one binary). Its state is a SQLite file in ``directory`` (``--db-filename``),
+so ``kill()`` then ``start()`` keeps the workflows, as the ``kill-store`` fault needs;
+its web UI is off (``--headless``); its HTTP API listens on a second free loopback
+port and answers readiness: ``GET /api/v1/namespaces/default`` returns the
+namespace only once the frontend serves it (a listening gRPC port alone does
+not mean the namespace is registered yet).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath, free_port
+from leasecheck.servers.tools import cache_bin_dir, find_go
+
+#: the CLI release that embeds the server (Temporal Server 1.29.1): the newest that ``go install`` builds
+TEMPORAL_VERSION = "v1.5.1"
+TEMPORAL_MODULE = "github.com/temporalio/cli"
+TEMPORAL_BINARY = "temporal"
+#: what every "not found" message tells the user to run
+INSTALL_COMMAND = "scripts/install-temporal.sh"
+#: the namespace the dev server always creates (the adapters use it)
+NAMESPACE = "default"
+
+
+def find_temporal(binary: StrPath | None = None) -> str:
+    """The temporal CLI: ``binary`` if given, else ``temporal`` on PATH, else the cached build."""
+    if binary is not None:
+        found = shutil.which(os.fspath(binary))
+        if found is None:
+            raise EnvironmentFailure(f"temporal: {binary!s} is not an executable")
+        return found
+    found = shutil.which(TEMPORAL_BINARY)
+    if found is not None:
+        return found
+    cached = cache_bin_dir() / TEMPORAL_BINARY
+    if os.access(cached, os.X_OK):
+        return str(cached)
+    raise EnvironmentFailure(
+        f"temporal: no {TEMPORAL_BINARY} on PATH or in {cache_bin_dir()}; build it there with: {INSTALL_COMMAND}"
+    )
+
+
+def built_version(go: str, binary: Path) -> str | None:
+    """The CLI module version recorded in ``binary``'s build info (None: absent, or not ours)."""
+    if not os.access(binary, os.X_OK):
+        return None
+    done = subprocess.run([go, "version", "-m", str(binary)], capture_output=True, text=True, check=False)
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[0] == "mod" and fields[1] == TEMPORAL_MODULE:
+            return fields[2]
+    return None
+
+
+def install_temporal(bin_dir: Path | None = None) -> Path:
+    """Build the temporal CLI at :data:`TEMPORAL_VERSION` into ``bin_dir`` (the per-user cache); idempotent.
+
+    As :func:`leasecheck.servers.tools.install_toxiproxy`: serialised on a file
+    lock, built into a temporary folder beside the target and moved into place
+    whole, ``GOTOOLCHAIN=local``. A cold module cache takes about 6.5 min (2 cores)."""
+    go = find_go()
+    bin_dir = bin_dir or cache_bin_dir()
+    target = bin_dir / TEMPORAL_BINARY
+    try:
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(bin_dir / ".temporal-install.lock", "w")  # noqa: SIM115 - held for the whole build
+    except OSError as e:
+        raise EnvironmentFailure(f"{INSTALL_COMMAND}: cannot write {bin_dir}: {e.strerror or e}") from None
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if built_version(go, target) == TEMPORAL_VERSION:
+            return target
+        with tempfile.TemporaryDirectory(prefix=".build.", dir=bin_dir) as build:
+            env = {**os.environ, "GOBIN": build, "GOTOOLCHAIN": "local",
+                   "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -buildvcs=false".strip()}
+            command = [go, "install", "-trimpath", f"{TEMPORAL_MODULE}/cmd/temporal@{TEMPORAL_VERSION}"]
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                detail = done.stderr.strip().splitlines()[-5:]
+                raise EnvironmentFailure(f"{INSTALL_COMMAND}: go install failed: " + " / ".join(detail))
+            os.replace(Path(build) / TEMPORAL_BINARY, target)
+        if built_version(go, target) != TEMPORAL_VERSION:
+            raise EnvironmentFailure(f"{INSTALL_COMMAND}: {target} does not report {TEMPORAL_MODULE} {TEMPORAL_VERSION}")
+    return target
+
+
+def namespace_served(http_url: str, namespace: str = NAMESPACE, timeout_s: float = 1.0) -> bool:
+    """Does the frontend's HTTP API at ``http_url`` describe ``namespace`` (it is registered and served)?"""
+    try:
+        with urllib.request.urlopen(f"{http_url}/api/v1/namespaces/{namespace}", timeout=timeout_s) as reply:
+            return bool(json.load(reply).get("namespaceInfo", {}).get("name") == namespace)
+    except (OSError, ValueError, urllib.error.URLError):
+        return False
+
+
+class TemporalServer(LocalServer):
+    """``temporal server start-dev`` in the foreground: gRPC on 127.0.0.1:PORT, state in ``directory/temporal.db``."""
+
+    kind = "temporal"
+
+    def __init__(self, directory: StrPath | None = None, port: int | None = None, http_port: int | None = None,
+                 binary: StrPath | None = None) -> None:
+        self.binary = find_temporal(binary)
+        super().__init__(directory, port)
+        self.http_port = http_port or free_port()
+        while self.http_port == self.port:  # two asks of the kernel may hand back the same free port
+            self.http_port = free_port()
+
+    @property
+    def url(self) -> str:
+        """The frontend's gRPC address, as ``temporalio.client.Client.connect`` takes it."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary, "server", "start-dev",
+            "--ip", "127.0.0.1",
+            "--port", str(self.port),
+            "--http-port", str(self.http_port),
+            "--headless",
+            "--db-filename", str(self.directory / "temporal.db"),
+            "--log-level", "warn",  # stderr: LocalServer captures it into temporal.log
+        ]
+
+    def _ready(self) -> bool:
+        return namespace_served(self.http_url)
+
+
+def main() -> None:
+    """``python -m leasecheck.servers.temporal``: build the pinned CLI into the cache; print its path."""
+    import sys
+
+    try:
+        print(install_temporal())
+    except EnvironmentFailure as e:
+        print(e, file=sys.stderr)
+        raise SystemExit(4) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Temporal's workflow, activity and worker for leasecheck's queue audit (imported by the worker processes).
+
+Apart from :mod:`.temporal_queue` because ``@workflow.defn`` and
+``@activity.defn`` need ``temporalio`` at import time, and because Temporal's
+workflow sandbox re-imports the module that defines the workflow: the module
+must be importable by name (not ``__main__``) and its leasecheck imports are
+passed through the sandbox (they are used by the activity only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+
+from temporalio import activity, workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from leasecheck.targets.queues.task import ENV_SLOT, Identity, execute_async
+
+#: the names Temporal knows them by (the client starts the workflow by name)
+WORKFLOW, ACTIVITY = "LeasecheckJob", "leasecheck"
+#: what the worker process reads (it is started by argv, not handed the config)
+ENV_ADDRESS, ENV_NAMESPACE = "LEASECHECK_TEMPORAL_ADDRESS", "LEASECHECK_TEMPORAL_NAMESPACE"
+ENV_QUEUE, ENV_TTL = "LEASECHECK_TEMPORAL_TASK_QUEUE", "LEASECHECK_TEMPORAL_TTL_MS"
+#: the fenced task's refusal: failing the activity with it must not start yet another attempt
+STALE = "StaleExecution"
+
+
+def timeouts(ttl_ms: int) -> dict[str, timedelta]:
+    """Temporal's timeouts for a ttl: the heartbeat timeout (the lease) judges a silent attempt; the rest are margins.
+
+    ``start_to_close`` is ten ttl (past the longest stall, 3 ttl), so the
+    heartbeat timeout alone times a stalled attempt out; the retry waits a tenth
+    of a ttl (at most one ttl); a workflow task (and a sticky queue's) held by a
+    stalled worker is given to another after one ttl (Temporal's default: 10 s)."""
+    ttl = timedelta(milliseconds=ttl_ms)
+    return {"heartbeat": ttl, "start_to_close": 10 * ttl, "retry_initial": ttl / 10, "retry_max": ttl,
+            "workflow_task": max(ttl, timedelta(seconds=1)), "sticky": ttl}
+
+
+@activity.defn(name=ACTIVITY)
+async def run_job(job: str) -> str:
+    """One attempt of ``job``: leasecheck's task, identified by Temporal's attempt number (1, 2, ... per workflow run)."""
+    info = activity.info()
+
+    async def beat() -> bool:
+        activity.heartbeat()  # queued; the SDK sends it (throttled) and cancels us if the server says it is gone
+        return True
+
+    return await execute_async(job, Identity(token=f"{info.workflow_run_id}/{info.attempt}", epoch=info.attempt),
+                               heartbeat=beat)
+
+
+@workflow.defn(name=WORKFLOW)
+class JobWorkflow:
+    """A job: one activity, retried by Temporal after a timeout; its result is the workflow's."""
+
+    @workflow.run
+    async def run(self, job: str, ttl_ms: int) -> str:
+        t = timeouts(ttl_ms)
+        result: str = await workflow.execute_activity(
+            run_job, job,
+            start_to_close_timeout=t["start_to_close"],
+            heartbeat_timeout=t["heartbeat"],
+            retry_policy=RetryPolicy(initial_interval=t["retry_initial"], backoff_coefficient=2.0,
+                                     maximum_interval=t["retry_max"], maximum_attempts=10,
+                                     non_retryable_error_types=[STALE]),
+        )
+        return result
+
+
+async def serve() -> None:
+    """One worker: ``Worker(client, task_queue=..., workflows=..., activities=...).run()``, one activity at a time."""
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    ttl_ms = int(os.environ[ENV_TTL])
+    client = await Client.connect(os.environ[ENV_ADDRESS], namespace=os.environ[ENV_NAMESPACE])
+    worker = Worker(
+        client, task_queue=os.environ[ENV_QUEUE], workflows=[JobWorkflow], activities=[run_job],
+        max_concurrent_activities=1,
+        sticky_queue_schedule_to_start_timeout=timeouts(ttl_ms)["sticky"],
+        identity=f"leasecheck-w{os.environ.get(ENV_SLOT, '?')}-{os.getpid()}",
+    )
+    await worker.run()
+
+
+def main() -> None:
+    """The worker process's entry (SIGTERM ends it, as a crash would: its attempt then times out)."""
+    asyncio.run(serve())
