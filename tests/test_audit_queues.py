@@ -2,7 +2,7 @@
 
 One short audit per library (its published plan's first fault, the plan's first
 seed; a published finding may take the plan's next seeds, ``tests/audits.py``),
-plus a correct configuration that must stay valid (SAQ's fenced mode), and the
+plus a correct configuration that must stay valid (huey's fenced mode), and the
 harness's promises on every exit: every worker process (and what it forked) is
 gone, every fault healed, the history whole.
 """
@@ -19,7 +19,7 @@ from leasecheck.queue_run.runner import QueueOptions, QueueRun
 from leasecheck.rundir.storedir import FAULTS_FILE
 from leasecheck.targets.queues.registry import QUEUES
 
-#: one (audit target, fault) per library: the first fault of its first plan, and SAQ's fenced mode (valid)
+#: one (audit target, fault) per library: the first fault of its first plan, and huey's fenced mode (valid)
 CASES = [
     ("queue:rq@documented", "none"),
     ("queue:huey@documented", "none"),
@@ -27,7 +27,7 @@ CASES = [
     ("queue:dramatiq@documented", "pause"),
     ("queue:arq@documented", "none"),
     ("queue:saq@documented", "none"),
-    ("queue:saq@fenced", "none"),
+    ("queue:huey@fenced", "none"),
     ("queue:procrastinate@documented", "none"),
     ("queue:pgqueuer@documented", "none"),
     ("queue:dbos@documented", "kill"),

@@ -32,8 +32,8 @@ from leasecheck.nemesis.heal import heal_record
 from leasecheck.nemesis.network import Bandwidth, Latency, Partition
 from leasecheck.nemesis.proxies import Network
 from leasecheck.nemesis.toxiproxy import ToxiproxyClient
-from leasecheck.run.store_network import route
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.servers.store_network import route
 from leasecheck.servers.tools import install_toxiproxy
 from leasecheck.servers.toxiproxy import ToxiproxyServer, find_toxiproxy_server
 from leasecheck.targets.base import Indeterminate, Lease, Target, TargetConfig, Unavailable

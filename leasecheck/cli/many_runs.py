@@ -30,12 +30,16 @@ from leasecheck.run.flags import Finite, comma_list, output_file
 @click.option("--markdown", is_flag=True, help="End with a Markdown table of the runs (AUDITS.md's).")
 def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: tuple[str, ...], seeds: str | None,
           time_limit: float | None, store_dir: str, as_published: bool, as_json: bool, markdown: bool) -> None:
-    """Audit a third-party lock library (or ``all``) with its published settings (AUDITS.md).
+    """Audit a third-party lock library or job queue (or ``all``, ``queues``) with its published settings (AUDITS.md).
 
     LIBRARY is an audited library's PyPI name, an adapter's registered name,
     or an adapter of your own as MODULE:CLASS (found from the current
     directory too, as `run --target` finds it) whose class carries an
-    AuditPlan (`leasecheck new-target --lock LIBRARY` writes one).
+    AuditPlan (`leasecheck new-target --lock LIBRARY` writes one). A job
+    queue (rq, huey, celery, dramatiq, arq, saq, procrastinate, pgqueuer,
+    dbos, chancy; `queues` for all) is run by its own workers, with
+    leasecheck's task (docs/auditing.md); its fault `none` is the task's
+    own stalls alone.
     Runs each fault of the library's plan with each seed, one run each, and
     prints the verdict, the anomaly kinds, the time to the first anomaly and
     the ops that prove it. Exit code: docs/contracts/exit-codes.md's, for the worst run (1 if any

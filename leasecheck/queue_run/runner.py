@@ -37,6 +37,7 @@ from leasecheck.queue_run.watcher import Watcher
 from leasecheck.queue_run.workers import QueueWorkers
 from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
+from leasecheck.servers.store_network import StoreNetwork
 from leasecheck.targets.queues.base import Mode, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.registry import load
 from leasecheck.targets.queues.resource import Resource
@@ -47,7 +48,7 @@ from leasecheck.verdict.run_verdict import evidence_of, fault_windows, run_verdi
 log = logging.getLogger("leasecheck.queue_run")
 
 #: the faults a queue run can inflict: on the library's worker processes (with their children) and on its broker
-QUEUE_FAULTS = ("pause", "kill", "pause-store", "kill-store")
+QUEUE_FAULTS = ("pause", "kill", "pause-store", "kill-store", "partition")
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class QueueRun:
         self.workers: QueueWorkers | None = None
         self.watcher: Watcher | None = None
         self.nemesis: Nemesis | None = None
+        self.network: StoreNetwork | None = None
         try:
             write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": opts.seed, "run_id": self.run_id,
                                                     "argv": sys.argv, "kind": "queue"})
@@ -172,7 +174,14 @@ class QueueRun:
         self.producer = self.cls(config)
         self.producer.setup()
         self.watcher = Watcher(self.cls(config), interval_s=min(0.2, opts.ttl_ms / 10_000))
-        self.workers = QueueWorkers(self.producer, self.queue_dir, self.run_dir / "workers", _python_path())
+        if "partition" in opts.nemesis:  # each worker reaches the broker through a proxy of its own (the producer
+            self.network = StoreNetwork(self.run_dir / "toxiproxy", seed=opts.seed)  # and the watcher do not)
+        network = self.network
+
+        def library_for(slot: int) -> QueueLibrary:
+            return self.producer if network is None else self.cls(replace(config, url=network.route(slot, config.url)))
+
+        self.workers = QueueWorkers(library_for, self.queue_dir, self.run_dir / "workers", _python_path())
         self.start_ns = time.monotonic_ns()
         mark_latest(self.run_dir)
 
@@ -216,7 +225,8 @@ class QueueRun:
         opts = self.opts
         assert self.workers is not None and self.watcher is not None
         workers = self.workers
-        context = FaultContext(ttl_ms=opts.ttl_ms, workers=workers.live, holders=workers.busy, server=self.server)
+        context = FaultContext(ttl_ms=opts.ttl_ms, workers=workers.live, holders=workers.busy, server=self.server,
+                               network=self.network.network if self.network is not None else None)
         self.nemesis = Nemesis(self.kinds, opts.nemesis_interval, context, self._record_nemesis,
                                random.Random(f"{opts.seed}/nemesis"), on_change=self._save_faults,
                                first_interval_s=opts.time_limit / 4)
@@ -266,6 +276,8 @@ class QueueRun:
     def _heal_and_stop(self) -> None:
         if self.nemesis is not None:
             self.nemesis.heal_all()
+        if self.network is not None:
+            self.network.heal()
         save_faults(self.run_dir, [])
         if self.watcher is not None:
             self.watcher.stop()
@@ -282,6 +294,8 @@ class QueueRun:
                     lib.close()
                 except Exception:
                     pass
+        if self.network is not None:
+            self.network.stop()
         if self.server is not None:
             self.server.stop()
 

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,9 @@ class QueueWorker:
 class QueueWorkers:
     """The run's workers: ``spawn`` one, ``live()`` for the nemesis, ``deaths()`` to replace, ``stop()`` them all."""
 
-    def __init__(self, library: QueueLibrary, queue_dir: Path, log_dir: Path, extra_env: dict[str, str]) -> None:
+    def __init__(self, library: Callable[[int], QueueLibrary], queue_dir: Path, log_dir: Path,
+                 extra_env: dict[str, str]) -> None:
+        #: the adapter a worker's command and environment come from, by slot (its broker URL may be its own proxy's)
         self.library = library
         self.queue_dir = queue_dir
         self.log_dir = log_dir
@@ -53,12 +56,12 @@ class QueueWorkers:
 
     def spawn(self) -> QueueWorker:
         slot = len(self.workers)
-        env = {**os.environ, **self.extra_env, **self.library.worker_env(),
-               ENV_DIR: str(self.queue_dir), ENV_SLOT: str(slot)}
+        library = self.library(slot)
+        env = {**os.environ, **self.extra_env, **library.worker_env(), ENV_DIR: str(self.queue_dir), ENV_SLOT: str(slot)}
         with (self.log_dir / f"worker-{slot}.log").open("ab") as log:
-            proc = subprocess.Popen(self.library.worker_command(slot), env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(library.worker_command(slot), env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    cwd=self.library.config.work_dir or None)
+                                    cwd=library.config.work_dir or None)
         worker = QueueWorker(slot, proc)
         self.workers.append(worker)
         return worker

@@ -9,7 +9,7 @@
   workload, a worker's end of its pipe (it stamps, logs and sends its events);
 * :mod:`.recorder`, :mod:`.deliveries`, :mod:`.merge`, :mod:`.takeovers` — the recorder, the at-least-once queue, the merged
   history, what wakes a zombie;
-* :mod:`.store_network`, :mod:`.final_reads`, :mod:`.interrupts` — proxies, the last reads, SIGINT/SIGTERM.
+* :mod:`.final_reads`, :mod:`.interrupts` — the last reads, SIGINT/SIGTERM (the proxies: ``servers.store_network``).
 
 May import: ``verdict``, ``report``, ``rundir``, ``servers``, the core (``checker``,
 ``targets``, ``nemesis``, ``histories``), ``errors``, ``waiting``. Never ``ci``, ``kit`` or ``cli``.

@@ -29,9 +29,9 @@ from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.run import zygote
 from leasecheck.run.interrupts import shielded
 from leasecheck.run.recorder import Recorder, Slot
-from leasecheck.run.store_network import StoreNetwork
 from leasecheck.run.worker_pipe import Recording
 from leasecheck.run.workload import Workload, worker_main
+from leasecheck.servers.store_network import StoreNetwork
 from leasecheck.targets.base import Target
 from leasecheck.targets.registry import TargetSpec, load
 

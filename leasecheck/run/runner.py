@@ -48,11 +48,11 @@ from leasecheck.run.merge import Merge
 from leasecheck.run.options import BadOptions, RunOptions, RunResult, Timing, load_target, validate
 from leasecheck.run.pool import WorkerPool
 from leasecheck.run.recorder import Recorder, Slot
-from leasecheck.run.store_network import StoreNetwork
 from leasecheck.rundir.files import CLOCKS_DIR, note_mp_tempdir, remove_leftovers
 from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
 from leasecheck.rundir.worker_logs import WORKERS_DIR, Journal
 from leasecheck.servers.base import EnvironmentFailure
+from leasecheck.servers.store_network import StoreNetwork
 from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.targets.registry import TargetSpec

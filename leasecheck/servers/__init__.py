@@ -2,6 +2,7 @@
 
 * :mod:`.base` — :class:`LocalServer`, a server we start, own and stop, as a child process;
 * :mod:`.postgres`, :mod:`.redis`, :mod:`.toxiproxy` — the local servers, from the machine's binaries;
+* :mod:`.store_network` — Toxiproxy in front of the store, one proxy per worker (a lease run's and a queue run's);
 * :mod:`.faketime` — Postgres and Redis under libfaketime, their clock skewable;
 * :mod:`.docker` — the same stores in containers (``--env docker``), with :mod:`.image`,
   :mod:`.run_network`, :mod:`.container` and :mod:`.container_stores`;

@@ -87,8 +87,10 @@ def settings() -> dict[str, Any]:
 #: the advice the audit's finding ends with (AUDITS.md)
 FIX = (
     "SAQ's sweep re-queues a job whose heartbeat went silent while it may still run, and a stale "
-    "execution's finish overwrites the job by key. Fence every effect by job.attempts and refuse to "
-    "finish when a newer attempt wrote; keep the sweep interval above SAQ's 5 s abort wait."
+    "execution's finish overwrites the job by key. Fencing the effects by job.attempts does not hold: "
+    "two executions of one job can carry the same attempt number (every write saves the writer's whole "
+    "copy of the job), and a swept job that completed meanwhile is queued again. Fence with a number of "
+    "your own per execution, drawn atomically when the task starts."
 )
 
 
@@ -107,16 +109,17 @@ class SaqQueue(QueueLibrary):
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
-            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0, "options": {"sweep_s": 6}},
+            options={"ttl_ms": 3000, "workers": 3, "nemesis_interval": 4.0, "options": {"sweep_s": 6}},
         ),
         AuditPlan(
             library="saq", mode="fenced",
             faults=(
-                FaultAudit("none", "valid"),
+                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit",
+                                               "non-linearizable", "duplicate-epoch")),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
-            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0, "options": {"sweep_s": 6}},
+            options={"ttl_ms": 3000, "workers": 3, "nemesis_interval": 4.0, "options": {"sweep_s": 6}},
         ),
     )
     identity = "attempt"

@@ -15,7 +15,7 @@ from pathlib import Path
 from leasecheck.nemesis.proxies import Network, WorkerKey
 from leasecheck.targets.urls import store_endpoint, with_endpoint
 
-log = logging.getLogger("leasecheck.run")
+log = logging.getLogger("leasecheck.servers")
 
 
 def route(network: Network, worker: WorkerKey, url: str) -> str:
