@@ -35,6 +35,7 @@ from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.queue_run.assemble import assemble
 from leasecheck.queue_run.watcher import Watcher
 from leasecheck.queue_run.workers import QueueWorkers
+from leasecheck.rundir.files import remove_leftovers, server_directory
 from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.servers.store_network import StoreNetwork
@@ -159,7 +160,9 @@ class QueueRun:
         else:
             from leasecheck.servers.postgres import PostgresServer
 
-            self.server = PostgresServer(directory).start()
+            # a server running as the postgres user (we are root) may not reach a private run folder: see server_directory
+            home = server_directory(self.run_dir, "postgres", PostgresServer._server_user())
+            self.server = PostgresServer(home).start()
 
     def _prepare(self) -> None:
         """The queue folder (plan, resource, events), the library's broker set up, the watcher and the workers made."""
@@ -297,7 +300,9 @@ class QueueRun:
         if self.network is not None:
             self.network.stop()
         if self.server is not None:
+            self.server.resume()  # a paused server cannot shut down (the nemesis healed it; say it twice)
             self.server.stop()
+        remove_leftovers(self.run_dir)  # the broker's data, and a server home linked from outside the run
 
     @staticmethod
     def required_ops(library: str) -> Sequence[str]:

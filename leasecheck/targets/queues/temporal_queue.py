@@ -1,6 +1,49 @@
 """Temporal (``temporalio`` 1.35, Temporal Server 1.29.1): a job is a workflow running one activity, retried after its heartbeat timeout.
 
-(Docstring completed from the measurements: see the module's notes below the class.)
+What Temporal promises (docs.temporal.io): an Activity "can be non-deterministic.
+We recommend that it be idempotent, so retries can be processed without
+duplicate side effects"; "Heartbeats are used to detect Worker failure.
+Cancellations are delivered via Heartbeats"; an Activity receives Cancellation
+when "the Activity was considered failed by the Server because any of the
+Activity timeouts have triggered (for example, the Server didn't receive a
+heartbeat within the Activity's Heartbeat timeout)", and "Activities can only
+receive Cancellation if they emit Heartbeats".
+
+Recovery: the server times an attempt out when no heartbeat came for
+``heartbeat_timeout`` (one ttl) and schedules the next attempt after the retry
+policy's backoff, on any worker of the task queue; ``activity.info().attempt``
+grows by one per attempt: the attempt number (identity ``attempt``). Each
+attempt's task token names its attempt, and the server answers a heartbeat or
+a completion of an attempt it has timed out with ``NotFound: invalid activityID
+or activity already timed out or invoking workflow is completed`` (observed in
+the workers' logs, ``temporalio_sdk_core::worker::activities: Activity not found
+on completion``): the stale completion is refused, the workflow's result is the
+current attempt's. A heartbeat refused that way makes the SDK cancel the attempt
+(``worker/_activity.py:219-236``: ``ActivityCancellationDetails.not_found``), so a
+stalled attempt that wakes and beats is cancelled at its next ``await``. Not
+fenced: what an attempt does before it next beats, e.g. a worker paused (not the
+task's own stall) after its last heartbeat writes its effect on waking, before
+the refused completion (observed once: after the attempt's timeout, before the
+next attempt started).
+
+Scaled: heartbeat timeout one ttl, ``start_to_close`` ten ttl (never reached by
+a 1.5-3 ttl stall: the heartbeat alone judges), retries after ttl/10 doubling to
+one ttl, at most 10 attempts, ``StaleExecution`` (the fenced task's refusal) not
+retried; a workflow task held by a stalled worker (the stall blocks its event
+loop, and the SDK's core takes workflow tasks all the same) times out after one
+ttl (Temporal's default: 10 s), and so does a workflow task waiting on a stalled
+worker's sticky queue. Each worker (:mod:`.temporal_queue_tasks`) is
+``Worker(client, task_queue=..., workflows=..., activities=...).run()`` with
+``max_concurrent_activities=1``; the task queue is named with the run's id.
+
+Heartbeat: the task calls ``activity.heartbeat()``, which is fire-and-forget
+(sent in the background, throttled to 0.8 heartbeat timeout); the renew it
+records is the server's answer to the same RPC sent through the client (see
+:func:`~leasecheck.targets.queues.temporal_queue_tasks.heartbeat`): a zombie's
+renew is recorded refused, not guessed ok.
+
+The broker is ``temporal server start-dev`` (:mod:`leasecheck.servers.temporal`),
+built by ``scripts/install-temporal.sh``.
 """
 
 from __future__ import annotations
@@ -12,7 +55,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
-from leasecheck.targets.thirdparty.audit import AuditPlan
+from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -21,6 +64,14 @@ if TYPE_CHECKING:
 NAMESPACE = "default"
 
 T = TypeVar("T")
+
+#: the advice (here: why the valid verdict holds) the audit's finding ends with (AUDITS.md)
+FIX = (
+    "Temporal times out an attempt that stops heartbeating and runs the next attempt elsewhere; the server "
+    "refuses the timed-out attempt's heartbeats and completion (its task token names its attempt), and the "
+    "refused heartbeat cancels the zombie at its next await. Side effects before its next heartbeat are not "
+    "fenced: make them idempotent, or fence them with activity.info().attempt."
+)
 
 
 class TemporalQueue(QueueLibrary):
@@ -33,7 +84,28 @@ class TemporalQueue(QueueLibrary):
     heartbeat = True
     requires = ("temporalio",)
     extra = "temporal"
-    audits: ClassVar[tuple[AuditPlan, ...]] = ()
+    #: the published audit, one plan per mode (AUDITS.md); ``none``: the task's own stalls, no fault
+    audits: ClassVar[tuple[AuditPlan, ...]] = (
+        AuditPlan(
+            library="temporalio", mode="documented",
+            faults=(
+                FaultAudit("none", "valid"),
+                FaultAudit("pause", "valid"),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+        AuditPlan(
+            library="temporalio", mode="fenced",
+            faults=(
+                FaultAudit("none", "valid"),
+            ),
+            seeds=(1, 2, 3), time_limit=15.0,
+            fix=FIX,
+            options={"ttl_ms": 2000, "workers": 3, "nemesis_interval": 4.0},
+        ),
+    )
 
     def __init__(self, config: QueueConfig) -> None:
         super().__init__(config)
@@ -99,9 +171,12 @@ class TemporalQueue(QueueLibrary):
             if status == WorkflowExecutionStatus.COMPLETED:
                 return JobState("SUCCEEDED", str(await handle.result()))
             if status == WorkflowExecutionStatus.RUNNING:
+                # READY: the activity not scheduled yet (history shorter than its ActivityTaskScheduled, event 5)
+                # or waiting for a worker or its retry; RUNNING: an attempt started, or done and being recorded
                 pending = described.raw_description.pending_activities
-                started = any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED for a in pending)
-                return JobState("RUNNING" if started else "READY")
+                if any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED for a in pending):
+                    return JobState("READY")
+                return JobState("RUNNING" if pending or (described.history_length or 0) >= 5 else "READY")
             if status in (WorkflowExecutionStatus.FAILED, WorkflowExecutionStatus.TIMED_OUT,
                           WorkflowExecutionStatus.TERMINATED):
                 return JobState("FAILED")

@@ -40,17 +40,56 @@ def timeouts(ttl_ms: int) -> dict[str, timedelta]:
             "workflow_task": max(ttl, timedelta(seconds=1)), "sticky": ttl}
 
 
+#: heartbeat RPCs still running after their attempt was cancelled (asyncio keeps only weak references to tasks)
+_in_flight: set[asyncio.Future[None]] = set()
+
+
+def _settled(rpc: asyncio.Future[None]) -> None:
+    """A heartbeat RPC is done: forget it, and mark its error (a cancelled attempt's: NotFound) as seen."""
+    _in_flight.discard(rpc)
+    if not rpc.cancelled():
+        rpc.exception()
+
+
+async def heartbeat() -> bool:
+    """The attempt's heartbeat, and the server's answer to it (False: the server no longer knows this attempt).
+
+    ``activity.heartbeat()`` is Temporal's documented call, and what gets a
+    timed-out attempt cancelled: the SDK sends it in the background (throttled
+    to 0.8 heartbeat timeout) and cancels the activity when the server answers
+    that the attempt is gone. It tells the caller nothing, so a renew recorded
+    ``ok`` from it alone would be a guess; the same RPC
+    (``RecordActivityTaskHeartbeat``, keyed by the attempt's task token) sent
+    once more through the client returns the server's verdict.
+
+    That RPC is shielded from the attempt's cancellation, and has no deadline of
+    its own: a request cancelled while the dev server's SQLite store runs its
+    query interrupts the store's connection for good (every later operation
+    fails with ``interrupted (9)``; modernc.org/sqlite v1.34.1 in Temporal
+    Server 1.29.1, temporalio/temporal#8017), which a cancelled heartbeat did
+    once in ~25 runs."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    activity.heartbeat()
+    handle = activity.client().get_async_activity_handle(task_token=activity.info().task_token)
+    rpc = asyncio.ensure_future(handle.heartbeat())
+    _in_flight.add(rpc)
+    rpc.add_done_callback(_settled)
+    try:
+        await asyncio.shield(rpc)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
+
+
 @activity.defn(name=ACTIVITY)
 async def run_job(job: str) -> str:
     """One attempt of ``job``: leasecheck's task, identified by Temporal's attempt number (1, 2, ... per workflow run)."""
     info = activity.info()
-
-    async def beat() -> bool:
-        activity.heartbeat()  # queued; the SDK sends it (throttled) and cancels us if the server says it is gone
-        return True
-
     return await execute_async(job, Identity(token=f"{info.workflow_run_id}/{info.attempt}", epoch=info.attempt),
-                               heartbeat=beat)
+                               heartbeat=heartbeat)
 
 
 @workflow.defn(name=WORKFLOW)
