@@ -21,7 +21,8 @@ CLI = [sys.executable, "-m", "leasecheck"]
 #: the libraries AUDITS.md publishes, by their PyPI names
 LIBRARIES = {"redis", "python-redis-lock", "portalocker", "kazoo", "etcd3", "sqlalchemy-dlock", "filelock",
              # job queues and durable execution (leasecheck audit queues)
-             "rq", "huey", "celery", "dramatiq", "arq", "saq", "procrastinate", "pgqueuer", "dbos", "chancy"}
+             "rq", "huey", "celery", "dramatiq", "arq", "saq", "procrastinate", "pgqueuer", "dbos", "chancy",
+             "temporalio"}
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

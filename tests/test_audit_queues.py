@@ -32,6 +32,7 @@ CASES = [
     ("queue:pgqueuer@documented", "none"),
     ("queue:dbos@documented", "kill"),
     ("queue:chancy@documented", "none"),
+    ("queue:temporal@documented", "pause"),
 ]
 
 

@@ -37,7 +37,7 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
     directory too, as `run --target` finds it) whose class carries an
     AuditPlan (`leasecheck new-target --lock LIBRARY` writes one). A job
     queue (rq, huey, celery, dramatiq, arq, saq, procrastinate, pgqueuer,
-    dbos, chancy; `queues` for all) is run by its own workers, with
+    dbos, chancy, temporal; `queues` for all) is run by its own workers, with
     leasecheck's task (docs/auditing.md); its fault `none` is the task's
     own stalls alone.
     Runs each fault of the library's plan with each seed, one run each, and
