@@ -86,7 +86,8 @@ def run_queue_audit(audited: Audited, nemesis: str, seed: int, store: Path, time
         target=audited.target, library=audited.plan.library, version=audited.version, mode=audited.plan.mode,
         nemesis=nemesis, seed=seed, verdict=judged.verdict, kinds=tuple(sorted({a.kind for a in judged.anomalies})),
         reason=judged.reason, run_dir=result.run_dir, published=audited.fault(nemesis),
-        first_anomaly_s=first_s, proof=proof, exit_code=_exit(judged.verdict), options=dict(audited.plan.options),
+        first_anomaly_s=first_s, proof=proof,
+        exit_code=result.exit_code if result.interrupted is not None else _exit(judged.verdict), options=dict(audited.plan.options),
         without_fault=tuple(sorted({a.kind for a in judged.without_fault})),
         without_fault_count=len(judged.without_fault), without_fault_proof=without_proof,
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import signal
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.checker import Verdict, check_source
+from leasecheck.exits import Exit, interrupted
 from leasecheck.histories import Header, HistoryWriter
 from leasecheck.histories.format import EffectFence
 from leasecheck.nemesis.catalogue import FaultKind, lookup
@@ -81,13 +83,18 @@ class QueueResult:
     verdict: Verdict
     reason: str | None
     stats: dict[str, Any]
+    #: the signal that cut the run short (SIGINT, SIGTERM), or None
+    interrupted: signal.Signals | None = None
 
     @property
     def exit_code(self) -> int:
-        from leasecheck.exits import Exit
-
+        """docs/contracts/exit-codes.md: an anomaly is 1 whatever happened; a run cut short is 128 + the signal."""
         valid = self.verdict.valid
-        return int(Exit.VALID if valid is True else Exit.INVALID if valid is False else Exit.UNKNOWN)
+        if valid is False:
+            return int(Exit.INVALID)
+        if self.interrupted is not None:
+            return interrupted(self.interrupted)
+        return int(Exit.VALID if valid is True else Exit.UNKNOWN)
 
 
 class QueueRun:
@@ -110,6 +117,9 @@ class QueueRun:
         self.replaced = 0
         self._dead: list[Any] = []
         self._lock = threading.Lock()
+        #: set by SIGINT / SIGTERM: the loops end, the run heals, stops and records what it has
+        self.stop = threading.Event()
+        self.interrupted: signal.Signals | None = None
 
     # ------------------------------------------------------------------ the run
 
@@ -125,14 +135,14 @@ class QueueRun:
         self.watcher: Watcher | None = None
         self.nemesis: Nemesis | None = None
         self.network: StoreNetwork | None = None
+        previous = self._catch_signals()
         try:
             write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": opts.seed, "run_id": self.run_id,
                                                     "argv": sys.argv, "kind": "queue"})
             try:
                 self._start_broker()
                 self._prepare()
-                started = self._start()
-                if started:
+                if self._start():
                     self._drive()
                     self._drain()
             finally:
@@ -144,8 +154,26 @@ class QueueRun:
             mark_failed(self.run_dir, str(e) if isinstance(e, EnvironmentFailure) else f"{type(e).__name__}: {e}")
             raise
         finally:
+            for sig, handler_ in previous.items():
+                signal.signal(sig, handler_)
             log.removeHandler(handler)
             handler.close()
+
+    def _catch_signals(self) -> dict[signal.Signals, Any]:
+        """SIGINT and SIGTERM end the run the way its end does (heal, stop, record, check), taken at the loops' next
+        turn; the previous handlers, to put back. (Only the main thread can install them: elsewhere, none.)"""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def stop(sig: int, frame: object) -> None:
+            if self.interrupted is None:
+                self.interrupted = signal.Signals(sig)
+                log.info("%s: winding down", self.interrupted.name)
+                print(f"\ninterrupted ({self.interrupted.name}): healing faults and checking what was recorded",
+                      file=sys.stderr)
+            self.stop.set()
+
+        return {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _start_broker(self) -> None:
         directory = self.run_dir / self.cls.broker
@@ -205,13 +233,15 @@ class QueueRun:
             self.workers.spawn()
         self._enqueue(2 * self.opts.workers)
         self.watcher.start()
-        deadline = time.monotonic() + 60 + 10 * self.opts.workers
+        limit = 60 + 10 * self.opts.workers
+        deadline = time.monotonic() + limit
         while not any(p.stat().st_size for p in (self.queue_dir / EVENTS_DIR).iterdir()):
             self._replace_dead(at_start=True)
             if time.monotonic() > deadline:
-                raise EnvironmentFailure(f"{self.opts.library}: no worker started a job in {deadline:.0f} s; "
+                raise EnvironmentFailure(f"{self.opts.library}: no worker started a job in {limit} s; "
                                          f"the last worker's log:\n{self.workers.log_tail()}")
-            time.sleep(0.05)
+            if self.stop.wait(0.05):
+                return False
         log.info("the first execution started: the clock starts")
         return True
 
@@ -235,14 +265,14 @@ class QueueRun:
                                first_interval_s=opts.time_limit / 4)
         self.nemesis.start()
         end = time.monotonic() + opts.time_limit
-        while time.monotonic() < end:
+        while time.monotonic() < end and not self.stop.is_set():
             if self.nemesis.error is not None:
                 raise RuntimeError(f"nemesis failed: {self.nemesis.error!r}") from self.nemesis.error
             self._replace_dead()
             waiting = len(self.enqueued) - len(self.watcher.finished)
             if waiting < 2 * opts.workers:
                 self._enqueue(opts.workers)
-            time.sleep(0.05)
+            self.stop.wait(0.05)
 
     def _drain(self) -> None:
         """No more jobs: heal, then let every job finish (a zombie wakes and returns) within its bound."""
@@ -251,13 +281,13 @@ class QueueRun:
             self.nemesis.heal_all()
         # an execution that stalled just before the time limit wakes within 3 ttl and returns a little later
         bound = time.monotonic() + 3.5 * self.opts.ttl_ms / 1000 + 2
-        while time.monotonic() < bound:
+        while time.monotonic() < bound and not self.stop.is_set():
             self._replace_dead()
             live = {w.slot for w in self.workers.live()} if self.workers is not None else set()
             busy = self.workers.busy() & live if self.workers is not None else set()
             if len(self.watcher.finished) >= len(self.enqueued) and not busy:
                 break
-            time.sleep(0.05)
+            self.stop.wait(0.05)
 
     def _replace_dead(self, at_start: bool = False) -> None:
         """A worker that died (killed by the nemesis, or by itself) is replaced, as its supervisor would."""
@@ -351,6 +381,9 @@ class QueueRun:
         ops = self.required_ops(opts.library)
         valid, reason = run_verdict(checked.valid, evidence, queue_kinds(opts.nemesis), checked.coverage or _empty(),
                                     opts.require, ops)
+        if self.interrupted is not None and valid is not False:  # what it lacked is not the news: it was cut short
+            reason = f"interrupted by {self.interrupted.name}" + (f"; by then {reason}" if reason else "")
+            valid = "unknown"
         verdict = replace(checked, valid=valid)
         stats = {"jobs": len(self.enqueued), "finished": len(self.watcher.finished) if self.watcher else 0,
                  "reads": len(self.watcher.reads) if self.watcher else 0,
@@ -358,9 +391,9 @@ class QueueRun:
         write_json(self.run_dir / "results.json", {
             **verdict.to_json(), "reason": reason, "target": f"queue:{opts.library}", "library": self.cls.library,
             "mode": opts.mode, "nemesis": list(opts.nemesis), "seed": opts.seed, "run_dir": str(self.run_dir),
-            "interrupted": None, "run": stats,
+            "interrupted": self.interrupted.name if self.interrupted is not None else None, "run": stats,
         })
-        return QueueResult(self.run_dir, opts.seed, verdict, reason, stats)
+        return QueueResult(self.run_dir, opts.seed, verdict, reason, stats, self.interrupted)
 
 
 def effect_fence(mode: str) -> EffectFence:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leasecheck.nemesis.processes import descendants, signal_process, start_time
+from leasecheck.servers.base import start_guard, stop_guard
 from leasecheck.targets.queues.base import QueueLibrary
 from leasecheck.targets.queues.task import BUSY_DIR, ENV_DIR, ENV_SLOT
 
@@ -29,6 +30,8 @@ class QueueWorker:
 
     slot: int
     proc: subprocess.Popen[bytes]
+    #: the process that kills this worker's tree if the harness dies (:mod:`leasecheck.servers.guard`)
+    guard: subprocess.Popen[bytes] | None = None
     #: stopped by us (the run's end): its exit is no death to replace
     stopping: bool = False
 
@@ -62,7 +65,8 @@ class QueueWorkers:
             proc = subprocess.Popen(library.worker_command(slot), env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                     cwd=library.config.work_dir or None)
-        worker = QueueWorker(slot, proc)
+        # a guard takes the worker's whole tree down if the harness dies (even by SIGKILL): nothing left stopped
+        worker = QueueWorker(slot, proc, guard=start_guard(proc.pid, self.queue_dir))
         self.workers.append(worker)
         return worker
 
@@ -110,6 +114,8 @@ class QueueWorkers:
         for pid, started in below:  # the same process still (a recycled pid starts later): ours to kill
             if started is not None and start_time(pid) == started:
                 signal_process(pid, signal.SIGKILL)
+        for w in self.workers:
+            stop_guard(w.guard)
 
     def log_tail(self, lines: int = 12) -> str:
         """The last lines of the most recent worker's log (why workers keep dying)."""
