@@ -180,3 +180,9 @@ def test_a_library_that_stores_no_result_completes_the_only_execution_that_had_r
     both = assemble({"j1": 0}, events, [done], [])
     assert not [e for e in both if e.f == "commit" and e.type == "ok"]
     assert [e for e in both if e.process == READER][-1].value == {"status": "SUCCEEDED"}
+
+
+def test_the_same_seed_stalls_the_same_jobs_in_every_run() -> None:
+    plan = Plan(seed=3, mode="documented", ttl_ms=1000)
+    assert [steps(plan, f"lcaaaa0001-j{i:04d}", 1, heartbeat=False) for i in range(20)] == \
+        [steps(plan, f"lcbbbb0002-j{i:04d}", 1, heartbeat=False) for i in range(20)]

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
+from leasecheck.exits import Exit
 from leasecheck.queue_run.runner import QueueOptions, run_queue
+from leasecheck.servers.base import EnvironmentFailure
+from leasecheck.targets.queues.registry import QueueNotFound
 
 
 def main() -> int:
@@ -22,7 +26,14 @@ def main() -> int:
     a = p.parse_args()
     opts = QueueOptions(a.library, a.mode, a.seed, tuple(n for n in a.nemesis.split(",") if n), a.time_limit, a.ttl,
                         a.workers, a.stall_rate, store=a.store)
-    result = run_queue(opts)
+    try:
+        result = run_queue(opts)
+    except (ValueError, QueueNotFound) as e:  # bad input: one line, exit 3, before anything starts
+        print(f"python -m leasecheck.queue_run: {e}", file=sys.stderr)
+        return int(Exit.BAD_INPUT)
+    except EnvironmentFailure as e:
+        print(f"python -m leasecheck.queue_run: {e}", file=sys.stderr)
+        return int(Exit.ENVIRONMENT)
     print(json.dumps({"valid": result.verdict.valid, "reason": result.reason, "run_dir": str(result.run_dir),
                       "stats": result.stats, "anomalies": [a.to_json() for a in result.verdict.anomalies][:10]}, indent=1))
     return result.exit_code

@@ -88,8 +88,11 @@ class Step:
 
 
 def steps(plan: Plan, job: str, n: int, heartbeat: bool) -> list[Step]:
-    """What execution ``n`` of ``job`` does, drawn from the seed alone (a pure function)."""
-    rng = random.Random(f"{plan.seed}/{job}/{n}")
+    """What execution ``n`` of ``job`` does, drawn from the seed alone (a pure function).
+
+    The job is named by its number in the run (``j0007`` of ``lc1a2b3c4d-j0007``): a run's id is new every
+    time, and the same seed must stall the same jobs."""
+    rng = random.Random(f"{plan.seed}/{job.rpartition('-')[2]}/{n}")
     stall = n == 1 and rng.random() < plan.stall_rate
     work = plan.ttl_s * rng.uniform(0.05, 0.3)
     middle: list[Step]
