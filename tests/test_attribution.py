@@ -92,13 +92,21 @@ def test_lost_commit_names_each_field_the_read_shows_otherwise_with_both_values(
     ({"status": "RUNNING", "epoch": 1, "owner": "w0"}, "status RUNNING instead of SUCCEEDED", "epoch 1 and owner 'w0'"),
     ({"status": "SUCCEEDED", "epoch": 1, "owner": "w0", "result": "r-w9"}, "result 'r-w9' instead of 'r-w0'",
      "status SUCCEEDED, epoch 1 and owner 'w0'"),
-    ({"status": "SUCCEEDED", "epoch": 1, "owner": "w0"}, "no result instead of 'r-w0'", "status SUCCEEDED, epoch 1 and owner 'w0'"),
+    ({"status": "SUCCEEDED", "epoch": 1, "owner": "w0", "result": None}, "no result instead of 'r-w0'",
+     "status SUCCEEDED, epoch 1 and owner 'w0'"),
     ({"status": "READY", "epoch": 3}, "status READY instead of SUCCEEDED and epoch 3 instead of 1", ""),
 ], ids=["status", "result", "no-result", "status-and-epoch"])
 def test_lost_commit_says_which_fields_differ_and_which_agree(tmp_path: Path, read: dict[str, Any], differs: str, agrees: str) -> None:
     [a] = only(lost_commit(tmp_path, read), "lost-commit")
     tail = f" ({agrees} agree)." if agrees else "."
     assert a["explanation"].endswith(f"invoked later at 20.000 ms, shows {differs}{tail}"), a["explanation"]
+
+
+def test_a_read_that_gives_no_result_is_not_compared_on_it(tmp_path: Path) -> None:
+    """docs/contracts/anomaly-kinds.md: a field a read does not give is never compared (a job queue that stores no
+    result says only that the job succeeded); a null result it gives is."""
+    v = lost_commit(tmp_path, {"status": "SUCCEEDED", "epoch": 1, "owner": "w0"})
+    assert v["valid"] is True, v["anomalies"]
 
 
 def test_an_unfenced_lost_commit_names_the_lease_by_its_token(tmp_path: Path) -> None:

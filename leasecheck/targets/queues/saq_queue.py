@@ -105,7 +105,8 @@ class SaqQueue(QueueLibrary):
         AuditPlan(
             library="saq", mode="documented",
             faults=(
-                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit",
+                                               "non-linearizable", "duplicate-epoch")),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
