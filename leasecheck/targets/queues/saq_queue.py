@@ -106,7 +106,7 @@ class SaqQueue(QueueLibrary):
             library="saq", mode="documented",
             faults=(
                 FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit",
-                                               "non-linearizable", "duplicate-epoch")),
+                                               "non-linearizable", "duplicate-epoch", "stale-renew")),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
@@ -116,7 +116,7 @@ class SaqQueue(QueueLibrary):
             library="saq", mode="fenced",
             faults=(
                 FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit",
-                                               "non-linearizable", "duplicate-epoch")),
+                                               "non-linearizable", "duplicate-epoch", "stale-renew")),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
