@@ -22,26 +22,27 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from leasecheck.checker import Verdict, check_source
-from leasecheck.exits import Exit, interrupted
-from leasecheck.histories import Header, HistoryWriter
+from leasecheck.checker import check_source
+from leasecheck.histories import Header
 from leasecheck.histories.format import EffectFence
 from leasecheck.nemesis.catalogue import FaultKind, lookup
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.queue_run.assemble import assemble
+from leasecheck.queue_run.history import read_events, write_history
+from leasecheck.queue_run.options import QueueOptions, QueueResult
 from leasecheck.queue_run.watcher import Watcher
 from leasecheck.queue_run.workers import QueueWorkers
 from leasecheck.rundir.files import remove_leftovers, server_directory
 from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.servers.store_network import StoreNetwork
-from leasecheck.targets.queues.base import Mode, QueueConfig, QueueLibrary
+from leasecheck.targets.queues.base import QueueConfig, QueueLibrary
 from leasecheck.targets.queues.registry import load
 from leasecheck.targets.queues.resource import Resource
 from leasecheck.targets.queues.task import BUSY_DIR, EVENTS_DIR, PLAN_FILE, RESOURCE_FILE
@@ -52,49 +53,6 @@ log = logging.getLogger("leasecheck.queue_run")
 
 #: the faults a queue run can inflict: on the library's worker processes (with their children) and on its broker
 QUEUE_FAULTS = ("pause", "kill", "pause-store", "kill-store", "partition")
-
-
-@dataclass(frozen=True)
-class QueueOptions:
-    """What one queue run does (``leasecheck audit`` fills it from a library's plan)."""
-
-    library: str
-    mode: Mode = "documented"
-    seed: int = 1
-    nemesis: tuple[str, ...] = ()
-    time_limit: float = 20.0
-    #: after how long the library judges a silent execution lost (its timeouts are scaled to it)
-    ttl_ms: int = 2000
-    workers: int = 3
-    #: the chance that a job's first execution stalls past the library's timeout
-    stall_rate: float = 0.5
-    nemesis_interval: float = 4.0
-    store: str = "store"
-    #: settings of the library's adapter (QueueConfig.options)
-    options: dict[str, Any] = field(default_factory=dict)
-    #: coverage situations the run must reach (like ``run --require``)
-    require: tuple[str, ...] = ()
-
-
-@dataclass
-class QueueResult:
-    run_dir: Path
-    seed: int
-    verdict: Verdict
-    reason: str | None
-    stats: dict[str, Any]
-    #: the signal that cut the run short (SIGINT, SIGTERM), or None
-    interrupted: signal.Signals | None = None
-
-    @property
-    def exit_code(self) -> int:
-        """docs/contracts/exit-codes.md: an anomaly is 1 whatever happened; a run cut short is 128 + the signal."""
-        valid = self.verdict.valid
-        if valid is False:
-            return int(Exit.INVALID)
-        if self.interrupted is not None:
-            return interrupted(self.interrupted)
-        return int(Exit.VALID if valid is True else Exit.UNKNOWN)
 
 
 class QueueRun:
@@ -343,35 +301,14 @@ class QueueRun:
 
     def _write_history(self) -> Path:
         opts = self.opts
-        events: list[dict[str, Any]] = []
-        for path in sorted((self.queue_dir / EVENTS_DIR).iterdir()):
-            for line in path.read_bytes().splitlines():
-                if line.strip():
-                    try:
-                        events.append(json.loads(line))
-                    except ValueError:  # a worker killed in the middle of a write: its last line is cut
-                        log.warning("%s: a cut line dropped", path.name)
         assert self.watcher is not None
-        entries = assemble(self.enqueued, events, self.watcher.reads, self.nemesis_events)
+        entries = assemble(self.enqueued, read_events(self.queue_dir / EVENTS_DIR), self.watcher.reads,
+                           self.nemesis_events)
         header = Header(opts.ttl_ms, 50, {"target": f"queue:{opts.library}", "library": self.cls.library,
                                           "mode": opts.mode, "seed": opts.seed, "run_id": self.run_id,
                                           "nemesis": list(opts.nemesis), "workers": opts.workers},
                         effect_fence=effect_fence(opts.mode), lease_expiry="queue")
-        path = self.run_dir / "history.jsonl"
-        writer = HistoryWriter(path, header, start_ns=self.start_ns)
-        with writer.batch():
-            for e in entries:
-                at = max(0, e.t - self.start_ns)
-                if e.process == "nemesis":
-                    writer.nemesis(e.f, e.value, at=at)
-                elif e.type == "invoke":
-                    assert isinstance(e.process, int)
-                    writer.invoke(e.process, e.f, e.node or "", e.value, at=at)
-                else:
-                    assert isinstance(e.process, int)
-                    writer.complete(e.process, e.type, e.value, at=at)
-        writer.close()
-        return path
+        return write_history(self.run_dir / "history.jsonl", header, entries, self.start_ns)
 
     def _judge(self, history: Path) -> QueueResult:
         opts = self.opts
@@ -430,3 +367,6 @@ def _python_path() -> dict[str, str]:
 def run_queue(opts: QueueOptions) -> QueueResult:
     """Run one queue audit run; raises ValueError (bad options) or EnvironmentFailure."""
     return QueueRun(opts).execute()
+
+
+__all__ = ["QueueOptions", "QueueResult", "QueueRun", "effect_fence", "queue_kinds", "run_queue"]
