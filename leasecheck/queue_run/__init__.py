@@ -2,8 +2,9 @@
 
 Holds the run (:mod:`.runner`), the library's worker processes (:mod:`.workers`),
 the watcher that reads each job's state from the library (:mod:`.watcher`), the
-pure assembly of what they recorded into one history (:mod:`.assemble`) and the
-files it is read from and written to (:mod:`.history`), and what a run is asked and gives back (:mod:`.options`). It may
+pure assembly of what they recorded into one history (:mod:`.assemble`), the
+files it is read from and written to (:mod:`.history`), and what a run is asked
+and gives back (:mod:`.options`). It may
 import the core (``checker``, ``targets``, ``nemesis``, ``histories``) and
 ``verdict``, ``rundir``, ``servers``; ``ci`` (``leasecheck audit``) and ``cli``
 import it. It never imports ``run``: a lease run and a queue run share their
