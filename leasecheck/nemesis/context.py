@@ -14,9 +14,9 @@ package never imports the runner's server classes (arrows point one way).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.proxies import Network
@@ -43,6 +43,29 @@ class StoreServer(Protocol):
     def resume(self) -> None: ...
     def kill(self) -> None: ...
     def start(self) -> object: ...
+
+
+class ClusterControl(Protocol):
+    """A replicated store the harness started (:class:`leasecheck.servers.cluster.Cluster`): what the member faults do.
+
+    Members are named (``m1``, ``m2`` ...); the primary is asked of the cluster
+    each time, never remembered, since a failover the cluster made on its own
+    (Sentinel, a raft election) moves it.
+    """
+
+    kind: str
+
+    def member_names(self) -> list[str]: ...
+    def primary(self) -> str | None: ...
+    def kill_member(self, name: str) -> None: ...
+    def start_member(self, name: str) -> None: ...
+    def pause_member(self, name: str) -> None: ...
+    def resume_member(self, name: str) -> None: ...
+    def partition(self, links: Iterable[tuple[str, str]]) -> None: ...
+    def heal_partition(self) -> None: ...
+    def failover(self) -> dict[str, Any]: ...
+    def heal_failover(self) -> dict[str, Any] | None: ...
+    def skew_member(self, name: str, offset_ms: float) -> None: ...
 
 
 @runtime_checkable
@@ -72,6 +95,8 @@ class FaultContext:
     clocks: ClockControl | None = None
     network: Network | None = None
     server: StoreServer | None = None
+    #: the replicated store, when the run has one (``--cluster``): what the member faults act on
+    cluster: ClusterControl | None = None
     #: the most the ``clock-store`` fault skews the store's clock
     store_skew_ms: float = 0.0
 

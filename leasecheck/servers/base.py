@@ -135,6 +135,8 @@ class LocalServer(ABC):
     #: run a guard that kills the server's whole process tree with the harness
     #: (for servers whose children escape its process group: see :mod:`.guard`)
     guarded: bool = False
+    #: the network namespace the server runs in, as a member of a cluster (:mod:`.hosts`); None: the machine's
+    netns: str | None = None
 
     def __init__(self, directory: StrPath | None = None, port: int | None = None) -> None:
         self._owns_directory = directory is None
@@ -173,6 +175,10 @@ class LocalServer(ABC):
         os.setpgrp()
 
     def _child_setup(self) -> None:
+        if self.netns is not None:  # first: entering a namespace needs root, which _preexec may give up
+            from leasecheck.servers.hosts import enter
+
+            enter(self.netns)
         self._preexec()
         die_with_parent()
 

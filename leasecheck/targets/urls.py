@@ -14,12 +14,13 @@ import re
 import urllib.parse
 
 #: default ports of the stores the runner starts, for URLs that leave the port out
-DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379, "zookeeper": 2181, "etcd": 2379}
+DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379, "zookeeper": 2181, "etcd": 2379,
+                 "sentinel": 26379}
 
 
 #: the URL schemes each store kind's clients take (a Postgres store also takes a libpq ``key=value`` DSN)
 SCHEMES = {
-    "postgres": ("postgresql", "postgres"), "redis": ("redis", "rediss", "unix"),
+    "postgres": ("postgresql", "postgres"), "redis": ("redis", "rediss", "unix", "redis+sentinel"),
     "zookeeper": ("zookeeper",), "etcd": ("etcd",),
 }
 
@@ -40,11 +41,7 @@ def url_problem(store: str | None, url: str) -> str | None:
             return f"a {store} address starts with {' or '.join(s + '://' for s in schemes)}, not {parts.scheme}://"
         if parts.scheme.lower() != "unix" and not parts.netloc and not urllib.parse.parse_qs(parts.query).get("host"):
             return f"{url!r} names no host"
-        try:
-            parts.port  # noqa: B018 (a port that is not a number raises here)
-        except ValueError as e:
-            return f"{url!r}: {e}"
-        return None
+        return _ports_problem(url, parts)
     if store == "postgres":
         try:
             if _dsn_fields(url):
@@ -53,6 +50,29 @@ def url_problem(store: str | None, url: str) -> str | None:
             pass
         return f"{url!r} is neither a postgresql:// URL nor a libpq key=value connection string"
     return f"{url!r} is not a {store} address: expected {schemes[0]}://HOST:PORT"
+
+
+def _ports_problem(url: str, parts: urllib.parse.SplitResult) -> str | None:
+    """A port that is not a number, in a one-host address or any host of a multi-host one (a cluster's)."""
+    hostports = parts.netloc.rpartition("@")[2].split(",")
+    for hostport in hostports:
+        port = hostport.rpartition("]")[2].rpartition(":")[2] if ":" in hostport.rpartition("]")[2] else ""
+        if port and not port.isdigit():
+            return f"{url!r}: port could not be cast to integer value as {port!r}"
+        if not hostport and len(hostports) > 1:
+            return f"{url!r}: an empty host in its list of hosts"
+    return None
+
+
+def hosts_of(url: str) -> list[tuple[str, int]]:
+    """Every (host, port) of a multi-host address (``scheme://h1:p1,h2:p2/...``), default ports filled in."""
+    parts = urllib.parse.urlsplit(url)
+    default = DEFAULT_PORTS.get(parts.scheme.lower().removeprefix("redis+"), 0)
+    out = []
+    for hostport in parts.netloc.rpartition("@")[2].split(","):
+        host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
+        out.append((host.strip("[]"), int(port) if port else default))
+    return out
 
 
 def store_endpoint(url: str) -> tuple[str, int]:

@@ -1,0 +1,212 @@
+"""A replicated store leasecheck starts on one machine: members on hosts of their own, faults between them.
+
+Every cluster kind (:data:`CLUSTERS`) is a :class:`Cluster`: ``size`` members,
+each a :class:`~leasecheck.servers.base.LocalServer` running in its own network
+namespace (:mod:`.hosts`) on its own address, started together, waited for until
+the cluster as a whole answers (a primary elected, its replicas attached), and
+stopped, with their namespaces deleted, on every exit. A cluster's ``url`` is
+the address its clients follow as their docs say (Sentinel's addresses, a
+multi-host DSN, every member's address), never one member's.
+
+What the member faults (:mod:`leasecheck.nemesis.members`) need of a cluster is
+the protocol :class:`leasecheck.nemesis.context.ClusterControl`; this class
+implements it: who the primary is now (asked of the cluster, not remembered),
+kill / pause / start one member, partition the members (cut links between
+hosts), the cluster's own failover, one member's clock. Each kind says how it
+finds its primary, how it fails over and what its members are
+(:meth:`Cluster._members`); the rest is here, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from leasecheck.errors import EnvironmentFailure
+from leasecheck.servers.base import LocalServer
+from leasecheck.servers.hosts import Host, HostNetwork
+from leasecheck.waiting import poll
+
+log = logging.getLogger("leasecheck.servers")
+
+
+@dataclass
+class Member:
+    """One member of a cluster: its name (``m1``), its host, and the server(s) running there.
+
+    ``server`` is the store's own server on that host; ``companions`` run on the
+    same host and share its fate in a kill, a pause or a partition (a Redis
+    Sentinel beside its Redis).
+    """
+
+    name: str
+    host: Host
+    server: LocalServer
+    companions: tuple[LocalServer, ...] = ()
+
+    @property
+    def servers(self) -> tuple[LocalServer, ...]:
+        return (self.server, *self.companions)
+
+
+class Cluster(ABC):
+    """A replicated store of ``size`` members. Use :meth:`start` (or ``with``), then :meth:`stop`.
+
+    ``directory`` holds one folder per member (data and log); ``ttl_ms`` is the
+    run's lease, which the kinds size their failure detectors by (a Sentinel that
+    needs a minute to notice a dead primary would fail over after every lease has
+    long expired); ``skewable`` starts members under libfaketime (``clock-member``).
+    """
+
+    #: the cluster kind, as ``--cluster`` names it
+    kind: ClassVar[str] = ""
+    #: the kind of store, as ``Target.store`` names it
+    store: ClassVar[str] = ""
+    #: one line for ``leasecheck clusters`` and the docs
+    description: ClassVar[str] = ""
+    size: ClassVar[int] = 3
+    #: can one member's clock be skewed (its servers run under libfaketime)?
+    skewable_members: ClassVar[bool] = False
+
+    def __init__(self, directory: Path, ttl_ms: int = 1000, skewable: bool = False) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.ttl_ms = ttl_ms
+        self.skewable = skewable
+        self.network: HostNetwork | None = None
+        self.members: dict[str, Member] = {}
+        #: members killed and not yet started again (a kill-primary's victim, a failed-over Postgres primary)
+        self.down: set[str] = set()
+
+    # ---------------------------------------------------------------- what each kind says
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """The address clients follow the cluster by (every member's, or its Sentinels')."""
+
+    @abstractmethod
+    def _members(self, hosts: list[Host]) -> list[Member]:
+        """The members on these hosts, not started (called once, by :meth:`start`)."""
+
+    @abstractmethod
+    def _ready(self) -> bool:
+        """Does the cluster as a whole answer: a primary, with every live member following it?"""
+
+    @abstractmethod
+    def primary(self) -> str | None:
+        """The member that is primary (leader) now, asked of the cluster; None while it has none."""
+
+    @abstractmethod
+    def failover(self) -> dict[str, Any]:
+        """Move the primary role the cluster's own way; the nemesis event's value (``{"from": m1, "to": m2}``)."""
+
+    def heal_failover(self) -> dict[str, Any] | None:
+        """Whatever a failover left to undo (a Postgres primary to rebuild as a standby); None if nothing."""
+        return None
+
+    # ---------------------------------------------------------------- life
+
+    def start(self, timeout: float = 30.0) -> Cluster:
+        """Make the hosts, start every member at once, wait until the cluster answers; raise EnvironmentFailure."""
+        started = time.monotonic()
+        self.network = HostNetwork.open(self.size)
+        try:
+            self.members = {m.name: m for m in self._members(self.network.hosts)}
+            self._start_members()
+            if not poll(self._ready, timeout, every=0.1):
+                raise EnvironmentFailure(f"{self.kind}: the cluster did not come together within {timeout:g} s; "
+                                         f"member logs in {self.directory}")
+        except BaseException:
+            self.stop()
+            raise
+        log.info("%s up in %.2f s: %s", self.kind, time.monotonic() - started, self.describe())
+        return self
+
+    def _start_members(self) -> None:
+        """Every member's servers, started in parallel (each waits until it answers on its own)."""
+        servers = [server for member in self.members.values() for server in member.servers]
+        with ThreadPoolExecutor(max_workers=len(servers)) as pool:
+            for future in [pool.submit(server.start) for server in servers]:
+                future.result()
+
+    def stop(self) -> None:
+        """Stop every member (resumed first: a paused server cannot shut down), then delete the hosts."""
+        for member in self.members.values():
+            for server in member.servers:
+                try:
+                    server.resume()
+                    server.stop()
+                except Exception as e:  # go on: the hosts must go
+                    log.warning("%s: stopping %s: %s", self.kind, member.name, e)
+        if self.network is not None:
+            self.network.close()
+            self.network = None
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- what the faults do
+
+    def member_names(self) -> list[str]:
+        return list(self.members)
+
+    def kill_member(self, name: str) -> None:
+        """SIGKILL the member's servers (a crashed host); :meth:`start_member` brings it back on the same data."""
+        for server in self.members[name].servers:
+            server.kill()
+        self.down.add(name)
+
+    def start_member(self, name: str) -> None:
+        for server in self.members[name].servers:
+            server.start()
+        self.down.discard(name)
+
+    def pause_member(self, name: str) -> None:
+        for server in self.members[name].servers:
+            server.pause()
+
+    def resume_member(self, name: str) -> None:
+        for server in self.members[name].servers:
+            server.resume()
+
+    def partition(self, links: Iterable[tuple[str, str]]) -> None:
+        """Cut exactly these links between members (both ways); the others are whole."""
+        assert self.network is not None
+        self.network.partition(links)
+
+    def heal_partition(self) -> None:
+        if self.network is not None:
+            self.network.heal()
+
+    def skew_member(self, name: str, offset_ms: float) -> None:
+        """Set one member's clock ``offset_ms`` ahead of the host's (0: back); its servers must be under libfaketime."""
+        for server in self.members[name].servers:
+            skew = getattr(server, "skew", None)
+            if skew is None:
+                raise EnvironmentFailure(f"{self.kind}: member {name} does not run under libfaketime")
+            skew(offset_ms)
+
+    def describe(self) -> dict[str, Any]:
+        """The members and their addresses, the primary now: for the history's header and the report."""
+        return {
+            "kind": self.kind,
+            "members": {name: m.host.address for name, m in self.members.items()},
+            "primary": self.primary() if self.network is not None else None,
+        }
+
+    def log_paths(self) -> list[Path]:
+        return [server.log_path for member in self.members.values() for server in member.servers]
