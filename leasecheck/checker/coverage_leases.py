@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from leasecheck.checker.windows import INF, Window
+from leasecheck.checker.windows import INF, MEMBER_PARTITION, PRIMARY_LOST, Window
 from leasecheck.histories import Op
 from leasecheck.histories.vocabulary import ZOMBIE_FUNCTIONS, ZOMBIE_PHASES, Situation
 
@@ -110,3 +110,19 @@ def count_fault_situations(leases: Sequence[CoveredLease], ttl: float, store: Se
             p = lease.claim.process
             if any(p in w.victims and lease.granted < w.until and lease.end_at > w.start for w in skewed):
                 counts["lease-held-by-skewed-worker"] += 1
+    count_cluster_situations(leases, ttl, store, counts)
+
+
+def count_cluster_situations(leases: Sequence[CoveredLease], ttl: float, store: Sequence[Window], counts: Counter[str]) -> None:
+    """The cluster situations of a node's ``leases``, from the store windows whose roles say what the cluster went through."""
+    lost = [w.start for w in store if PRIMARY_LOST in w.roles]
+    split = [w for w in store if MEMBER_PARTITION in w.roles]
+    if not lost and not split:
+        return
+    for lease in leases:
+        if any(t - ttl <= lease.granted < t and lease.end_at >= t for t in lost):
+            counts["lease-granted-before-primary-lost"] += 1
+        if any(lease.granted < t and any(r.type == "ok" and r.invoke_time > t for r in lease.renews) for t in lost):
+            counts["lease-renewed-across-failover"] += 1
+        if any(w.start <= lease.claim.invoke_time and lease.granted < w.until for w in split):
+            counts["claim-during-member-partition"] += 1

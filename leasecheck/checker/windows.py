@@ -18,13 +18,24 @@ from leasecheck.histories.format import Event
 INF = math.inf
 
 
+#: a window's role: its cluster lost the primary at its start (killed, paused, isolated, failed over)
+PRIMARY_LOST = "primary-lost"
+#: a window's role: links between the cluster's members were cut throughout it
+MEMBER_PARTITION = "member-partition"
+
+
 @dataclass(frozen=True, slots=True)
 class Window:
-    """A fault active from ``start`` to ``end`` (ns; None: never healed), hitting ``victims`` (process numbers)."""
+    """A fault active from ``start`` to ``end`` (ns; None: never healed), hitting ``victims`` (process numbers).
+
+    ``roles`` say what a cluster fault's window means to the situations (:data:`PRIMARY_LOST`,
+    :data:`MEMBER_PARTITION`); the caller, who knows the faults, sets them.
+    """
 
     start: int
     end: int | None = None
     victims: frozenset[int] = frozenset()
+    roles: frozenset[str] = frozenset()
 
     @property
     def until(self) -> float:

@@ -10,7 +10,7 @@ commands needs (``leasecheck check --json`` must start fast and never load rich,
 networkx or a database client: tests/test_startup.py); the rest is imported by
 the command that needs it:
 
-* :mod:`.checking` — ``check``, ``targets``, ``nemeses``: histories and the catalogues, nothing run;
+* :mod:`.checking` — ``check``, ``targets``, ``nemeses``, ``clusters``: histories and the catalogues, nothing run;
 * :mod:`.running` — ``run`` (its options are :mod:`leasecheck.run.flags`'), ``install-toxiproxy``;
 * :mod:`.many_runs` — ``audit``, ``matrix``, ``summary``: many runs at once, judged;
 * :mod:`.run_folders` — ``report``, ``heal``: a run folder after its run;
@@ -30,7 +30,7 @@ import traceback
 
 import click
 
-from leasecheck.cli.checking import check, nemeses, targets
+from leasecheck.cli.checking import check, clusters, nemeses, targets
 from leasecheck.cli.many_runs import audit, matrix, summary
 from leasecheck.cli.new_target import new_target
 from leasecheck.cli.output import last_note, one_line
@@ -110,5 +110,5 @@ def main() -> None:
 
 
 # in the order --help and the docs' command-line reference list them
-for _command in (check, targets, run, audit, new_target, report, heal, nemeses, install_toxiproxy, matrix, summary):
+for _command in (check, targets, run, audit, new_target, report, heal, nemeses, clusters, install_toxiproxy, matrix, summary):
     main.add_command(_command)

@@ -1,4 +1,4 @@
-"""``leasecheck check``, ``targets`` and ``nemeses``: histories checked, and the catalogues of backends and faults.
+"""``leasecheck check``, ``targets``, ``nemeses`` and ``clusters``: histories checked, and the catalogues of backends, faults and clusters.
 
 Nothing here runs a backend. ``check`` is what a CI gate calls many times over
 small histories, so this module imports at load time only what ``check``
@@ -196,3 +196,20 @@ def nemeses(markdown: bool) -> None:
     width = max(len(kind.name) for kind in CATALOGUE)
     for kind in CATALOGUE:
         click.echo(f"{kind.name:<{width}}  {kind.description}")
+
+
+@click.command()
+@click.option("--markdown", is_flag=True, help="Print a Markdown table (docs/clusters.md's).")
+def clusters(markdown: bool) -> None:
+    """List the replicated stores `leasecheck run --cluster` starts, one line each."""
+    from leasecheck.servers.clusters import CLUSTER_KINDS
+
+    if markdown:
+        click.echo("| cluster | store | what it is | clock-member |")
+        click.echo("|---|---|---|---|")
+        for kind in CLUSTER_KINDS:
+            click.echo(f"| `{kind.name}` | {kind.store} | {kind.description} | {'yes' if kind.skewable else 'no'} |")
+        return
+    width = max(len(kind.name) for kind in CLUSTER_KINDS)
+    for kind in CLUSTER_KINDS:
+        click.echo(f"{kind.name:<{width}}  {kind.store:<9}  {kind.description}")

@@ -52,7 +52,8 @@ def heal(path: str) -> None:
 
     Reads RUN_DIR/faults.json (default: store/latest), undoes each fault it
     lists — resume paused processes, and, with their nemeses, delete toxics,
-    reset clocks, unpause containers — and clears the file. Then appends to the
+    reset clocks, unpause containers — and clears the file; it deletes the hosts
+    (network namespaces) of any cluster whose harness is gone. Then appends to the
     history what only the worker logs hold (RUN_DIR/workers/, what the killed
     harness had not merged yet), as `leasecheck check RUN_DIR` does.
     """
@@ -85,6 +86,10 @@ def heal(path: str) -> None:
     mp_temp = None if harness_alive(run_dir) else remove_mp_tempdir(run_dir)  # a killed harness's forkserver socket folder
     if mp_temp is not None:
         click.echo(f"removed {mp_temp}")
+    from leasecheck.servers.hosts import remove_orphans
+
+    for netns in remove_orphans():  # a cluster's hosts whose harness and guard were both killed
+        click.echo(f"removed network namespace {netns}")
     recover_history(run_dir)
 
 

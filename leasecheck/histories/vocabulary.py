@@ -132,6 +132,12 @@ FaultSituation = Literal[
     "lease-expires-during-store-fault",
     # a lease held by a worker whose clock a clock-bump or clock-strobe skews
     "lease-held-by-skewed-worker",
+    # a lease granted within a ttl before its cluster lost the primary (killed, paused, isolated, failed over)
+    "lease-granted-before-primary-lost",
+    # a lease granted before its cluster lost the primary, renewed ok after
+    "lease-renewed-across-failover",
+    # a claim granted while a partition between the cluster's members is active
+    "claim-during-member-partition",
 ]
 Situation = Literal[WorkloadSituation, FaultSituation]
 

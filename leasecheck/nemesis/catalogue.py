@@ -42,6 +42,8 @@ class Need(enum.Enum):
     DOCKER = "the store in a container (--env docker)"
     #: the store as a local process under libfaketime (not ``--env docker``)
     FAKETIME = "the store under libfaketime (not --env docker)"
+    #: a replicated store leasecheck starts (``--cluster``): members on hosts of their own
+    CLUSTER = "a cluster of the store (--cluster)"
 
 
 @dataclass(frozen=True)
@@ -97,11 +99,15 @@ def _row(name: str, description: str, duration: tuple[float, float], events: tup
 
 _FAULTS, _CLOCK, _NETWORK = "leasecheck.nemesis.faults", "leasecheck.nemesis.clock", "leasecheck.nemesis.network"
 _STORE_CLOCK, _CONTAINER = "leasecheck.nemesis.store_clock", "leasecheck.nemesis.container"
-S, T, D, F = Need.SERVER, Need.TOXIPROXY, Need.DOCKER, Need.FAKETIME
+_MEMBERS = "leasecheck.nemesis.members"
+S, T, D, F, C = Need.SERVER, Need.TOXIPROXY, Need.DOCKER, Need.FAKETIME, Need.CLUSTER
 #: what each family of faults exists to bring about (see the vocabulary's situations)
 EXPIRY = ("claim-after-expiry",)
 STORE_FAULT = ("lease-expires-during-store-fault",)
 SKEWED_WORKER = ("lease-held-by-skewed-worker",)
+PRIMARY_LOST = ("lease-granted-before-primary-lost",)
+FAILED_OVER = (*PRIMARY_LOST, "lease-renewed-across-failover")
+MEMBER_PARTITION = ("claim-during-member-partition",)
 
 #: every fault, in the order ``leasecheck nemeses`` lists them; a worker pause outlasts the ttl (the seed's GC pause)
 CATALOGUE: tuple[FaultKind, ...] = (
@@ -131,6 +137,23 @@ CATALOGUE: tuple[FaultKind, ...] = (
          (0.5, 1.5), ("kill", "start"), Lazy(_CONTAINER, "make_docker_kill"), S, D, situations=STORE_FAULT),
     _row("docker-disconnect", "--env docker: take the store's container off its network for 0.5-1.5 ttl",
          (0.5, 1.5), ("partition", "heal"), Lazy(_CONTAINER, "make_docker_disconnect"), S, D, situations=STORE_FAULT),
+    _row("isolate-primary", "--cluster: cut every link between the primary and the other members for 1.5-3 ttl",
+         (1.5, 3.0), ("partition", "heal"), Lazy(_MEMBERS, "make_isolate_primary"), S, C,
+         situations=(*PRIMARY_LOST, *MEMBER_PARTITION)),
+    _row("partition-halves", "--cluster: cut a random minority of the members from the majority for 1.5-3 ttl",
+         (1.5, 3.0), ("partition", "heal"), Lazy(_MEMBERS, "make_partition_halves"), S, C, situations=MEMBER_PARTITION),
+    _row("partition-bridge", "--cluster: two sides that cannot see each other, one member seeing both, for 1.5-3 ttl",
+         (1.5, 3.0), ("partition", "heal"), Lazy(_MEMBERS, "make_partition_bridge"), S, C, situations=MEMBER_PARTITION),
+    _row("kill-primary", "--cluster: SIGKILL the primary's host, start it again on its data 1.5-3 ttl later",
+         (1.5, 3.0), ("kill", "start"), Lazy(_MEMBERS, "make_kill_primary"), S, C,
+         situations=(*FAILED_OVER, *STORE_FAULT)),
+    _row("pause-primary", "--cluster: SIGSTOP the primary's host for 1.5-3 ttl, then SIGCONT",
+         (1.5, 3.0), ("pause", "resume"), Lazy(_MEMBERS, "make_pause_primary"), S, C,
+         situations=(*PRIMARY_LOST, *STORE_FAULT)),
+    _row("failover", "--cluster: the cluster's own failover (SENTINEL FAILOVER, promote the standby, move the leader)",
+         (1.0, 2.0), ("failover", "heal"), Lazy(_MEMBERS, "make_failover"), S, C, situations=FAILED_OVER),
+    _row("clock-member", "--cluster: skew one member's clock (libfaketime) by up to ±--store-skew for 1-2 ttl",
+         (1.0, 2.0), ("clock-skew", "clock-reset"), Lazy(_MEMBERS, "make_clock_member"), S, F, C),
 )
 
 #: the catalogue by name

@@ -13,6 +13,7 @@ from leasecheck.targets.base import Target
 from leasecheck.targets.exec_target import ExecTarget
 
 if TYPE_CHECKING:  # imported where used: the docker SDK is an optional extra
+    from leasecheck.servers.cluster import Cluster
     from leasecheck.servers.docker import DockerRun
 
 
@@ -23,17 +24,26 @@ class Environment:
     url: str
     server: LocalServer | None = None
     docker: DockerRun | None = None
+    cluster: Cluster | None = None
 
-    def heal_containers(self) -> list[dict[str, Any]]:
-        """Unpause, reconnect and start every container of this run (heal-all)."""
-        if self.docker is None:
-            return []
-        from leasecheck.nemesis.container import heal_containers
+    def heal_store(self) -> list[dict[str, Any]]:
+        """Heal-all's last word on the store: every container of the run unpaused, reconnected and started, every
+        link between a cluster's members whole and every member resumed, whoever left them otherwise."""
+        reports: list[dict[str, Any]] = []
+        if self.cluster is not None:
+            self.cluster.heal_all()
+            reports.append({"cluster": self.cluster.kind, "healed": "links whole, members resumed, clocks reset"})
+        if self.docker is not None:
+            from leasecheck.nemesis.container import heal_containers
 
-        return heal_containers(self.docker.client, self.docker.label)
+            reports.extend(heal_containers(self.docker.client, self.docker.label))
+        return reports
 
     def stop(self, keep_logs_in: Path | None = None) -> None:
-        """Stop the server we started (never one the user gave), keeping its log."""
+        """Stop the server or cluster we started (never one the user gave), keeping its logs."""
+        if self.cluster is not None:
+            self.cluster.stop()  # every member resumed and stopped, their hosts deleted
+            self.cluster.remove_state()
         if self.server is None:
             return
         self.server.resume()  # a paused server cannot shut down
@@ -49,14 +59,22 @@ class Environment:
             self.docker.close()  # every container and network of the run
 
 
-def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool = False, env: str = "local") -> Environment:
+def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool = False, env: str = "local",
+            cluster: str | None = None, ttl_ms: int = 1000) -> Environment:
     """Start what ``target`` needs, or use ``url``; raises EnvironmentFailure.
 
     ``skewable`` starts the server under libfaketime, so the nemesis can skew
     the store's clock (and only then: it costs a little on every clock read).
+    ``cluster`` starts that kind of cluster instead (``leasecheck.servers.clusters``),
+    its failure detectors sized by ``ttl_ms``.
     """
     if url:
         return Environment(url)
+    if cluster is not None:
+        from leasecheck.servers.clusters import CLUSTERS
+
+        started = CLUSTERS[cluster].load()(run_dir / "cluster", ttl_ms=ttl_ms, skewable=skewable).start()
+        return Environment(started.url, cluster=started)
     kind = target.store
     if kind is None and issubclass(target, ExecTarget):  # a child with a store of its own, or none: LEASECHECK_URL is empty
         return Environment("")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from leasecheck.report.inputs import ReplayFlag
+from leasecheck.servers.clusters import CLUSTERS
 
 if TYPE_CHECKING:
     from leasecheck.run.options import RunOptions
@@ -123,6 +124,8 @@ FLAGS: tuple[RunFlag, ...] = (
           help="Most the clock-store fault skews the store's clock, ms (default ttl/4; recorded as 2x in the uncertainty)."),
     _flag("--env", "environment", field="env", type=click.Choice(["local", "docker"]), default="local", show_default=True,
           help="Run Postgres / Redis as local processes or as Docker containers."),
+    _flag("--cluster", field="cluster", type=click.Choice(list(CLUSTERS)), default=None,
+          help="Run the store as a replicated cluster leasecheck starts (see `leasecheck clusters`): members on hosts of their own, faults between them."),
     _flag("--json", "as_json", field=None, is_flag=True, help="Print results.json instead of the summary."),
     _flag("--coverage", "coverage_counts", field=None, is_flag=True,
           help="End the summary with how often the run reached each situation (docs/coverage.md)."),

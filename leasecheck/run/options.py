@@ -17,9 +17,10 @@ from leasecheck.checker import Verdict
 from leasecheck.exits import Exit, interrupted
 from leasecheck.histories.vocabulary import SITUATIONS
 from leasecheck.nemesis import clock
-from leasecheck.nemesis.catalogue import FaultKind, Need, UnknownFault, lookup, needing
+from leasecheck.nemesis.catalogue import CATALOGUE, FaultKind, Need, UnknownFault, lookup, needing
 from leasecheck.nemesis.store_clock import required_uncertainty_ms
 from leasecheck.run.workload import Workload
+from leasecheck.servers.clusters import CLUSTERS
 from leasecheck.targets.base import Target
 from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES, ExecTarget
 from leasecheck.targets.registry import load, server_not_installed
@@ -65,6 +66,8 @@ class RunOptions:
     store: str = "store"
     #: "local": stores as local processes; "docker": as containers (Postgres, Redis)
     env: str = "local"
+    #: a replicated store leasecheck starts instead of one server (``leasecheck clusters``); None: one server
+    cluster: str | None = None
     clock_uncertainty_ms: float = 10.0
     #: the most the clock-store fault skews the store's clock (default: a quarter of the ttl)
     store_skew_ms: float | None = None
@@ -123,6 +126,7 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
         raise BadOptions("--exec-store is for --target exec:COMMAND (other backends declare their store)")
     if opts.env not in ("local", "docker"):
         raise BadOptions(f"--env must be local or docker, not {opts.env!r}")
+    cluster_problem(opts, kinds)
     docker_only = needing(kinds, Need.DOCKER)
     if opts.env != "docker" and docker_only:
         raise BadOptions(f"{_they(docker_only, 'needs', 'need')} --env docker")
@@ -147,6 +151,31 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
     if (problem := store_folder_problem(Path(opts.store))) is not None:
         raise BadOptions(f"--store {opts.store}: {problem}")
     return kinds
+
+
+def cluster_problem(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> None:
+    """Refuse ``--cluster`` with what cannot go with it, and the member faults without it (BadOptions)."""
+    member_faults = needing(kinds, Need.CLUSTER)
+    if opts.cluster is None:
+        if member_faults:
+            raise BadOptions(f"{_they(member_faults, 'acts', 'act')} on the members of a cluster: add --cluster KIND"
+                             f" ({', '.join(CLUSTERS)})")
+        return
+    kind = CLUSTERS.get(opts.cluster)
+    if kind is None:
+        raise BadOptions(f"--cluster {opts.cluster}: no such cluster (one of {', '.join(CLUSTERS)})")
+    if opts.env != "local":
+        raise BadOptions("--cluster starts its members as local processes, on hosts of their own: not with --env docker")
+    if opts.url:
+        raise BadOptions("--cluster starts a cluster of leasecheck's own; --url names a store of yours: give one or the other")
+    one_server = [k.name for k in kinds if Need.SERVER in k.needs and Need.CLUSTER not in k.needs]
+    if one_server:
+        raise BadOptions(f"{_they(one_server, 'acts', 'act')} on one store server; a cluster's faults are "
+                         f"{', '.join(k.name for k in CATALOGUE if Need.CLUSTER in k.needs)}")
+    skewing = needing(kinds, Need.FAKETIME)
+    if skewing and not kind.skewable:
+        raise BadOptions(f"{_they(skewing, 'skews', 'skew')} a member's clock under libfaketime, which {opts.cluster}"
+                         " cannot take (its members do not read the clock through libc)")
 
 
 def store_folder_problem(store: Path) -> str | None:
@@ -190,6 +219,9 @@ def load_target(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> type[Target]:
     target_cls = load(opts.target)
     if issubclass(target_cls, ExecTarget) and opts.exec_store != "none":
         target_cls = target_cls.with_store(opts.exec_store)
+    if opts.cluster is not None and target_cls.store != CLUSTERS[opts.cluster].store:
+        raise BadOptions(f"--cluster {opts.cluster} runs {CLUSTERS[opts.cluster].store}; --target {opts.target}"
+                         f" runs on {target_cls.store or 'a store of its own'}")
     check_store(opts, kinds, target_cls.store)
     if not opts.url and (lacking := server_not_installed(target_cls.store)) is not None:
         raise BadOptions(f"--target {opts.target}: {lacking}")  # a team's adapter need not declare psycopg to be told

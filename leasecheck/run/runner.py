@@ -158,15 +158,15 @@ class Run:
     def _start_store(self) -> None:
         """The store the backend runs against (a server of ours, or ``--url``), and the spec every client is made from."""
         opts = self.opts
-        self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable=Need.FAKETIME in self.needs, env=opts.env)
+        self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable=Need.FAKETIME in self.needs, env=opts.env,
+                           cluster=opts.cluster, ttl_ms=opts.ttl_ms)
         # log_dir: where a backend may keep logs of its own (an exec: child's stderr goes to exec.log there)
         config = TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s, options={"log_dir": str(self.run_dir)})
         self.spec = TargetSpec(opts.target, config)
 
     def _start_proxies(self) -> None:
         """Toxiproxy between each worker and the store, when a fault needs it (the producer and the final reads bypass it)."""
-        if Need.TOXIPROXY in self.needs:
-            self.network = StoreNetwork(self.run_dir / "toxiproxy", seed=self.seed)
+        self.network = StoreNetwork(self.run_dir / "toxiproxy", seed=self.seed) if Need.TOXIPROXY in self.needs else None
 
     def _connect_producer(self) -> Target:
         """The producer's client (it creates the queue's nodes), set up; a store it cannot reach is the environment's failure."""
@@ -181,9 +181,10 @@ class Run:
     def _open_history(self, producer: Target) -> None:
         """history.jsonl with its header, the merge of the workers' streams into it; only now is the run store/latest."""
         opts = self.opts
+        cluster = self.env.cluster if self.env is not None else None  # its members and their addresses, for the report
         meta = {
             "target": opts.target, "seed": self.seed, "run_id": self.run_id, "nemesis": list(opts.nemesis),
-            "concurrency": opts.concurrency, "store": self.target_cls.store,
+            "concurrency": opts.concurrency, "store": self.target_cls.store, **({"cluster": cluster.describe()} if cluster else {}),
         }
         effect_fence = self.target_cls.effect_fence
         if isinstance(producer, ExecTarget) and producer.hello is not None:  # an exec: child says it in its hello
@@ -216,7 +217,7 @@ class Run:
         context = FaultContext(
             ttl_ms=opts.ttl_ms, workers=self.recorder.ready, holders=self.recorder.takeovers.holders, clocks=self.clocks,
             network=self.network.network if self.network is not None else None,
-            server=self.env.server, store_skew_ms=self.timing.store_skew_ms,
+            server=self.env.server, cluster=self.env.cluster, store_skew_ms=self.timing.store_skew_ms,
         )
         self.nemesis = Nemesis(
             self.kinds, opts.nemesis_interval, context, self.merge.nemesis, random.Random(f"{self.seed}/nemesis"),
@@ -310,14 +311,14 @@ class Run:
     # ---------------------------------------------------------- the end
 
     def _heal(self) -> None:
-        """Heal every fault: the nemesis', the proxies', the store's containers' (whatever of them was made)."""
+        """Heal every fault: the nemesis', the proxies', the store's containers' or cluster's (whatever of them was made)."""
         if hasattr(self, "nemesis"):
             self.nemesis.heal_all()
         if self.network is not None:
             self.network.heal()
         if self.env is not None:
-            for report in self.env.heal_containers():
-                log.info("container heal: %s", report)
+            for report in self.env.heal_store():
+                log.info("store heal: %s", report)
 
     def _stop_workers(self) -> None:
         """Let every worker finish its op and exit (kill stragglers); the rest of what they sent goes into the history."""
@@ -358,8 +359,6 @@ class Run:
     def _judge(self) -> RunResult:
         """Check the history, write results.json and the report: what the run returns."""
         assert self.started is not None
-        if self.interrupts.name is not None:
-            log.info("interrupted by %s: checking what was recorded", self.interrupts.name)
         seconds = time.monotonic() - self.started
         verdict, reason, reached = judge(self.run_dir / "history.jsonl", self.opts, self.kinds, self.tail, self.interrupts, self.started)
         stats = self._stats(seconds)

@@ -153,6 +153,27 @@ class Cluster(ABC):
     def cleanup(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
 
+    def remove_state(self) -> None:
+        """Once stopped: every member's data removed, its logs and configuration kept (a run folder stays small).
+
+        A member's server keeps its files at the top of its directory (its log, a Sentinel's config) and its
+        data in folders below, which go; a directory outside ours (a Postgres member's, when the run folder is
+        private to root) leaves its log here, then goes whole.
+        """
+        for member in self.members.values():
+            for server in member.servers:
+                home = server.directory
+                if server.pid is not None or not home.exists():
+                    continue
+                if not home.resolve().is_relative_to(self.directory.resolve()):
+                    if server.log_path.is_file():
+                        shutil.copy(server.log_path, self.directory / f"{member.name}-{server.log_path.name}")
+                    shutil.rmtree(home, ignore_errors=True)
+                    continue
+                for entry in home.iterdir():
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry, ignore_errors=True)
+
     def __enter__(self) -> Cluster:
         return self.start()
 
@@ -199,6 +220,17 @@ class Cluster(ABC):
             if skew is None:
                 raise EnvironmentFailure(f"{self.kind}: member {name} does not run under libfaketime")
             skew(offset_ms)
+
+    def heal_all(self) -> None:
+        """Every link whole, every member that is up resumed and its clock back to the host's (heal-all's last word)."""
+        self.heal_partition()
+        for name, member in self.members.items():
+            if name in self.down:
+                continue
+            for server in member.servers:
+                server.resume()
+                if self.skewable and hasattr(server, "skew"):
+                    server.skew(0.0)
 
     def describe(self) -> dict[str, Any]:
         """The members and their addresses, the primary now: for the history's header and the report."""

@@ -48,7 +48,7 @@ import msgspec
 
 from leasecheck.checker.coverage import Coverage, coverage_source
 from leasecheck.checker.verdict import Validity
-from leasecheck.checker.windows import Window
+from leasecheck.checker.windows import MEMBER_PARTITION, PRIMARY_LOST, Window
 from leasecheck.histories import Header
 from leasecheck.histories.format import NEMESIS, Event, lease_key
 from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS
@@ -286,6 +286,16 @@ def _belongs(kind: FaultKind, value: dict[str, Any]) -> bool:
     return (Need.SERVER in kind.needs) != bool(_processes(value))
 
 
+def _roles(kind: FaultKind) -> frozenset[str]:
+    """What a cluster fault's window means to the situations, from the situations its row exists to bring about."""
+    roles = set()
+    if "lease-granted-before-primary-lost" in kind.situations:
+        roles.add(PRIMARY_LOST)
+    if "claim-during-member-partition" in kind.situations:
+        roles.add(MEMBER_PARTITION)
+    return frozenset(roles)
+
+
 def _windows(events: Sequence[Event], kinds: Sequence[FaultKind]) -> list[Window]:
     """Each start of one of ``kinds`` until its heal (the earliest open start of that row, with the same victims if any)."""
     windows: list[Window] = []
@@ -298,7 +308,7 @@ def _windows(events: Sequence[Event], kinds: Sequence[FaultKind]) -> list[Window
                 continue
             victims = _processes(value)
             if ev.f == start_f:
-                open_.append(Window(ev.time, None, victims))
+                open_.append(Window(ev.time, None, victims, _roles(kind)))
                 continue
             replaced = value.get("replaces")
             if type(replaced) is int:  # heals the kill whose victim it replaces, or nothing (a worker that crashed itself)
@@ -307,7 +317,7 @@ def _windows(events: Sequence[Event], kinds: Sequence[FaultKind]) -> list[Window
                 healed = next((w for w in open_ if w.victims == victims), open_[0] if open_ else None)
             if healed is not None:
                 open_.remove(healed)
-                windows.append(Window(healed.start, ev.time, healed.victims))
+                windows.append(Window(healed.start, ev.time, healed.victims, healed.roles))
         windows.extend(open_)  # never healed: to the end of the history
     return sorted(windows, key=lambda w: (w.start, w.until))
 
