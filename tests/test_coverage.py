@@ -342,12 +342,78 @@ def test_a_store_clock_skew_is_not_a_skewed_worker() -> None:
     assert skewed(*clock("clock-store", 40 * MS, 200 * MS, ["store"])) == 0
 
 
+# ---------------------------------------------------------------- a cluster's members
+
+
+def cluster(*nemesis: tuple[int, str, dict[str, Any]], renew: tuple[int, int] | None = None, end_at: int | None = None,
+            claimed: tuple[int, int] = (0, MS)) -> Coverage:
+    """Lease 1 (process 1) claimed over ``claimed`` (ns), with a renew and an end if given, under cluster faults."""
+    h = History().claim(1, claimed[0], claimed[1], epoch=1)
+    if renew is not None:
+        h.of(1, "renew", renew[0], renew[1], 1)
+    if end_at is not None:
+        h.of(1, "commit", end_at, end_at + MS, 1)
+    for t, f, value in nemesis:
+        h.nemesis(t, f, **value)
+    return h.coverage()
+
+
+def member_fault(fault: str, start: int, heal: int | None, **value: Any) -> list[tuple[int, str, dict[str, Any]]]:
+    from leasecheck.nemesis.catalogue import FAULTS
+
+    start_f, heal_f = FAULTS[fault].events
+    events = [(start, start_f, {"fault": fault, "victims": ["m1"], **value})]
+    return events + ([(heal, heal_f, {"fault": fault, "victims": ["m1"]})] if heal is not None else [])
+
+
+@pytest.mark.parametrize("fault", ["failover", "kill-primary", "pause-primary", "isolate-primary"])
+def test_a_lease_granted_within_a_ttl_before_the_primary_was_lost(fault: str) -> None:
+    granted = MS
+    assert cluster(*member_fault(fault, granted + 50 * MS, 300 * MS))["lease-granted-before-primary-lost"] == 1
+    assert cluster(*member_fault(fault, granted + TTL * MS, 300 * MS))["lease-granted-before-primary-lost"] == 1
+    assert cluster(*member_fault(fault, granted + TTL * MS + 1, 300 * MS))["lease-granted-before-primary-lost"] == 0
+    assert cluster(*member_fault(fault, granted, 300 * MS))["lease-granted-before-primary-lost"] == 0  # granted as it was lost
+    assert cluster(*member_fault(fault, 50 * MS, 300 * MS), end_at=40 * MS)["lease-granted-before-primary-lost"] == 0  # ended
+
+
+def test_a_partition_of_members_alone_loses_no_primary() -> None:
+    for fault in ("partition-halves", "partition-bridge"):
+        assert cluster(*member_fault(fault, 50 * MS, 300 * MS))["lease-granted-before-primary-lost"] == 0
+
+
+@pytest.mark.parametrize("fault", ["failover", "kill-primary"])
+def test_a_lease_renewed_across_a_failover(fault: str) -> None:
+    assert cluster(*member_fault(fault, 50 * MS, 60 * MS), renew=(70 * MS, 80 * MS))["lease-renewed-across-failover"] == 1
+    assert cluster(*member_fault(fault, 50 * MS, 60 * MS), renew=(40 * MS, 80 * MS))["lease-renewed-across-failover"] == 0
+    late = cluster(*member_fault(fault, 50 * MS, 60 * MS), renew=(70 * MS, 80 * MS), claimed=(55 * MS, 56 * MS))
+    assert late["lease-renewed-across-failover"] == 0  # granted after the failover: nothing to carry across
+
+
+@pytest.mark.parametrize("fault", ["isolate-primary", "partition-halves", "partition-bridge"])
+def test_a_claim_granted_during_a_partition_of_the_members(fault: str) -> None:
+    def during(start: int, heal: int | None) -> int:
+        return cluster(*member_fault(fault, start, heal), claimed=(10 * MS, 20 * MS))["claim-during-member-partition"]
+
+    assert during(5 * MS, 30 * MS) == 1
+    assert during(10 * MS, None) == 1
+    assert during(11 * MS, 30 * MS) == 0  # invoked before the cut
+    assert during(5 * MS, 20 * MS) == 0  # healed as it was granted
+
+
+def test_the_member_faults_require_their_situations() -> None:
+    assert applicable(lookup(["failover"]))[-2:] == ["lease-granted-before-primary-lost", "lease-renewed-across-failover"]
+    assert "claim-during-member-partition" in applicable(lookup(["partition-halves"]))
+    assert applicable(lookup(["clock-member"])) == list(WORKLOAD_SITUATIONS)
+
+
 # ---------------------------------------------------------------- the whole
 
 
 def test_the_vocabulary_and_the_catalogue_agree() -> None:
     assert SITUATIONS[:15] == tuple(ZOMBIES) and len(WORKLOAD_SITUATIONS) == 18
-    assert SITUATIONS[18:] == ("lease-expires-during-store-fault", "lease-held-by-skewed-worker")
+    assert SITUATIONS[18:] == ("lease-expires-during-store-fault", "lease-held-by-skewed-worker",
+                               "lease-granted-before-primary-lost", "lease-renewed-across-failover",
+                               "claim-during-member-partition")
     for kind in CATALOGUE:
         assert set(kind.situations) <= set(SITUATIONS), kind.name
     assert applicable(lookup(["pause", "partition"])) == [*WORKLOAD_SITUATIONS, "lease-expires-during-store-fault"]

@@ -33,6 +33,16 @@ CASES = {
                              "pause-store acts on a store server"),
     "require-no-such-situation": (["--require", "claim-twice"], "--require claim-twice: no such situation"),
     "ttl-the-library-cannot-take": (["--target", "etcd3-lock", "--ttl", "500"], "etcd leases last whole seconds"),
+    "member-fault-without-a-cluster": (["--target", "redis", "--nemesis", "failover"],
+                                       "failover acts on the members of a cluster: add --cluster KIND"),
+    "one-server-fault-on-a-cluster": (["--target", "redis", "--cluster", "redis-sentinel", "--nemesis", "kill-store"],
+                                      "kill-store acts on one store server; a cluster's faults are isolate-primary"),
+    "cluster-of-another-store": (["--target", "redis", "--cluster", "postgres-standby"],
+                                 "--cluster postgres-standby runs postgres; --target redis runs on redis"),
+    "cluster-and-url": (["--target", "redis", "--cluster", "redis-sentinel", "--url", "redis://127.0.0.1:1/0"],
+                        "--url names a store of yours"),
+    "clock-of-a-go-member": (["--target", "etcd3-lock", "--cluster", "etcd-cluster", "--nemesis", "clock-member"],
+                             "clock-member skews a member's clock under libfaketime, which etcd-cluster cannot take"),
 }
 
 

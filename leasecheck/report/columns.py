@@ -50,6 +50,9 @@ class Band:
     start_ns: int
     end_ns: int | None
     victims: tuple[int, ...] = ()
+    #: a cluster fault's members, as its start event names them: ``m1 | m2 m3`` (a partition's sides), ``m1 → m2``
+    #: (a failover), ``m1`` (a member killed or paused), ``m2 +120 ms`` (a member's clock); empty for other faults
+    members: str = ""
 
 
 @dataclass
@@ -211,13 +214,41 @@ def bands(events: list[Event]) -> list[Band]:
     """Every fault window of the history's nemesis events, named by its catalogue row, in start order."""
     out: list[Band] = []
     for kind in CATALOGUE:
+        labels = _member_labels(events, kind.name, kind.events[0])
         for w in fault_windows_of(events, kind):
-            out.append(_band(kind.name, w))
+            out.append(_band(kind.name, w, labels.get(w.start, "")))
     return sorted(out, key=lambda b: (b.start_ns, b.kind))
 
 
-def _band(kind: str, w: Window) -> Band:
-    return Band(kind, w.start, w.end, tuple(sorted(w.victims)))
+def _band(kind: str, w: Window, members: str = "") -> Band:
+    return Band(kind, w.start, w.end, tuple(sorted(w.victims)), members)
+
+
+def _member_labels(events: list[Event], fault: str, start_f: str) -> dict[int, str]:
+    """The members each start event of ``fault`` names, by the event's time (only a cluster fault's name members)."""
+    out: dict[int, str] = {}
+    for ev in events:
+        value = ev.value if isinstance(ev.value, dict) else {}
+        if ev.f != start_f or value.get("fault") != fault:
+            continue
+        label = member_label(value)
+        if label:
+            out.setdefault(ev.time, label)
+    return out
+
+
+def member_label(value: dict[str, Any]) -> str:
+    """A cluster fault's start event in a few characters (see :attr:`Band.members`); '' for other faults."""
+    groups = value.get("groups")
+    if isinstance(groups, list) and all(isinstance(g, list) for g in groups):
+        return " | ".join(" ".join(map(str, g)) for g in groups)
+    if isinstance(value.get("from"), str) and isinstance(value.get("to"), str):
+        return f"{value['from']} \u2192 {value['to']}"
+    victims = [v for v in value.get("victims", ()) if isinstance(v, str)] if isinstance(value.get("victims"), list) else []
+    if not victims:
+        return ""
+    delta = value.get("delta_ms")
+    return " ".join(victims) + (f" {delta:+g} ms" if isinstance(delta, (int, float)) else "")
 
 
 __all__ = ["FAIL", "F_NAMES", "INFO", "OK", "OUTCOMES", "REASONS", "Band", "Columns", "bands", "read_columns"]

@@ -161,7 +161,8 @@ def page_meta(cols: Columns, inputs: RunInputs, lane_count: int) -> dict[str, An
         "reasons": list(REASONS),
         "outcomes": list(OUTCOMES),
         "nodes": cols.nodes,
-        "faults": [{"kind": b.kind, "start": b.start_ns / 1e6, "end": _ms(b.end_ns), "victims": list(b.victims)} for b in cols.faults],
+        "faults": [{"kind": b.kind, "start": b.start_ns / 1e6, "end": _ms(b.end_ns), "victims": list(b.victims),
+                    "members": b.members} for b in cols.faults],
         "faultColours": {k: v for k, v in FAULT_COLOURS.items() if any(b.kind == k for b in cols.faults)},
         "killKinds": [k for k in KILL_KINDS if any(b.kind == k for b in cols.faults)],  # drawn as instants over the ops too
         "anomalies": [{"kind": str(a.get("kind")), "node": str(a.get("node")), "ops": [int(i) for i in a.get("ops") or [] if isinstance(i, int)],

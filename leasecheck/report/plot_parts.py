@@ -107,7 +107,7 @@ def _kills(ax: Axes, fr: Frame) -> None:
         if labelled and px - labelled[-1] < 16:
             continue
         labelled.append(px)
-        label = "p" + ",p".join(map(str, band.victims)) if band.victims else "store"
+        label = band.members or ("p" + ",p".join(map(str, band.victims)) if band.victims else "store")
         ax.annotate(label, xy=(x, 1.0), xycoords=ax.get_xaxis_transform(), xytext=(0, 8), textcoords="offset points", ha="center",
                     va="bottom", fontsize=7, color=colour, annotation_clip=False, gid=f"kill-label-{i}-{band.kind}")
     for kind, xs in at.items():

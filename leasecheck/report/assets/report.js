@@ -724,7 +724,8 @@
     }
     if (h.type === 'fault') {
       var f = S.M.faults[h.i], e = f.end == null ? null : f.end;
-      return '<b>' + esc(f.kind) + '</b>' + (f.victims.length ? ' \u00b7 victims: process ' + esc(f.victims.join(', ')) : ' \u00b7 the store') +
+      return '<b>' + esc(f.kind) + '</b>' + (f.members ? ' \u00b7 members: ' + esc(f.members) :
+        f.victims.length ? ' \u00b7 victims: process ' + esc(f.victims.join(', ')) : ' \u00b7 the store') +
         '<br>' + fmtMs(f.start) + ' ms \u2192 ' + (e == null ? 'never healed' : fmtMs(e) + ' ms (' + fmtDur(e - f.start) + ')') +
         '<br><span class="t-dim">click to zoom to it</span>';
     }
