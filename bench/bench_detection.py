@@ -18,6 +18,13 @@ of every situation (results.json ``coverage``): the least and the median count
 over the reference runs.
 
     python -m bench.bench_detection --seeds 10 --settings defaults,fast --jobs 3
+
+``--clusters`` runs the replicated stores instead (:data:`CLUSTER_CASES`, ``--cluster``): each
+configuration under the member faults that threaten it, at the defaults, with
+``--evidence-wait 60`` so that a run goes on until its faults' situations happened; a
+configuration expected valid counts its valid runs, the others the runs that caught it.
+
+    python -m bench.bench_detection --clusters --seeds 10 --jobs 2
 """
 
 from __future__ import annotations
@@ -52,6 +59,29 @@ REFERENCES = {
 
 DUPLICATE_DELIVERY = "duplicate-delivery"
 
+#: clusters (``--cluster``): target, cluster, faults, and the kinds that catch it (empty: a configuration that must
+#: stay valid). A seed-by-seed finding, not a broken variant of ours: what replication and failover do to the lease
+CLUSTER_CASES: tuple[tuple[str, str, tuple[str, ...], frozenset[str]], ...] = (
+    ("redis", "redis-sentinel", ("failover", "kill-primary"),
+     frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect"})),
+    ("redis", "redis-sentinel", ("isolate-primary",),
+     frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect"})),
+    ("redis", "redis-sentinel-wait", ("failover", "kill-primary"),
+     frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect"})),
+    ("redis", "redis-sentinel-wait", ("isolate-primary",),
+     frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect"})),
+    ("redis-py-lock", "redis-sentinel", ("failover", "kill-primary"),
+     frozenset({"stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "overlapping-lease"})),
+    ("postgres", "postgres-standby", ("isolate-primary", "failover"),
+     frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect"})),
+    ("postgres", "postgres-standby-sync", ("isolate-primary", "failover"), frozenset()),
+    ("postgres", "postgres-standby-sync", ("kill-primary", "partition-halves"), frozenset()),
+    ("etcd3-lock-revision", "etcd-cluster", ("isolate-primary", "kill-primary", "failover"), frozenset()),
+    ("etcd3-lock", "etcd-cluster", ("pause", "failover"), frozenset({"stale-effect", "stale-commit", "duplicate-commit", "lost-commit"})),
+    ("kazoo-lock-zxid", "zookeeper-ensemble", ("isolate-primary", "kill-primary", "failover"), frozenset()),
+    ("kazoo-lock", "zookeeper-ensemble", ("pause", "failover"), frozenset({"stale-effect", "stale-commit", "duplicate-commit", "lost-commit"})),
+)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -62,6 +92,7 @@ class Case:
     dup_rate: float
     setting: str
     expected: frozenset[str] = frozenset()  # empty: a reference backend, which must stay valid
+    cluster: str | None = None
 
 
 @dataclass
@@ -79,7 +110,11 @@ class Outcome:
         return self.valid is False and bool(set(self.kinds) & self.case.expected)
 
 
-def cases(settings: Sequence[str], only: Sequence[str] | None) -> list[Case]:
+def cases(settings: Sequence[str], only: Sequence[str] | None, clusters: bool = False) -> list[Case]:
+    """Every variant and reference at every setting; with ``clusters``, the cluster rows (at the defaults) alone."""
+    if clusters:
+        rows = [Case(t, faults, 0.1, "defaults", expected, cluster) for t, cluster, faults, expected in CLUSTER_CASES]
+        return [c for c in rows if not only or c.target in only or c.cluster in only]
     out = []
     for name in sorted(available()):
         cls = load(name)
@@ -105,7 +140,7 @@ def detection_seconds(run_dir: Path, anomalies: list[Any]) -> float | None:
 def one(case: Case, seed: int, store: str, time_limit: float | None) -> Outcome:
     """Run ``case`` with ``seed`` (in a worker process of the pool) and read what it found."""
     opts = replace(RunOptions(), target=case.target, nemesis=case.faults, dup_rate=case.dup_rate, seed=seed, store=store,
-                   **SETTINGS[case.setting])
+                   cluster=case.cluster, evidence_wait_s=60.0 if case.cluster else 0.0, **SETTINGS[case.setting])
     if time_limit is not None:
         opts = replace(opts, time_limit=time_limit)
     t0 = time.monotonic()
@@ -130,7 +165,7 @@ def report(outcomes: list[Outcome], seeds: int, time_limit: float | None) -> Non
             opts = replace(opts, time_limit=time_limit)
         print(f"\n{s}: {seeds} seeds x {opts.time_limit:g} s, ttl {opts.ttl_ms} ms, a fault every ~{opts.nemesis_interval:g} s, "
               f"{opts.nodes} nodes per run, {opts.concurrency} workers")
-        print(f"{'target':<28} {'faults':<22} {'caught':>8} {'median s':>9}  kinds found")
+        print(f"{'target':<28} {'faults':<36} {'caught':>8} {'median s':>9}  kinds found")
         for case, outs in rows.items():
             if case.setting != s:
                 continue
@@ -144,7 +179,8 @@ def report(outcomes: list[Outcome], seeds: int, time_limit: float | None) -> Non
                 invalid = sum(o.valid is False for o in outs)
                 unknown = sum(o.valid not in (True, False) for o in outs)
                 caught = f"valid {len(outs) - invalid - unknown}/{len(outs)}" + (f", unknown {unknown}" if unknown else "")
-            print(f"{case.target:<28} {','.join(case.faults):<22} {caught:>8} {med:>9}  {', '.join(kinds) or '-'}")
+            target = f"{case.target}@{case.cluster}" if case.cluster else case.target
+            print(f"{target:<28} {','.join(case.faults):<36} {caught:>8} {med:>9}  {', '.join(kinds) or '-'}")
         refs = [o for case, outs in rows.items() if case.setting == s and not case.expected for o in outs]
         names = sorted({k for o in refs for k in o.coverage})
         if names:
@@ -160,9 +196,10 @@ def main() -> None:
     ap.add_argument("--settings", default="defaults,fast", help="comma-separated: " + ", ".join(SETTINGS))
     ap.add_argument("--time-limit", type=float, default=None, help="override every setting's time limit")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (each run is its own workers and store)")
-    ap.add_argument("--only", nargs="*", default=None, help="targets to run (default: every variant and reference)")
+    ap.add_argument("--only", nargs="*", default=None, help="targets (or clusters) to run (default: every variant and reference)")
+    ap.add_argument("--clusters", action="store_true", help="the cluster rows (CLUSTER_CASES, at the defaults) instead")
     args = ap.parse_args()
-    todo = [(c, seed) for c in cases(args.settings.split(","), args.only) for seed in range(1, args.seeds + 1)]
+    todo = [(c, seed) for c in cases(args.settings.split(","), args.only, args.clusters) for seed in range(1, args.seeds + 1)]
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="leasecheck-bench-") as store, ProcessPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(one, c, seed, store, args.time_limit) for c, seed in todo]

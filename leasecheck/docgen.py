@@ -133,13 +133,13 @@ def options(name: str) -> str:
     return "\n".join(rows)
 
 
-def faults() -> str:
-    """The fault table: ``leasecheck nemeses --markdown``, exactly."""
+def faults(command: str = "nemeses") -> str:
+    """The fault table: ``leasecheck nemeses --markdown``, exactly (or another catalogue's: ``clusters``)."""
     from click.testing import CliRunner
 
-    result = CliRunner().invoke(cli_group, ["nemeses", "--markdown"], catch_exceptions=False)
+    result = CliRunner().invoke(cli_group, [command, "--markdown"], catch_exceptions=False)
     if result.exit_code != Exit.VALID:
-        raise RuntimeError(f"leasecheck nemeses --markdown exited {result.exit_code}: {result.output}")
+        raise RuntimeError(f"leasecheck {command} --markdown exited {result.exit_code}: {result.output}")
     return result.output.rstrip("\n")
 
 
@@ -171,9 +171,11 @@ def render(name: str) -> str:
         return options(arg)
     if what == "faults" and not arg:
         return faults()
+    if what == "clusters" and not arg:
+        return faults("clusters")
     if what == "cli" and not arg:
         return cli()
-    raise KeyError(f"unknown generated block {name!r} (usage COMMAND, options COMMAND, faults, cli)")
+    raise KeyError(f"unknown generated block {name!r} (usage COMMAND, options COMMAND, faults, clusters, cli)")
 
 
 def blocks(text: str) -> list[tuple[str, str]]:

@@ -354,4 +354,9 @@ def test_every_row_requires_situations_of_the_vocabulary() -> None:
         **dict.fromkeys(store, ("lease-expires-during-store-fault",)),
         "clock-bump": ("lease-held-by-skewed-worker",), "clock-strobe": ("lease-held-by-skewed-worker",),
         "clock-store": (), "latency": (), "bandwidth": (),
+        "isolate-primary": ("lease-granted-before-primary-lost", "claim-during-member-partition"),
+        "partition-halves": ("claim-during-member-partition",), "partition-bridge": ("claim-during-member-partition",),
+        "kill-primary": ("lease-granted-before-primary-lost", "lease-renewed-across-failover", "lease-expires-during-store-fault"),
+        "pause-primary": ("lease-granted-before-primary-lost", "lease-expires-during-store-fault"),
+        "failover": ("lease-granted-before-primary-lost", "lease-renewed-across-failover"), "clock-member": (),
     }
