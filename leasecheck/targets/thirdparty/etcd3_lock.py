@@ -18,12 +18,19 @@ The records live in the same etcd (:class:`EtcdRecords`): a JSON record per
 node at ``leasecheck/record/NODE`` and one key per effect under
 ``leasecheck/effect/NODE/``. A fenced write is a compare-and-swap on the
 record's ``mod_revision``, retried until it applies or a larger fence is seen.
+
+On a cluster (``etcd://H1:2379,H2:2379,H3:2379``, the ``etcd-cluster`` kind)
+the one client is given every member (:func:`cluster_target`) and spreads its
+requests over those that are up; every member serves linearizable reads and
+forwards writes to the leader, so which one a request reaches changes nothing
+but whether it can be answered (a member cut off from the majority cannot).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import urllib.parse
 import uuid
@@ -48,6 +55,7 @@ from leasecheck.histories.vocabulary import READY, AnomalyKind
 from leasecheck.targets.base import Indeterminate, TargetConfig, Unavailable
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Record
+from leasecheck.targets.urls import hosts_of
 
 if TYPE_CHECKING:
     import grpc
@@ -59,6 +67,11 @@ GRPC_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+
+#: a client of a cluster spreads its requests over every member, as etcd's own Go client does (clientv3's
+#: round-robin balancer): a member that is cut off from the others (and so cannot commit) then costs the
+#: requests sent to it, not every request until the partition heals, as gRPC's default (pick_first) would
+CLUSTER_GRPC_OPTIONS = [*GRPC_OPTIONS, ("grpc.lb_policy_name", "round_robin")]
 
 PREFIX = "leasecheck/"
 
@@ -99,6 +112,22 @@ def _details(e: BaseException) -> str:
     return f"{rpc.code().name}: {rpc.details()}"
 
 
+def cluster_target(url: str) -> tuple[str, int]:
+    """``etcd3.client``'s (host, port) for every member of ``etcd://H1:P1,H2:P2,...``: one gRPC channel to all.
+
+    python-etcd3 0.12 (the release on PyPI) takes one host and port and makes the
+    channel to ``f"{host}:{port}"``; its ``MultiEndpointEtcd3Client`` exists only
+    on its unreleased master branch. gRPC itself takes a list of addresses
+    (its naming doc: ``ipv4:ADDR:PORT,ADDR:PORT,...``) and follows it: a
+    member that is down is skipped, and a request goes to one that is up. So
+    the list is handed over as the host, the last member's port as the port.
+    Names are resolved here (the ``ipv4:`` scheme takes addresses only).
+    """
+    members = [(socket.gethostbyname(host), port) for host, port in hosts_of(url)]
+    *first, (last_host, last_port) = members
+    return "ipv4:" + "".join(f"{host}:{port}," for host, port in first) + last_host, last_port
+
+
 @contextmanager
 def etcd_errors(what: str) -> Iterator[None]:
     """Map etcd3 / gRPC errors onto the protocol: Unavailable only if the request was never sent.
@@ -135,11 +164,18 @@ class Connection:
         with self._lock:
             if self._client is None:
                 parts = urllib.parse.urlsplit(self.url)
-                if parts.scheme != "etcd" or not parts.hostname:
+                if parts.scheme != "etcd" or not parts.netloc:
                     raise ValueError(f"an etcd3 target needs an etcd://HOST:PORT url, not {self.url!r}")
-                self._client = _etcd3().client(
-                    parts.hostname, parts.port or 2379, timeout=self.timeout_s, grpc_options=GRPC_OPTIONS,
-                )
+                if "," in parts.netloc:  # a cluster: every member's address
+                    self._client = _etcd3().client(
+                        *cluster_target(self.url), timeout=self.timeout_s, grpc_options=CLUSTER_GRPC_OPTIONS,
+                    )
+                else:
+                    if not parts.hostname:
+                        raise ValueError(f"an etcd3 target needs an etcd://HOST:PORT url, not {self.url!r}")
+                    self._client = _etcd3().client(
+                        parts.hostname, parts.port or 2379, timeout=self.timeout_s, grpc_options=GRPC_OPTIONS,
+                    )
             return self._client
 
     def close(self) -> None:

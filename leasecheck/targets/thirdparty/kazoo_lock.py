@@ -42,7 +42,10 @@ How the audit runs (``AUDIT_OPTIONS``), and why it differs from the defaults:
 * a fault every 2 s, so that an 8 s run pauses a holder several times.
 
 The records live in the same ZooKeeper (:mod:`leasecheck.targets.thirdparty.zk_records`),
-reached through the one kazoo client of the process.
+reached through the one kazoo client of the process. On an ensemble
+(``zookeeper://H1:2181,H2:2181,H3:2181``, the ``zookeeper-ensemble`` kind) that
+client is given every server, as kazoo's docs show (``hosts="h1:p,h2:p,h3:p"``),
+and keeps its session, and the lock's ephemeral znode, across a change of leader.
 """
 
 from __future__ import annotations

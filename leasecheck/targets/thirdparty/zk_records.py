@@ -27,7 +27,7 @@ from typing import Any
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, TargetConfig, Unavailable
 from leasecheck.targets.thirdparty.lockbase import Record
-from leasecheck.targets.urls import store_endpoint
+from leasecheck.targets.urls import hosts_of, store_endpoint
 
 ROOT = "/leasecheck"
 #: kazoo's connection retry backs off up to an hour by default; after a partition or a
@@ -68,6 +68,20 @@ def zk_errors(what: str, single: bool = True) -> Iterator[None]:
         raise Indeterminate(f"{what}: {type(e).__name__}: {e}") from e
 
 
+def zk_hosts(url: str) -> str:
+    """kazoo's ``hosts`` for ``zookeeper://HOST:PORT`` or an ensemble's ``zookeeper://H1:P1,H2:P2,...``.
+
+    kazoo takes every server as ``"h1:p1,h2:p2,h3:p3"`` (its docs' way to follow an
+    ensemble): it connects to one at random and moves to another when that one
+    fails or stops serving (a server cut off from its quorum closes its clients),
+    keeping the session while the ensemble does.
+    """
+    if "," not in urllib.parse.urlsplit(url).netloc:
+        host, port = store_endpoint(url)
+        return f"{host}:{port}"
+    return ",".join(f"{host}:{port}" for host, port in hosts_of(url))
+
+
 @dataclass
 class ZkConnection:
     """One kazoo client per process, started on first use (workers are spawned; kazoo's threads never cross a fork)."""
@@ -91,16 +105,16 @@ class ZkConnection:
 
         with self._lock:
             if self._client is None:
-                host, port = store_endpoint(self.url)
+                hosts = zk_hosts(self.url)
                 client = KazooClient(
-                    hosts=f"{host}:{port}", timeout=self.session_timeout_s,
+                    hosts=hosts, timeout=self.session_timeout_s,
                     connection_retry=KazooRetry(**RECONNECT),
                     command_retry=KazooRetry(max_tries=None, deadline=self.timeout_s, **COMMAND_BACKOFF),
                 )
                 try:
                     client.start(timeout=self.timeout_s)
                 except KazooTimeoutError as e:
-                    raise Unavailable(f"no ZooKeeper session with {host}:{port} within {self.timeout_s:g} s") from e
+                    raise Unavailable(f"no ZooKeeper session with {hosts} within {self.timeout_s:g} s") from e
                 self._client = client
             return self._client
 
