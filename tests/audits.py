@@ -14,7 +14,7 @@ from leasecheck.ci.audit import AuditResult, audited_target, run_audit
 
 def plan_faults(target: str) -> list[str]:
     """The faults ``target``'s published plan runs (for ``pytest.mark.parametrize``)."""
-    return [fault.nemesis for fault in audited_target(target).plan.faults]
+    return [fault.key for fault in audited_target(target).plan.faults]
 
 
 def published_cases(*targets: str) -> list[tuple[str, str]]:
@@ -40,7 +40,7 @@ def assert_published(target: str, nemesis: str, tmp_path: Path, seed: int | None
     """
     audited = audited_target(target)
     seeds = [seed] if seed is not None else list(audited.plan.seeds)
-    expected = next(f.expected for f in audited.plan.faults if f.nemesis == nemesis)
+    expected = next(f.expected for f in audited.plan.faults if f.key == nemesis)
     tries = seeds[:FINDING_SEEDS] if expected == "invalid" else seeds[:1]
     for attempt, this in enumerate(tries):
         result = run_audit(target, nemesis, this, tmp_path / f"store-{attempt}")

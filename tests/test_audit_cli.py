@@ -83,12 +83,12 @@ def test_one_audit_run_end_to_end_reports_verdict_proof_and_whether_it_is_as_pub
     fault = next(f for f in audited.plan.faults if f.expected == "invalid") if any(
         f.expected == "invalid" for f in audited.plan.faults) else audited.plan.faults[0]
     seed = audited.plan.seeds[0]
-    done = _cli("audit", "filelock", "--mode", "documented", "--fault", fault.nemesis, "--seeds", str(seed),
+    done = _cli("audit", "filelock", "--mode", "documented", "--fault", fault.key, "--seeds", str(seed),
                 "--store", str(tmp_path / "store"), "--json", "--markdown", "--as-published", timeout=300)
     assert done.returncode == 0, done.stderr  # as published
     row = json.loads(done.stdout.splitlines()[0])
     assert row["matches"] is True and row["verdict"] == fault.expected and row["seed"] == seed
-    assert row["command"] == f"leasecheck audit filelock --mode documented --fault {fault.nemesis} --seeds {seed}"
+    assert row["command"] == f"leasecheck audit filelock --mode documented --fault {fault.key} --seeds {seed}"
     assert Path(row["run_dir"], "history.jsonl").is_file()
     if fault.expected == "invalid":
         assert row["proof"]["ops"] and row["first_anomaly_s"] > 0 and set(row["kinds"]) <= set(fault.kinds)
@@ -103,5 +103,5 @@ def test_audits_md_has_a_section_per_library_with_its_installed_version_and_a_co
         assert f"| {a.plan.mode} |" in text, f"AUDITS.md's table has no row for {a.target} ({a.plan.mode})"
         for fault in a.plan.faults:
             if fault.expected == "invalid":  # a finding: reproducible by one command
-                assert f"leasecheck audit {a.plan.library} --mode {a.plan.mode} --fault {fault.nemesis}" in text or \
-                    f"leasecheck audit {a.plan.library} --fault {fault.nemesis}" in text, (a.target, fault.nemesis)
+                assert f"leasecheck audit {a.plan.library} --mode {a.plan.mode} --fault {fault.key}" in text or \
+                    f"leasecheck audit {a.plan.library} --fault {fault.key}" in text, (a.target, fault.key)

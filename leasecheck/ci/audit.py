@@ -27,7 +27,7 @@ from leasecheck.ci.queue_audit import QUEUE_PREFIX, queue_audit, queue_audits, q
 from leasecheck.run.options import RunOptions
 from leasecheck.run.workload import Workload
 from leasecheck.targets.registry import TargetNotFound, load, not_installed, registered
-from leasecheck.targets.thirdparty.audit import AuditPlan
+from leasecheck.targets.thirdparty.audit import AuditPlan, faults_of
 
 
 def audits() -> tuple[list[Audited], list[Unloadable]]:
@@ -107,8 +107,8 @@ def options_for(audited: Audited, nemesis: str, seed: int, store: Path, time_lim
     plan = audited.plan
     fault = audited.fault(nemesis)  # refuses a fault the plan does not publish
     limit = time_limit if time_limit is not None else plan.time_limit
-    opts = RunOptions(target=audited.target, nemesis=tuple(nemesis.split(",")), seed=seed, time_limit=limit,
-                      evidence_wait_s=limit, store=str(store), require=tuple(fault.require))
+    opts = RunOptions(target=audited.target, nemesis=tuple(faults_of(nemesis).split(",")), seed=seed, time_limit=limit,
+                      evidence_wait_s=limit, store=str(store), require=tuple(fault.require), cluster=fault.cluster)
     options = dict(plan.options)
     if isinstance(options.get("workload"), dict):
         options["workload"] = Workload(**options["workload"])
@@ -126,7 +126,7 @@ def run_audit(target: str, nemesis: str, seed: int, store: Path, time_limit: flo
     opts = options_for(audited, nemesis, seed, store, time_limit)
     result = run(opts, progress)
     history = result.run_dir / "history.jsonl"
-    judged = fault_verdict(result.verdict, result.reason, nemesis, history)
+    judged = fault_verdict(result.verdict, result.reason, faults_of(nemesis), history)
     first_s, proof = first_anomaly(history, result.verdict.cited, judged.anomalies)
     _, without_proof = first_anomaly(history, result.verdict.cited, judged.without_fault)
     return AuditResult(

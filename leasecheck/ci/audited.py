@@ -32,9 +32,9 @@ class Audited:
 
     def fault(self, nemesis: str) -> FaultAudit:
         for fault in self.plan.faults:
-            if fault.nemesis == nemesis:
+            if fault.key == nemesis:
                 return fault
-        known = ", ".join(f.nemesis for f in self.plan.faults)
+        known = ", ".join(f.key for f in self.plan.faults)
         raise KeyError(f"the audit of {self.target} has no fault {nemesis!r} (it has {known})")
 
 

@@ -65,7 +65,7 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
         raise click.BadParameter(f"{seeds!r}: give comma-separated integers", param_hint="'--seeds'") from None
     if seed_list == []:
         raise click.BadParameter("names no seed", param_hint="'--seeds'")
-    plan_faults = {f.nemesis for a in chosen for f in a.plan.faults}
+    plan_faults = {f.key for a in chosen for f in a.plan.faults}
     unknown = sorted(set(faults) - plan_faults)
     if unknown:
         raise click.BadParameter(f"{', '.join(unknown)}: not in the plan of {library} (its faults: {', '.join(sorted(plan_faults))})",
@@ -75,10 +75,10 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
     results: list[AuditResult] = []
     for audited in chosen:
         for fault in audited.plan.faults:
-            if faults and fault.nemesis not in faults:
+            if faults and fault.key not in faults:
                 continue
             for seed in seed_list or audited.plan.seeds:
-                result = run_audit(audited.target, fault.nemesis, seed, Path(store_dir), time_limit)
+                result = run_audit(audited.target, fault.key, seed, Path(store_dir), time_limit)
                 codes.append(result.exit_code)
                 results.append(result)
                 mismatches += not result.matches

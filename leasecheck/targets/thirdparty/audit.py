@@ -31,6 +31,18 @@ class FaultAudit:
     #: needs them, and a run that never reached them tested nothing of it, so it goes on past its time limit while
     #: they are missing and ends ``unknown`` without them, never ``valid`` (a loaded machine reaches them later)
     require: tuple[Situation, ...] = ()
+    #: run the fault on this cluster of the library's store (``--cluster``: ``zookeeper-ensemble``), not one server
+    cluster: str | None = None
+
+    @property
+    def key(self) -> str:
+        """How ``leasecheck audit --fault`` and AUDITS.md name it: ``pause``, or ``failover@zookeeper-ensemble`` on a cluster."""
+        return f"{self.nemesis}@{self.cluster}" if self.cluster else self.nemesis
+
+
+def faults_of(key: str) -> str:
+    """The ``--nemesis`` part of a fault's key: ``failover@zookeeper-ensemble`` -> ``failover``."""
+    return key.partition("@")[0]
 
 
 @dataclass(frozen=True)
