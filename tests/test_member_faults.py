@@ -16,7 +16,7 @@ import pytest
 
 from leasecheck.nemesis.catalogue import FAULTS, Need
 from leasecheck.nemesis.context import FaultContext
-from leasecheck.report.columns import member_label
+from leasecheck.nemesis.members import member_label
 
 
 @dataclass

@@ -202,7 +202,7 @@ def nemeses(markdown: bool) -> None:
 @click.option("--markdown", is_flag=True, help="Print a Markdown table (docs/clusters.md's).")
 def clusters(markdown: bool) -> None:
     """List the replicated stores `leasecheck run --cluster` starts, one line each."""
-    from leasecheck.servers.clusters import CLUSTER_KINDS
+    from leasecheck.run.clusters import CLUSTER_KINDS
 
     if markdown:
         click.echo("| cluster | store | what it is | clock-member |")

@@ -24,9 +24,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from leasecheck.nemesis.context import ClusterControl, FaultContext
+if TYPE_CHECKING:  # annotations only: the report and the checker's explanations import member_label cheaply
+    from leasecheck.nemesis.context import ClusterControl, FaultContext
 
 
 def _links(sides: list[list[str]]) -> list[tuple[str, str]]:
@@ -146,6 +147,24 @@ class MemberClockSkew:
 
     def undo_record(self) -> dict[str, Any] | None:
         return None
+
+
+def member_label(value: dict[str, Any]) -> str:
+    """A cluster fault's start event in a few characters, for the report and explanations; '' for other faults.
+
+    ``m1 | m2 m3``: a partition's sides; ``m1 → m2``: a failover; ``m1``: a member killed or paused;
+    ``m2 +120 ms``: a member's clock.
+    """
+    groups = value.get("groups")
+    if isinstance(groups, list) and all(isinstance(g, list) for g in groups):
+        return " | ".join(" ".join(map(str, g)) for g in groups)
+    if isinstance(value.get("from"), str) and isinstance(value.get("to"), str):
+        return f"{value['from']} \u2192 {value['to']}"
+    victims = [v for v in value.get("victims", ()) if isinstance(v, str)] if isinstance(value.get("victims"), list) else []
+    if not victims:
+        return ""
+    delta = value.get("delta_ms")
+    return " ".join(victims) + (f" {delta:+g} ms" if isinstance(delta, (int, float)) else "")
 
 
 # ---------------------------------------------------------------- the catalogue's factories

@@ -28,6 +28,7 @@ from leasecheck.histories import Header, HistoryError, HistoryReader
 from leasecheck.histories.format import NEMESIS, Event
 from leasecheck.histories.vocabulary import FailReason, OpName
 from leasecheck.nemesis.catalogue import CATALOGUE
+from leasecheck.nemesis.members import member_label
 from leasecheck.verdict.run_verdict import fault_windows_of
 
 #: op names, in the order of their codes in :attr:`Columns.f`
@@ -235,20 +236,6 @@ def _member_labels(events: list[Event], fault: str, start_f: str) -> dict[int, s
         if label:
             out.setdefault(ev.time, label)
     return out
-
-
-def member_label(value: dict[str, Any]) -> str:
-    """A cluster fault's start event in a few characters (see :attr:`Band.members`); '' for other faults."""
-    groups = value.get("groups")
-    if isinstance(groups, list) and all(isinstance(g, list) for g in groups):
-        return " | ".join(" ".join(map(str, g)) for g in groups)
-    if isinstance(value.get("from"), str) and isinstance(value.get("to"), str):
-        return f"{value['from']} \u2192 {value['to']}"
-    victims = [v for v in value.get("victims", ()) if isinstance(v, str)] if isinstance(value.get("victims"), list) else []
-    if not victims:
-        return ""
-    delta = value.get("delta_ms")
-    return " ".join(victims) + (f" {delta:+g} ms" if isinstance(delta, (int, float)) else "")
 
 
 __all__ = ["FAIL", "F_NAMES", "INFO", "OK", "OUTCOMES", "REASONS", "Band", "Columns", "bands", "read_columns"]

@@ -65,13 +65,13 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
 
     ``skewable`` starts the server under libfaketime, so the nemesis can skew
     the store's clock (and only then: it costs a little on every clock read).
-    ``cluster`` starts that kind of cluster instead (``leasecheck.servers.clusters``),
+    ``cluster`` starts that kind of cluster instead (``leasecheck.run.clusters``),
     its failure detectors sized by ``ttl_ms``.
     """
     if url:
         return Environment(url)
     if cluster is not None:
-        from leasecheck.servers.clusters import CLUSTERS
+        from leasecheck.run.clusters import CLUSTERS
 
         started = CLUSTERS[cluster].load()(run_dir / "cluster", ttl_ms=ttl_ms, skewable=skewable).start()
         return Environment(started.url, cluster=started)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from leasecheck.report.inputs import ReplayFlag
-from leasecheck.servers.clusters import CLUSTERS
+from leasecheck.run.clusters import CLUSTERS
 
 if TYPE_CHECKING:
     from leasecheck.run.options import RunOptions

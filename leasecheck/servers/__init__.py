@@ -8,8 +8,10 @@
   :mod:`.run_network`, :mod:`.container` and :mod:`.container_stores`;
 * :mod:`.readiness` — "does this store answer?", asked of local and container servers alike;
 * :mod:`.guard` — the program that takes a server's process tree down with the harness.
+* :mod:`.hosts`, :mod:`.cluster` — replicated stores: members on hosts of their own (network namespaces) and the
+  Cluster base, with one module per kind (:mod:`.redis_sentinel`, :mod:`.postgres_standby`, :mod:`.etcd_cluster`,
+  :mod:`.zookeeper_ensemble`); their registry (``--cluster``) is :mod:`leasecheck.run.clusters`, data only.
+
+The package imports nothing on its own (import :mod:`.base` for :class:`LocalServer`): a command line that
+never starts a server loads none of it.
 """
-
-from leasecheck.servers.base import EnvironmentFailure, LocalServer, free_port
-
-__all__ = ["EnvironmentFailure", "LocalServer", "free_port"]

@@ -37,6 +37,24 @@ StrPath = str | os.PathLike[str]
 GUARD_MODULE = "leasecheck.servers.guard"
 
 
+#: where iproute2 keeps named network namespaces (:mod:`.hosts` makes them)
+NETNS_DIR = Path("/run/netns")
+#: ``setns(2)``'s flag for a network namespace
+CLONE_NEWNET = 0x40000000
+
+
+def enter_netns(netns: str) -> None:
+    """Move the calling process into the network namespace ``netns`` (``setns``): for a cluster member's child, before it execs."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    fd = os.open(NETNS_DIR / netns, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({netns}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> None:
     """Ask the kernel to send ``sig`` (SIGKILL) to this process when its parent (the harness) dies.
 
@@ -176,9 +194,7 @@ class LocalServer(ABC):
 
     def _child_setup(self) -> None:
         if self.netns is not None:  # first: entering a namespace needs root, which _preexec may give up
-            from leasecheck.servers.hosts import enter
-
-            enter(self.netns)
+            enter_netns(self.netns)
         self._preexec()
         die_with_parent()
 

@@ -24,14 +24,13 @@ Every namespace is named ``lc-PID-K-...`` after the process that made it:
 process deletes them if the harness is killed, and :func:`remove_orphans` deletes
 those of a process that is gone (``leasecheck heal`` and every new network call it).
 
-Members are put in their namespace by :func:`enter`, called in the server's
-forked child before it execs (``setns``), so the server's pid is the one the
-harness started and pauses, kills and signals stay exact.
+Members are put in their namespace by :func:`leasecheck.servers.base.enter_netns`,
+called in the server's forked child before it execs (``setns``), so the server's
+pid is the one the harness started and pauses, kills and signals stay exact.
 """
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import itertools
 import os
@@ -46,15 +45,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from leasecheck.errors import EnvironmentFailure
+from leasecheck.servers.base import NETNS_DIR, die_with_parent, popen, python_module
 
 #: the private range the member subnets come from: 10.213.N.0/24, N in 1..254
 SUBNET_PREFIX = "10.213"
-#: where iproute2 keeps named namespaces
-NETNS_DIR = Path("/run/netns")
 #: taken while a subnet is chosen and claimed, so that concurrent runs choose different ones
 LOCK_FILE = Path("/tmp/leasecheck-hosts.lock")
-#: ``setns(2)``'s flag for a network namespace
-CLONE_NEWNET = 0x40000000
 _NAME = re.compile(r"^lc-(\d+)-\d+-")
 _made = itertools.count(1)
 
@@ -87,18 +83,6 @@ def _run(command: list[str], stdin: str | None = None) -> str:
 def in_netns(netns: str, command: list[str], stdin: str | None = None) -> str:
     """Run ``command`` inside ``netns`` (``ip netns exec``)."""
     return _run(["ip", "netns", "exec", netns, *command], stdin)
-
-
-def enter(netns: str) -> None:
-    """Move the calling process into ``netns`` (``setns``): for a server's child, before it execs."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    fd = os.open(NETNS_DIR / netns, os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({netns}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
 
 
 def _alive(pid: int) -> bool:
@@ -252,8 +236,6 @@ class HostNetwork:
 
 def _start_guard(namespaces: list[str]) -> subprocess.Popen[bytes]:
     """A process that deletes ``namespaces`` when the harness dies (its parent-death signal)."""
-    from leasecheck.servers.base import popen, python_module
-
     return popen(
         [*python_module(__name__), "guard", *namespaces],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
@@ -261,8 +243,6 @@ def _start_guard(namespaces: list[str]) -> subprocess.Popen[bytes]:
 
 
 def _guard(namespaces: list[str]) -> NoReturn:
-    from leasecheck.servers.base import die_with_parent
-
     def delete(signum: int, frame: object) -> NoReturn:
         time.sleep(0.2)  # the members die with the harness too: let them go before their namespaces do
         delete_namespaces(namespaces)

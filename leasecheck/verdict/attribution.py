@@ -20,6 +20,7 @@ from typing import Any
 from leasecheck.checker.attribution import FaultWindow
 from leasecheck.histories.format import Event
 from leasecheck.nemesis.catalogue import CATALOGUE, FaultKind, Need
+from leasecheck.nemesis.members import member_label
 from leasecheck.verdict.run_verdict import fault_windows_of
 
 #: what a fault did to one victim, by its start event
@@ -28,18 +29,34 @@ _DID = {"pause": "paused", "kill": "killed", "partition": "cut off from the stor
 #: what a store-side fault did, by its start event
 _DID_STORE = {"pause": "paused the store", "kill": "killed the store", "partition": "took the store off its network",
               "clock-skew": "skewed the store's clock"}
+#: what a fault between a cluster's members did (it hits every process), by its start event
+_DID_CLUSTER = {"partition": "cut the store's members apart", "kill": "killed the store's primary",
+                "pause": "paused the store's primary", "failover": "failed the store over",
+                "clock-skew": "skewed a member's clock"}
 #: what a network fault on everyone did, by its start event
 _DID_EVERYONE = {"partition": "cut every worker off from the store", "latency": "slowed every worker's traffic",
                  "bandwidth": "throttled every worker's traffic"}
 
 
-def _scope(events: Sequence[Event], kind: FaultKind, start: int) -> Any:
-    """The ``scope`` of ``kind``'s start event at ``start`` (network faults say ``all`` or ``some``)."""
+def _start_value(events: Sequence[Event], kind: FaultKind, start: int) -> dict[str, Any]:
+    """The value of ``kind``'s start event at ``start`` ({} if none)."""
     for ev in events:
         if (ev.time == start and ev.f == kind.events[0] and isinstance(ev.value, dict)
                 and ev.value.get("fault", kind.name) == kind.name):
-            return ev.value.get("scope")
-    return None
+            return ev.value
+    return {}
+
+
+def _scope(events: Sequence[Event], kind: FaultKind, start: int) -> Any:
+    """The ``scope`` of ``kind``'s start event at ``start`` (network faults say ``all`` or ``some``)."""
+    return _start_value(events, kind, start).get("scope")
+
+
+def _did_cluster(events: Sequence[Event], kind: FaultKind, start: int) -> str:
+    """What a member fault did, with the members its start event names: ``cut the store's members apart (m1 | m2 m3)``."""
+    did = _DID_CLUSTER.get(kind.events[0], f"hit the store's members ({kind.events[0]})")
+    members = member_label(_start_value(events, kind, start))
+    return f"{did} ({members})" if members else did
 
 
 def fault_victims(events: Sequence[Event]) -> list[FaultWindow]:
@@ -56,6 +73,7 @@ def fault_victims(events: Sequence[Event]) -> list[FaultWindow]:
             store_side = Need.SERVER in kind.needs and not network
             # a network fault naming no process number cut off workers we cannot name: everyone, to be safe
             everyone = store_side or (network and (not w.victims or _scope(events, kind, w.start) == "all"))
-            did_all = (_DID_EVERYONE if network else _DID_STORE).get(start_f, f"hit every process ({start_f})")
+            did_all = (_did_cluster(events, kind, w.start) if Need.CLUSTER in kind.needs
+                       else (_DID_EVERYONE if network else _DID_STORE).get(start_f, f"hit every process ({start_f})"))
             out.append(FaultWindow(kind.name, w.start, w.end, w.victims, everyone, _DID.get(start_f, start_f), did_all))
     return sorted(out, key=lambda w: (w.start, w.fault))
