@@ -51,9 +51,12 @@ class Cluster:
         self.cut = sorted(links)
         self.calls.append(("partition", self.cut))
 
-    def heal_partition(self) -> None:
+    def heal_partition(self, links: Iterable[tuple[str, str]] | None = None) -> None:
         self.cut = []
-        self.calls.append(("heal", None))
+        self.calls.append(("heal", None if links is None else sorted(links)))
+
+    def down_members(self) -> list[str]:
+        return [name for call, name in self.calls if call == "kill"][-1:]
 
     def failover(self) -> dict[str, Any]:
         old, self.leader = self.leader, "m2"

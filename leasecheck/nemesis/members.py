@@ -61,7 +61,7 @@ class MemberPartition:
         if not self.active:
             return None
         self.active = False
-        self.cluster.heal_partition()
+        self.cluster.heal_partition(self.links)  # only ours: an overlapping partition keeps its own cuts
         return {**self._value(), "primary": self.cluster.primary()}
 
     def undo_record(self) -> dict[str, Any] | None:
@@ -237,9 +237,13 @@ def make_pause_primary(ctx: FaultContext, rng: random.Random) -> MemberFault | N
 
 
 def make_failover(ctx: FaultContext, rng: random.Random) -> Failover | None:
-    """The catalogue's ``failover``: the cluster moves its primary role its own way (None while it has no primary)."""
+    """The catalogue's ``failover``: the cluster moves its primary role its own way.
+
+    None while it has no primary or a member is down (killed, or a failed-over primary not yet rebuilt): there
+    may be no member to fail over to.
+    """
     cluster = ctx.cluster
-    if cluster is None or cluster.primary() is None:
+    if cluster is None or cluster.down_members() or cluster.primary() is None:
         return None
     return Failover(cluster)
 

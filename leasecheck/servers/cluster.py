@@ -23,6 +23,7 @@ import logging
 import shutil
 import time
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ from leasecheck.servers.hosts import Host, HostNetwork
 from leasecheck.waiting import poll
 
 log = logging.getLogger("leasecheck.servers")
+
+
+def _link(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a < b else (b, a)
 
 
 @dataclass
@@ -84,6 +89,8 @@ class Cluster(ABC):
         self.members: dict[str, Member] = {}
         #: members killed and not yet started again (a kill-primary's victim, a failed-over Postgres primary)
         self.down: set[str] = set()
+        #: the links cut now, each counted once per fault that cut it: overlapping partitions heal one at a time
+        self._cuts: Counter[tuple[str, str]] = Counter()
 
     # ---------------------------------------------------------------- what each kind says
 
@@ -205,13 +212,23 @@ class Cluster(ABC):
             server.resume()
 
     def partition(self, links: Iterable[tuple[str, str]]) -> None:
-        """Cut exactly these links between members (both ways); the others are whole."""
+        """Cut these links between members (both ways), besides those other faults cut now."""
         assert self.network is not None
-        self.network.partition(links)
+        self._cuts.update(_link(a, b) for a, b in links)
+        self.network.partition(+self._cuts)
 
-    def heal_partition(self) -> None:
+    def heal_partition(self, links: Iterable[tuple[str, str]] | None = None) -> None:
+        """Mend the links one fault cut (a link another fault still cuts stays cut); None: every link."""
+        if links is None:
+            self._cuts.clear()
+        else:
+            self._cuts.subtract(_link(a, b) for a, b in links)
         if self.network is not None:
-            self.network.heal()
+            self.network.partition(+self._cuts)
+
+    def down_members(self) -> list[str]:
+        """The members killed and not started again."""
+        return sorted(self.down)
 
     def skew_member(self, name: str, offset_ms: float) -> None:
         """Set one member's clock ``offset_ms`` ahead of the host's (0: back); its servers must be under libfaketime."""
