@@ -72,8 +72,12 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
         return Environment(url)
     if cluster is not None:
         from leasecheck.run.clusters import CLUSTERS
+        from leasecheck.servers.postgres import PostgresServer
 
-        started = CLUSTERS[cluster].load()(run_dir / "cluster", ttl_ms=ttl_ms, skewable=skewable).start()
+        row = CLUSTERS[cluster]
+        # Postgres members run as the postgres user, who may not reach a private run folder (as for one server)
+        home = server_directory(run_dir, "cluster", PostgresServer._server_user() if row.store == "postgres" else None)
+        started = row.load()(home, ttl_ms=ttl_ms, skewable=skewable).start()
         return Environment(started.url, cluster=started)
     kind = target.store
     if kind is None and issubclass(target, ExecTarget):  # a child with a store of its own, or none: LEASECHECK_URL is empty

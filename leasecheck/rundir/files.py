@@ -100,6 +100,14 @@ def _remove_linked_home(run_dir: Path, name: str) -> bool:
     home = link.resolve()
     if name == "postgres" and _postmaster_alive(home / "data"):
         return False
+    if name == "cluster":  # members' folders: their logs (at each folder's top) come home, their data goes
+        if any(_postmaster_alive(data) for data in home.glob("*/data")):
+            return False
+        link.unlink()
+        shutil.copytree(home, link, ignore=lambda folder, names: [n for n in names if (Path(folder) / n).is_dir()
+                                                                   and Path(folder) != home])
+        shutil.rmtree(home, ignore_errors=True)
+        return True
     log = home / f"{name}.log"
     if log.is_file() and not (run_dir / log.name).exists():
         shutil.copy(log, run_dir / log.name)
@@ -110,7 +118,7 @@ def _remove_linked_home(run_dir: Path, name: str) -> bool:
 
 def remove_leftovers(run_dir: Path) -> list[str]:
     """Remove the clocks and the servers' state from ``run_dir`` (never a running server's); the paths removed."""
-    removed = [name for name in ("postgres", "redis") if _remove_linked_home(run_dir, name)]
+    removed = [name for name in ("postgres", "redis", "cluster") if _remove_linked_home(run_dir, name)]
     for name in (CLOCKS_DIR, *SERVER_STATE):
         path = run_dir / name
         if not path.exists() or (name == "postgres/data" and _postmaster_alive(path)):

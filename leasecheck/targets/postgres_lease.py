@@ -16,6 +16,19 @@ lost connection, a server-side ``statement_timeout`` or our own client-side
 deadline (a paused or partitioned server never answers) leave the outcome
 unknown (:class:`Indeterminate`). A broken connection is dropped and the next
 operation connects again.
+
+On a replicated store the URL is a multi-host DSN with
+``target_session_attrs=read-write``: each connection (the first, and every one
+after a lost one) goes to whichever member accepts writes, so the lease follows
+a promoted standby. With a synchronous standby a commit waits for it, and a
+wait that is cancelled (``pg_cancel_backend``, an administrator) still reports
+success, with only a WARNING ("canceling wait for synchronous replication ...
+already committed locally, but might not have been replicated"): the commit may
+be lost at the next failover, so the statement is reported Indeterminate
+(:meth:`PostgresLease._on_notice`). ``statement_timeout`` never cancels that
+wait (Postgres stops the statement timer before it commits): a standby that
+does not answer leaves the statement to our own deadline, which cuts the
+connection (Indeterminate, as any lost connection).
 """
 
 from __future__ import annotations
@@ -159,6 +172,8 @@ class PostgresLease(Target):
         super().__init__(config)
         self._conn: psycopg.Connection[Any] | None = None
         self._watchdog = Watchdog()
+        #: the server's warning that the last statement's commit may not be on the synchronous standby
+        self._unreplicated: str | None = None
 
     # -- connection and failure classification ------------------------------------------------
 
@@ -177,7 +192,18 @@ class PostgresLease(Target):
             )
         except psycopg.Error as e:
             raise Unavailable(f"cannot connect to postgres: {e}") from None
+        self._conn.add_notice_handler(self._on_notice)
         return self._conn
+
+    def _on_notice(self, notice: psycopg.errors.Diagnostic) -> None:
+        """Remember a cancelled wait for the synchronous standby (the commit stands locally, maybe nowhere else).
+
+        Postgres sends it as a WARNING before the statement's success, in the
+        same response: psycopg calls this while the statement is being read.
+        """
+        primary, detail = notice.message_primary or "", notice.message_detail or ""
+        if "synchronous replication" in primary or "committed locally" in detail:
+            self._unreplicated = f"{primary} ({detail})" if detail else primary
 
     def _drop(self) -> None:
         import psycopg
@@ -194,12 +220,16 @@ class PostgresLease(Target):
         import psycopg
 
         conn = self._connection()
+        self._unreplicated = None
         try:
             with self._watchdog.guard(conn.pgconn.socket, self.deadline_s):
                 cur = conn.execute(query, params)
-                return cur.fetchall() if cur.description is not None else []
+                rows = cur.fetchall() if cur.description is not None else []
         except psycopg.OperationalError as e:
             raise self._lost(e) from None
+        if self._unreplicated is not None:
+            raise Indeterminate(f"postgres committed locally, not confirmed on the synchronous standby: {self._unreplicated}")
+        return rows
 
     @property
     def deadline_s(self) -> float:

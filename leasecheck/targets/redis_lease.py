@@ -34,18 +34,30 @@ Errors: a store that cannot be reached before the script is sent is
 :class:`Indeterminate` (the server may run it later: a paused server does, on
 resume). Client-side retries are off, because retrying an operation whose
 outcome is unknown could turn a granted claim into a reported ``held``.
+
+A replicated store is reached as redis-py's docs say (:class:`RedisAddress`):
+``redis+sentinel://H1:26379,H2:26379,H3:26379/SERVICE`` makes the client
+``Sentinel(...).master_for(SERVICE)``, which asks the Sentinels for the primary
+whenever it connects. A refusal before anything was written (no primary found,
+READONLY from a demoted one, NOREPLICAS under ``min-replicas-to-write``) is
+Unavailable; ``?wait=N`` follows every write with ``WAIT N``, and a write fewer
+replicas acknowledged is Indeterminate (a failover may lose it).
 """
 
 from __future__ import annotations
 
+import urllib.parse
 from abc import abstractmethod
+from dataclasses import dataclass
 from string import Template
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
+from leasecheck.targets.urls import hosts_of
 
 if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
+    import redis
     from redis.commands.core import Script
 
 #: Lua: the server's clock in milliseconds. Every Redis backend here judges expiry by
@@ -146,6 +158,67 @@ return redis.call('HMGET', KEYS[1], 'status', 'epoch', 'owner', 'result')
 """
 
 
+#: error replies that refuse a script before it writes anything (Redis checks both before a script's first write)
+REFUSALS = ("NOREPLICAS", "READONLY")
+#: our scheme for a Sentinel deployment: ``redis+sentinel://H1:P1,H2:P2/SERVICE[?wait=N]``
+SENTINEL_SCHEME = "redis+sentinel"
+
+
+@dataclass(frozen=True)
+class RedisAddress:
+    """Where a Redis client connects: one server (a ``redis://`` URL) or a Sentinel deployment, and ``?wait=N``.
+
+    ``wait`` is ours, in either scheme: WAIT for N replicas after every write. It is taken
+    out of the URL redis-py reads: a plain ``redis://`` URL reaches redis-py as before.
+    """
+
+    url: str
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    wait: int = 0
+
+    @classmethod
+    def parse(cls, url: str) -> RedisAddress:
+        parts = urllib.parse.urlsplit(url)
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        wait = int(next((value for key, value in query if key == "wait"), 0))
+        rest = urllib.parse.urlencode([(key, value) for key, value in query if key != "wait"])
+        plain = urllib.parse.urlunsplit(parts._replace(query=rest)) if "wait" in dict(query) else url
+        if parts.scheme.lower() != SENTINEL_SCHEME:
+            return cls(plain, wait=wait)
+        service = parts.path.strip("/")
+        if not service:
+            raise ValueError(f"{url!r}: a Sentinel address names its service: {SENTINEL_SCHEME}://HOST:PORT,.../SERVICE")
+        return cls(plain, tuple(hosts_of(url)), service, wait)
+
+    def connect(self, timeout_s: float) -> redis.Redis:
+        """redis-py's client, as its docs say (``Sentinel(...).master_for(service)`` for a Sentinel deployment).
+
+        Decoded replies, the same timeouts everywhere, no client-side retries (see
+        the module docstring); RESP2 makes the pool check a pooled connection is alive.
+        """
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+        from redis.sentinel import Sentinel
+
+        common: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": Retry(NoBackoff(), 0), "protocol": 2}
+        if not self.sentinels:
+            return redis.Redis.from_url(self.url, **common, decode_responses=True)
+        # a paused Sentinel costs each discovery its timeout: a short one, so the next Sentinel is asked in time
+        asking = {**common, "socket_timeout": min(timeout_s, 1.0), "socket_connect_timeout": min(timeout_s, 1.0)}
+        sentinel = Sentinel(list(self.sentinels), sentinel_kwargs=asking, **common)
+        return sentinel.master_for(self.service, **common, decode_responses=True)
+
+
+def close_client(client: redis.Redis) -> None:
+    """Close a client made by :meth:`RedisAddress.connect`, and its Sentinels' connections if it has any."""
+    client.close()
+    sentinels = getattr(client.connection_pool, "sentinel_manager", None)
+    if sentinels is not None:
+        sentinels.close()
+
+
 class RedisScripts(Target):
     """What every Redis backend here shares: a client, one Lua script per operation, and the error mapping.
 
@@ -166,22 +239,16 @@ class RedisScripts(Target):
     KEY_PARTS: ClassVar[tuple[str, ...]] = ("state",)
     #: what the node's keys start with, unless the ``prefix`` option says otherwise
     DEFAULT_PREFIX: ClassVar[str] = "lc"
+    #: the operations that write nothing (no WAIT after them)
+    READ_OPS: ClassVar[frozenset[str]] = frozenset({"read"})
 
     def __init__(self, config: TargetConfig) -> None:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-
         super().__init__(config)
         self.prefix: str = config.options.get("prefix", self.DEFAULT_PREFIX)
-        self.client = redis.Redis.from_url(
-            config.url,
-            socket_timeout=config.timeout_s,
-            socket_connect_timeout=config.timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            protocol=2,  # RESP2: the pool then checks a pooled connection is alive before handing it out
-            decode_responses=True,
-        )
+        self.address = RedisAddress.parse(config.url)
+        self.client = self.address.connect(config.timeout_s)
+        #: WAIT's timeout (ms): within the socket's, so a slow WAIT answers before the client gives up
+        self.wait_ms = max(1, int(min(self.ttl_ms, config.timeout_s * 500)))
         self.scripts: dict[str, Script] = {name: self.client.register_script(self.PRELUDE + body) for name, body in self.lua_bodies().items()}
 
     @classmethod
@@ -211,19 +278,45 @@ class RedisScripts(Target):
     def _run(self, op: str, node: str, *args: Any) -> Any:
         """Run one operation's script; map transport failures to Unavailable / Indeterminate.
 
-        A server error reply other than LOADING (which refuses before running
-        anything) propagates: it is a bug in this adapter or the server's
-        configuration, and the runner records it as ``info``.
+        Refused before running anything, hence :class:`Unavailable`: LOADING,
+        READONLY (a demoted primary: redis-py's Sentinel client turns it into a
+        ConnectionError and reconnects), NOREPLICAS (``min-replicas-to-write``:
+        Redis checks it before a script's first write). Any other server error
+        propagates: it is a bug in this adapter or the server's configuration,
+        and the runner records it as ``info``. With ``?wait=N`` a write that
+        fewer than N replicas acknowledged is :class:`Indeterminate`: it is on
+        the primary, and a failover may lose it.
         """
         import redis
 
         self._connected()
         try:
+            if self.address.wait and op not in self.READ_OPS:
+                return self._run_and_wait(op, node, args)
             return self.scripts[op](keys=self.keys(node), args=args, client=self.client)
         except redis.BusyLoadingError as e:
             raise Unavailable(f"redis is loading its data: {e}") from None
+        except redis.ResponseError as e:
+            if str(e).startswith(REFUSALS):
+                raise Unavailable(f"redis {op} refused: {e}") from None
+            raise
         except (redis.ConnectionError, redis.TimeoutError) as e:
+            if isinstance(e.__context__, redis.ReadOnlyError):
+                raise Unavailable(f"redis {op} refused: {e.__context__} ({e})") from None
             raise Indeterminate(f"redis {op}: {e}") from None
+
+    def _run_and_wait(self, op: str, node: str, args: tuple[Any, ...]) -> Any:
+        """The script, then ``WAIT N`` on the same connection (one pipeline); fewer acknowledgements: Indeterminate."""
+        pipe = self.client.pipeline(transaction=False)
+        self.scripts[op](keys=self.keys(node), args=args, client=pipe)
+        pipe.wait(self.address.wait, self.wait_ms)
+        reply, acked = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(acked, Exception) or acked < self.address.wait:
+            raise Indeterminate(f"redis {op}: {reply!r} on the primary, but acknowledged by {acked!r} of the "
+                                f"{self.address.wait} replicas WAIT asked for within {self.wait_ms} ms (a failover may lose it)")
+        return reply
 
     @staticmethod
     def _refused(reply: list[Any]) -> Refused:
@@ -245,7 +338,7 @@ class RedisScripts(Target):
             raise Unavailable(f"redis setup: {e}") from None
 
     def close(self) -> None:
-        self.client.close()
+        close_client(self.client)
 
 
 class RedisLease(RedisScripts):

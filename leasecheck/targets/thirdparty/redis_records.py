@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, Unavailable
+from leasecheck.targets.redis_lease import RedisAddress, close_client
 from leasecheck.targets.thirdparty.lockbase import Record
 
 if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
@@ -64,16 +65,14 @@ def redis_client(url: str, timeout_s: float) -> redis.Redis:
     A retry of a command whose outcome is unknown (a ``SET NX`` that timed
     out) could turn a granted lock into a reported ``held``, so the adapters
     retry nothing; RESP2 makes the pool check a pooled connection is alive
-    before handing it out.
+    before handing it out. The reference lease's client exactly
+    (:class:`~leasecheck.targets.redis_lease.RedisAddress`): a
+    ``redis+sentinel://`` URL gives redis-py's ``Sentinel(...).master_for``, as
+    its docs say. ``?wait=N`` is not applied here: a lock library sends its own
+    commands and WAITs for nothing, so on ``redis-sentinel-wait`` only the
+    server's ``min-replicas-to-write`` guards its writes.
     """
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    return redis.Redis.from_url(
-        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0),
-        protocol=2, decode_responses=True,
-    )
+    return RedisAddress.parse(url).connect(timeout_s)
 
 
 @contextmanager
@@ -84,6 +83,9 @@ def mapped_errors(client: redis.Redis, what: str) -> Iterator[None]:
     ours reached the server (:class:`Unavailable`). Inside the block a
     connection or timeout error may come after the command was sent
     (:class:`Indeterminate`); LOADING refuses before running anything.
+    READONLY (a demoted primary, which redis-py's Sentinel client raises as a
+    ConnectionError) stays Indeterminate and NOREPLICAS an error (the runner's
+    ``info``): a library call may send several commands, an earlier one applied.
     """
     import redis
 
@@ -165,4 +167,4 @@ class RedisRecords:
         return [json.loads(entry) for entry in entries]
 
     def close(self) -> None:
-        self.client.close()
+        close_client(self.client)
