@@ -43,6 +43,7 @@ from typing import Any
 from leasecheck.histories import read_history
 from leasecheck.run.options import RunOptions
 from leasecheck.run.runner import run
+from leasecheck.run.workload import Workload
 from leasecheck.targets.registry import available, load
 
 #: what a user gets, and the quick settings (only what differs from RunOptions' defaults)
@@ -59,27 +60,25 @@ REFERENCES = {
 
 DUPLICATE_DELIVERY = "duplicate-delivery"
 
-#: clusters (``--cluster``): target, cluster, faults, and the kinds that catch it (empty: a configuration that must
-#: stay valid). A seed-by-seed finding, not a broken variant of ours: what replication and failover do to the lease
-CLUSTER_CASES: tuple[tuple[str, str, tuple[str, ...], frozenset[str]], ...] = (
-    ("redis", "redis-sentinel", ("failover", "kill-primary"),
-     frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect"})),
-    ("redis", "redis-sentinel", ("isolate-primary",),
-     frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect"})),
-    ("redis", "redis-sentinel-wait", ("failover", "kill-primary"),
-     frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect"})),
-    ("redis", "redis-sentinel-wait", ("isolate-primary",),
-     frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect"})),
-    ("redis-py-lock", "redis-sentinel", ("failover", "kill-primary"),
-     frozenset({"stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "overlapping-lease"})),
-    ("postgres", "postgres-standby", ("isolate-primary", "failover"),
-     frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect"})),
-    ("postgres", "postgres-standby-sync", ("isolate-primary", "failover"), frozenset()),
-    ("postgres", "postgres-standby-sync", ("kill-primary", "partition-halves"), frozenset()),
-    ("etcd3-lock-revision", "etcd-cluster", ("isolate-primary", "kill-primary", "failover"), frozenset()),
-    ("etcd3-lock", "etcd-cluster", ("pause", "failover"), frozenset({"stale-effect", "stale-commit", "duplicate-commit", "lost-commit"})),
-    ("kazoo-lock-zxid", "zookeeper-ensemble", ("isolate-primary", "kill-primary", "failover"), frozenset()),
-    ("kazoo-lock", "zookeeper-ensemble", ("pause", "failover"), frozenset({"stale-effect", "stale-commit", "duplicate-commit", "lost-commit"})),
+#: what the clusters' findings are made of: the kinds a lost write or a forgotten lease shows as
+LOST = frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect",
+                  "stale-commit", "duplicate-commit", "non-linearizable"})
+#: the lock libraries' audit settings on a cluster (their AUDIT_OPTIONS, which the published audits run with)
+ETCD_AUDIT = (("clock_uncertainty_ms", 600.0),)
+KAZOO_AUDIT = (("clock_uncertainty_ms", 500.0), ("workload", (("stall_rate", 0.0), ("zombie_rate", 1.0))))
+
+#: clusters (``--cluster``): target, cluster, faults, the kinds that catch it (empty: a configuration that must stay
+#: valid) and run options besides the defaults. What replication and failover do to a lease: findings, not variants
+CLUSTER_CASES: tuple[tuple[str, str, tuple[str, ...], frozenset[str], tuple[tuple[str, Any], ...]], ...] = (
+    ("redis", "redis-sentinel", ("failover", "kill-primary"), LOST, ()),
+    ("redis", "redis-sentinel", ("isolate-primary",), LOST, ()),
+    ("redis", "redis-sentinel-wait", ("failover", "kill-primary"), LOST, ()),
+    ("redis", "redis-sentinel-wait", ("isolate-primary",), LOST, ()),
+    ("postgres", "postgres-standby", ("isolate-primary", "failover"), LOST, ()),
+    ("postgres", "postgres-standby-sync", ("isolate-primary", "failover"), frozenset(), ()),
+    ("postgres", "postgres-standby-sync", ("kill-primary", "pause-primary", "partition-halves"), frozenset(), ()),
+    ("etcd3-lock-revision", "etcd-cluster", ("isolate-primary", "partition-halves", "partition-bridge"), frozenset(), ETCD_AUDIT),
+    ("kazoo-lock-zxid", "zookeeper-ensemble", ("isolate-primary", "partition-halves", "partition-bridge"), frozenset(), KAZOO_AUDIT),
 )
 
 
@@ -93,6 +92,8 @@ class Case:
     setting: str
     expected: frozenset[str] = frozenset()  # empty: a reference backend, which must stay valid
     cluster: str | None = None
+    #: RunOptions fields besides the setting's, as (field, value) pairs (a workload's as pairs too): hashable
+    options: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass
@@ -113,7 +114,7 @@ class Outcome:
 def cases(settings: Sequence[str], only: Sequence[str] | None, clusters: bool = False) -> list[Case]:
     """Every variant and reference at every setting; with ``clusters``, the cluster rows (at the defaults) alone."""
     if clusters:
-        rows = [Case(t, faults, 0.1, "defaults", expected, cluster) for t, cluster, faults, expected in CLUSTER_CASES]
+        rows = [Case(t, faults, 0.1, "defaults", expected, cluster, options) for t, cluster, faults, expected, options in CLUSTER_CASES]
         return [c for c in rows if not only or c.target in only or c.cluster in only]
     out = []
     for name in sorted(available()):
@@ -141,6 +142,8 @@ def one(case: Case, seed: int, store: str, time_limit: float | None) -> Outcome:
     """Run ``case`` with ``seed`` (in a worker process of the pool) and read what it found."""
     opts = replace(RunOptions(), target=case.target, nemesis=case.faults, dup_rate=case.dup_rate, seed=seed, store=store,
                    cluster=case.cluster, evidence_wait_s=60.0 if case.cluster else 0.0, **SETTINGS[case.setting])
+    extra = {name: Workload(**dict(value)) if name == "workload" else value for name, value in case.options}
+    opts = replace(opts, **extra)
     if time_limit is not None:
         opts = replace(opts, time_limit=time_limit)
     t0 = time.monotonic()
@@ -165,7 +168,7 @@ def report(outcomes: list[Outcome], seeds: int, time_limit: float | None) -> Non
             opts = replace(opts, time_limit=time_limit)
         print(f"\n{s}: {seeds} seeds x {opts.time_limit:g} s, ttl {opts.ttl_ms} ms, a fault every ~{opts.nemesis_interval:g} s, "
               f"{opts.nodes} nodes per run, {opts.concurrency} workers")
-        print(f"{'target':<28} {'faults':<36} {'caught':>8} {'median s':>9}  kinds found")
+        print(f"{'target':<40} {'faults':<50} {'caught':>8} {'median s':>9}  kinds found")
         for case, outs in rows.items():
             if case.setting != s:
                 continue
@@ -180,7 +183,7 @@ def report(outcomes: list[Outcome], seeds: int, time_limit: float | None) -> Non
                 unknown = sum(o.valid not in (True, False) for o in outs)
                 caught = f"valid {len(outs) - invalid - unknown}/{len(outs)}" + (f", unknown {unknown}" if unknown else "")
             target = f"{case.target}@{case.cluster}" if case.cluster else case.target
-            print(f"{target:<28} {','.join(case.faults):<36} {caught:>8} {med:>9}  {', '.join(kinds) or '-'}")
+            print(f"{target:<40} {','.join(case.faults):<50} {caught:>8} {med:>9}  {', '.join(kinds) or '-'}")
         refs = [o for case, outs in rows.items() if case.setting == s and not case.expected for o in outs]
         names = sorted({k for o in refs for k in o.coverage})
         if names:
