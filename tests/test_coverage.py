@@ -387,6 +387,10 @@ def test_a_lease_renewed_across_a_failover(fault: str) -> None:
     assert cluster(*member_fault(fault, 50 * MS, 60 * MS), renew=(40 * MS, 80 * MS))["lease-renewed-across-failover"] == 0
     late = cluster(*member_fault(fault, 50 * MS, 60 * MS), renew=(70 * MS, 80 * MS), claimed=(55 * MS, 56 * MS))
     assert late["lease-renewed-across-failover"] == 0  # granted after the failover: nothing to carry across
+    refused = History().claim(1, 0, MS, epoch=1).of(1, "renew", 70 * MS, 80 * MS, 1, typ="fail")
+    for t, f, value in member_fault(fault, 50 * MS, 60 * MS):
+        refused.nemesis(t, f, **value)
+    assert refused.coverage()["lease-renewed-across-failover"] == 1  # attempted across it: the store's answer is judged
 
 
 @pytest.mark.parametrize("fault", ["isolate-primary", "partition-halves", "partition-bridge"])
@@ -397,7 +401,12 @@ def test_a_claim_granted_during_a_partition_of_the_members(fault: str) -> None:
     assert during(5 * MS, 30 * MS) == 1
     assert during(10 * MS, None) == 1
     assert during(11 * MS, 30 * MS) == 0  # invoked before the cut
-    assert during(5 * MS, 20 * MS) == 0  # healed as it was granted
+    assert during(5 * MS, 20 * MS) == 1  # granted as it healed: invoked during the cut is what counts
+    assert during(5 * MS, 10 * MS) == 0  # healed as it was invoked
+    stalled = History().claim(1, 10 * MS, None, typ="info")  # a synchronous cluster stalls a claim while cut
+    for t, f, value in member_fault(fault, 5 * MS, 30 * MS):
+        stalled.nemesis(t, f, **value)
+    assert stalled.coverage()["claim-during-member-partition"] == 1
 
 
 def test_the_member_faults_require_their_situations() -> None:

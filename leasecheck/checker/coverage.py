@@ -141,7 +141,8 @@ def node_coverage(header: Header, nodes: Iterable[list[Op]], store_faults: Seque
             node = IndexedNode(nops)
             count_zombies(node, counts)
             count_claims(node, ttl, uncertainty, counts)
-            count_fault_situations(node.leases, ttl, store_faults, skewed_workers, counts)
+            count_fault_situations(node.leases, ttl, store_faults, skewed_workers, counts,
+                                   [op for op in nops if op.f == "claim"])
     return Coverage({s: counts[s] for s in SITUATIONS})
 
 

@@ -98,7 +98,7 @@ def lease_deadline(lease: CoveredLease, ttl: float) -> float:
 
 
 def count_fault_situations(leases: Sequence[CoveredLease], ttl: float, store: Sequence[Window], skewed: Sequence[Window],
-                           counts: Counter[str]) -> None:
+                           counts: Counter[str], claims: Sequence[Op] = ()) -> None:
     """The two fault situations of a node's ``leases``: a deadline inside a store fault, a lease held by a skewed worker."""
     if store:
         for lease in leases:
@@ -110,11 +110,13 @@ def count_fault_situations(leases: Sequence[CoveredLease], ttl: float, store: Se
             p = lease.claim.process
             if any(p in w.victims and lease.granted < w.until and lease.end_at > w.start for w in skewed):
                 counts["lease-held-by-skewed-worker"] += 1
-    count_cluster_situations(leases, ttl, store, counts)
+    count_cluster_situations(leases, ttl, store, counts, claims)
 
 
-def count_cluster_situations(leases: Sequence[CoveredLease], ttl: float, store: Sequence[Window], counts: Counter[str]) -> None:
-    """The cluster situations of a node's ``leases``, from the store windows whose roles say what the cluster went through."""
+def count_cluster_situations(leases: Sequence[CoveredLease], ttl: float, store: Sequence[Window], counts: Counter[str],
+                             claims: Sequence[Op] = ()) -> None:
+    """The cluster situations of a node's ``leases`` and ``claims`` (every claim invoked, whatever its outcome), from the
+    store windows whose roles say what the cluster went through."""
     lost = [w.start for w in store if PRIMARY_LOST in w.roles]
     split = [w for w in store if MEMBER_PARTITION in w.roles]
     if not lost and not split:
@@ -122,7 +124,8 @@ def count_cluster_situations(leases: Sequence[CoveredLease], ttl: float, store: 
     for lease in leases:
         if any(t - ttl <= lease.granted < t and lease.end_at >= t for t in lost):
             counts["lease-granted-before-primary-lost"] += 1
-        if any(lease.granted < t and any(r.type == "ok" and r.invoke_time > t for r in lease.renews) for t in lost):
+        if any(lease.granted < t and any(r.invoke_time > t for r in lease.renews) for t in lost):
             counts["lease-renewed-across-failover"] += 1
-        if any(w.start <= lease.claim.invoke_time and lease.granted < w.until for w in split):
+    for claim in claims:  # every claim attempted while the members were cut apart, granted or not (a sync cluster stalls them)
+        if any(w.start <= claim.invoke_time < w.until for w in split):
             counts["claim-during-member-partition"] += 1

@@ -149,4 +149,4 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
                         g = done
             if not pending and t > g + ttl + uncertainty:
                 counts["claim-after-expiry"] += 1
-    count_fault_situations(leases, ttl, store, skewed, counts)
+    count_fault_situations(leases, ttl, store, skewed, counts, claims)

@@ -134,9 +134,9 @@ FaultSituation = Literal[
     "lease-held-by-skewed-worker",
     # a lease granted within a ttl before its cluster lost the primary (killed, paused, isolated, failed over)
     "lease-granted-before-primary-lost",
-    # a lease granted before its cluster lost the primary, renewed ok after
+    # a lease granted before its cluster lost the primary, renewed after (whatever the answer)
     "lease-renewed-across-failover",
-    # a claim granted while a partition between the cluster's members is active
+    # a claim made while a partition between the cluster's members is on (whatever its answer)
     "claim-during-member-partition",
 ]
 Situation = Literal[WorkloadSituation, FaultSituation]
