@@ -74,11 +74,14 @@ CLUSTER_CASES: tuple[tuple[str, str, tuple[str, ...], frozenset[str], tuple[tupl
     ("redis", "redis-sentinel", ("isolate-primary",), LOST, ()),
     ("redis", "redis-sentinel-wait", ("failover", "kill-primary"), LOST, ()),
     ("redis", "redis-sentinel-wait", ("isolate-primary",), LOST, ()),
-    ("postgres", "postgres-standby", ("isolate-primary", "failover"), LOST, ()),
-    ("postgres", "postgres-standby-sync", ("isolate-primary", "failover"), frozenset(), ()),
+    # Postgres fails over only when told (an HA manager's job): a standby cut off while the primary goes on writing,
+    # then promoted, is where an asynchronous standby loses; faults every ~2 s so that the two overlap
+    ("postgres", "postgres-standby", ("isolate-primary", "failover"), LOST, (("nemesis_interval", 2.0),)),
+    ("postgres", "postgres-standby-sync", ("isolate-primary", "failover"), frozenset(), (("nemesis_interval", 2.0),)),
     ("postgres", "postgres-standby-sync", ("kill-primary", "pause-primary", "partition-halves"), frozenset(), ()),
+    ("redis-py-lock", "redis-sentinel", ("failover", "kill-primary"), LOST, (("workload", (("zombie_rate", 1.0),)),)),
     ("etcd3-lock-revision", "etcd-cluster", ("isolate-primary", "partition-halves", "partition-bridge"), frozenset(), ETCD_AUDIT),
-    ("kazoo-lock-zxid", "zookeeper-ensemble", ("isolate-primary", "partition-halves", "partition-bridge"), frozenset(), KAZOO_AUDIT),
+    ("kazoo-lock-zxid", "zookeeper-ensemble", ("partition-bridge",), frozenset(), KAZOO_AUDIT),
 )
 
 
