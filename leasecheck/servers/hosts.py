@@ -73,6 +73,8 @@ def _ip(*args: str, netns: str | None = None, stdin: str | None = None) -> str:
 def _run(command: list[str], stdin: str | None = None) -> str:
     try:
         done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise EnvironmentFailure(f"hosts: {command[0]} is not installed (apt-get install -y iproute2 iptables)") from None
     except (OSError, subprocess.TimeoutExpired) as e:
         raise EnvironmentFailure(f"hosts: {' '.join(command)}: {e}") from None
     if done.returncode != 0:
