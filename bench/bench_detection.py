@@ -62,7 +62,7 @@ DUPLICATE_DELIVERY = "duplicate-delivery"
 
 #: what the clusters' findings are made of: the kinds a lost write or a forgotten lease shows as
 LOST = frozenset({"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect",
-                  "stale-commit", "duplicate-commit", "non-linearizable"})
+                  "stale-commit", "stale-renew", "duplicate-commit", "non-linearizable"})
 #: the lock libraries' audit settings on a cluster (their AUDIT_OPTIONS, which the published audits run with)
 ETCD_AUDIT = (("clock_uncertainty_ms", 600.0),)
 KAZOO_AUDIT = (("clock_uncertainty_ms", 500.0), ("workload", (("stall_rate", 0.0), ("zombie_rate", 1.0))))

@@ -28,7 +28,7 @@ from leasecheck.servers.hosts import run_namespaces
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cluster members run in network namespaces: root only")
 
 #: what a write lost at failover, or a lease a failover forgot, shows as
-LOST = {"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect", "stale-commit",
+LOST = {"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect", "stale-commit", "stale-renew",
         "duplicate-commit", "non-linearizable"}
 MEMBER_FAULTS = {name for name, kind in FAULTS.items() if Need.CLUSTER in kind.needs}
 
