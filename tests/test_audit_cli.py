@@ -105,3 +105,16 @@ def test_audits_md_has_a_section_per_library_with_its_installed_version_and_a_co
             if fault.expected == "invalid":  # a finding: reproducible by one command
                 assert f"leasecheck audit {a.plan.library} --mode {a.plan.mode} --fault {fault.key}" in text or \
                     f"leasecheck audit {a.plan.library} --fault {fault.key}" in text, (a.target, fault.key)
+
+
+def test_listing_the_audits_loads_no_library_that_breaks_another() -> None:
+    """Found by a helper: every etcd3 audit failed from the command line (``Descriptors cannot be created directly``).
+
+    Selecting an audit listed every queue's too, which imported temporalio, whose protobuf runtime python-etcd3's
+    generated modules cannot load in; the queue registry now finds a library without importing it.
+    """
+    probe = ("import sys; from leasecheck.ci.audit import select; select('etcd3');"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('temporalio', 'google')))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout

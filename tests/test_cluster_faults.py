@@ -52,13 +52,15 @@ def test_overlapping_partitions_heal_one_at_a_time(cluster: EtcdCluster) -> None
     assert cluster.network.links_cut() == []
 
 
-def test_no_failover_while_a_member_is_down(cluster: EtcdCluster) -> None:
+def test_no_failover_and_no_second_primary_lost_while_a_member_is_down(cluster: EtcdCluster) -> None:
     ctx = FaultContext(ttl_ms=1000, cluster=cluster)
     kill = FAULTS["kill-primary"].make(ctx, random.Random(1))
     assert kill is not None
     value = kill.start()
     assert cluster.down_members() == value["victims"]
     assert FAULTS["failover"].make(ctx, random.Random(1)) is None
+    assert FAULTS["kill-primary"].make(ctx, random.Random(1)) is None  # a second loss would take the majority
+    assert FAULTS["pause-primary"].make(ctx, random.Random(1)) is None
     kill.heal()
     assert cluster.down_members() == []
     wait_for(lambda: cluster.primary() is not None, 10, what="a leader after the killed member came back")

@@ -215,8 +215,10 @@ def make_partition_bridge(ctx: FaultContext, rng: random.Random) -> MemberPartit
 
 
 def _primary_fault(ctx: FaultContext, name: str, kill: bool) -> MemberFault | None:
+    """The primary, killed or paused; None while a member is already down: the fault loses *the primary*, and a
+    second loss would take a majority of three (or both of two), which no failover can survive."""
     cluster = ctx.cluster
-    if cluster is None:
+    if cluster is None or cluster.down_members():
         return None
     primary = cluster.primary()
     if primary is None:

@@ -7,6 +7,7 @@ queue whose library is not installed says which extra installs it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from leasecheck.targets.queues.base import QueueLibrary
 
@@ -41,8 +42,8 @@ def load(name: str) -> type[QueueLibrary]:
     except ImportError as e:
         raise QueueNotFound(f"queue {name!r} needs {e.name or e}: pip install 'leasecheck[queues]'") from None
     for needed in found.requires:
-        try:
-            importlib.import_module(needed)
-        except ImportError:
-            raise QueueNotFound(f"queue {name!r} needs {needed}: pip install 'leasecheck[{found.extra}]'") from None
+        # found, not imported: listing the audits must not load a library (temporalio loads protobuf's C runtime,
+        # after which python-etcd3's generated modules no longer load in the same process)
+        if importlib.util.find_spec(needed) is None:
+            raise QueueNotFound(f"queue {name!r} needs {needed}: pip install 'leasecheck[{found.extra}]'")
     return found

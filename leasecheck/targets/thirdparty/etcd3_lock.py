@@ -24,6 +24,12 @@ the one client is given every member (:func:`cluster_target`) and spreads its
 requests over those that are up; every member serves linearizable reads and
 forwards writes to the leader, so which one a request reaches changes nothing
 but whether it can be answered (a member cut off from the majority cannot).
+
+What the audits found there (AUDITS.md, "On a cluster"): the revision fence holds
+under every member fault; a lock outlives its TTL after a leader change, because
+etcd's new leader refreshes every lease to its full TTL (lessor ``Promote``) and
+no lease is revoked while no majority has a leader: ``stuck-lease``, liveness
+only, published as such for ``kill-primary`` (fenced) and ``failover`` (documented).
 """
 
 from __future__ import annotations
@@ -297,6 +303,11 @@ class Etcd3Lock(LockLease):
             FaultAudit("kill", "valid"),
             # a frozen etcd cannot revoke: a lease past its TTL keeps its key until the lessor runs again
             FaultAudit("pause-store", "invalid", (*ZOMBIE_WRITES, "stuck-lease")),
+            # on the cluster: every leadership transfer makes the new leader refresh every lease to its full TTL
+            # (etcd's lessor Promote), so a lock whose holder stopped refreshing just before it outlives ttl plus
+            # the uncertainty: stuck-lease (liveness) in every seed. The zombie writes some runs show beside it are
+            # the workload's own stalls: a member fault hits every process, so the audit cannot report them apart
+            FaultAudit("failover", "invalid", (*ZOMBIE_WRITES, "stuck-lease"), cluster="etcd-cluster"),
         ),
         seeds=(1, 2, 3, 4, 5),
         fix="The lock's lease runs out while a paused holder still believes it holds the lock, and etcd takes its "
@@ -366,11 +377,22 @@ class RevisionEtcd3Lock(Etcd3Lock):
             FaultAudit("pause", "valid"),
             FaultAudit("kill", "valid"),
             FaultAudit("partition", "valid"),
+            # (partition-bridge and partition-halves: valid on seeds 1-3, never a stale write, but not published: in
+            # the loaded test suite a run granted no claim while the members were cut, unknown. A round-robin client
+            # sends a third of its requests to a member that cannot reach the leader, and each hangs for its
+            # timeout; cut-off members campaign in vain, etcd 3.4 having no pre-vote)
+            # stuck-lease only (liveness, etcd's documented behaviour): a lock's lease is revoked only by a leader
+            # with a majority, and every new leader refreshes every lease to its full TTL (lessor Promote); in
+            # every seed a second kill-primary took the new leader while the first victim was still down (faults
+            # overlap), leaving one member of three until a restart, so a lock outlived its TTL by seconds
+            FaultAudit("kill-primary", "invalid", ("stuck-lease",), cluster="etcd-cluster"),
         ),
         seeds=(1, 2, 3, 4, 5),
         fix="Valid: a zombie's writes carry its lock key's create_revision, and every etcd transaction refuses it "
         "once a newer grant has written. (Store faults are not published: after a frozen or restarted etcd, a "
-        "lock may outlive its TTL, a stuck-lease that harms liveness only, in some runs and not others.)",
+        "lock may outlive its TTL, a stuck-lease that harms liveness only, in some runs and not others.) On the "
+        "etcd-cluster: no stale write under any member fault; under kill-primary a lock outlives its TTL (stuck-lease only: "
+        "no majority, no revocation, and a new leader refreshes every lease), never a stale write.",
         time_limit=6.0,
         options=AUDIT_OPTIONS,
     )
