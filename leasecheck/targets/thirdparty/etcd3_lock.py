@@ -29,7 +29,8 @@ What the audits found there (AUDITS.md, "On a cluster"): the revision fence hold
 under every member fault; a lock outlives its TTL after a leader change, because
 etcd's new leader refreshes every lease to its full TTL (lessor ``Promote``) and
 no lease is revoked while no majority has a leader: ``stuck-lease``, liveness
-only, published as such for ``kill-primary`` (fenced) and ``failover`` (documented).
+only, published as such for ``failover`` (documented); the fenced lock is published
+valid with a minority of members cut off (``partition-halves``).
 """
 
 from __future__ import annotations
@@ -377,22 +378,19 @@ class RevisionEtcd3Lock(Etcd3Lock):
             FaultAudit("pause", "valid"),
             FaultAudit("kill", "valid"),
             FaultAudit("partition", "valid"),
-            # (partition-bridge and partition-halves: valid on seeds 1-3, never a stale write, but not published: in
-            # the loaded test suite a run granted no claim while the members were cut, unknown. A round-robin client
-            # sends a third of its requests to a member that cannot reach the leader, and each hangs for its
-            # timeout; cut-off members campaign in vain, etcd 3.4 having no pre-vote)
-            # stuck-lease only (liveness, etcd's documented behaviour): a lock's lease is revoked only by a leader
-            # with a majority, and every new leader refreshes every lease to its full TTL (lessor Promote); in
-            # every seed a second kill-primary took the new leader while the first victim was still down (faults
-            # overlap), leaving one member of three until a restart, so a lock outlived its TTL by seconds
-            FaultAudit("kill-primary", "invalid", ("stuck-lease",), cluster="etcd-cluster"),
+            # a random minority cut off: valid on seeds 1-3, twice (never a stale write; each claim the cut stalled is
+            # counted as attempted). Measured, not published, as their verdicts change between seeds: partition-bridge
+            # (valid, stuck-lease, or unknown with no contended claim: the cut-off member campaigns in vain, etcd 3.4
+            # having no pre-vote, and may depose the leader, whose successor refreshes every lease: lessor Promote);
+            # kill-primary (stuck-lease in 2 of 3 seeds, valid in 1, for the same refresh)
+            FaultAudit("partition-halves", "valid", cluster="etcd-cluster"),
         ),
         seeds=(1, 2, 3, 4, 5),
         fix="Valid: a zombie's writes carry its lock key's create_revision, and every etcd transaction refuses it "
         "once a newer grant has written. (Store faults are not published: after a frozen or restarted etcd, a "
         "lock may outlive its TTL, a stuck-lease that harms liveness only, in some runs and not others.) On the "
-        "etcd-cluster: no stale write under any member fault; under kill-primary a lock outlives its TTL (stuck-lease only: "
-        "no majority, no revocation, and a new leader refreshes every lease), never a stale write.",
+        "etcd-cluster: no stale write under any member fault, valid with a minority cut off; after a change of leader a "
+        "lock may outlive its TTL (stuck-lease only: a new leader refreshes every lease), never a stale write.",
         time_limit=6.0,
         options=AUDIT_OPTIONS,
     )
