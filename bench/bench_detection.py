@@ -179,12 +179,15 @@ def report(outcomes: list[Outcome], seeds: int, time_limit: float | None) -> Non
             if case.expected:
                 times = [o.detect_s for o in outs if o.caught and o.detect_s is not None]
                 med = f"{statistics.median(times):.1f}" if times else "-"
-                caught = f"{sum(o.caught for o in outs)}/{len(outs)}"
+                errors = sum(str(o.valid).startswith("error") for o in outs)
+                caught = f"{sum(o.caught for o in outs)}/{len(outs)}" + (f", error {errors}" if errors else "")
             else:
                 med = "-"
                 invalid = sum(o.valid is False for o in outs)
-                unknown = sum(o.valid not in (True, False) for o in outs)
-                caught = f"valid {len(outs) - invalid - unknown}/{len(outs)}" + (f", unknown {unknown}" if unknown else "")
+                errors = sum(str(o.valid).startswith("error") for o in outs)
+                unknown = sum(o.valid not in (True, False) for o in outs) - errors
+                caught = (f"valid {len(outs) - invalid - unknown - errors}/{len(outs)}" + (f", unknown {unknown}" if unknown else "")
+                          + (f", error {errors}" if errors else ""))
             target = f"{case.target}@{case.cluster}" if case.cluster else case.target
             print(f"{target:<40} {','.join(case.faults):<50} {caught:>8} {med:>9}  {', '.join(kinds) or '-'}")
         refs = [o for case, outs in rows.items() if case.setting == s and not case.expected for o in outs]
@@ -209,8 +212,11 @@ def main() -> None:
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="leasecheck-bench-") as store, ProcessPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(one, c, seed, store, args.time_limit) for c, seed in todo]
-        for f in futures:
-            o = f.result()
+        for (c, seed), f in zip(todo, futures):
+            try:
+                o = f.result()
+            except Exception as e:  # a run that failed (its environment, the harness) is a row's error, not the end
+                o = Outcome(c, seed, f"error: {type(e).__name__}: {e}".splitlines()[0][:300], [], None)
             outcomes.append(o)
             verdict = "caught" if o.caught else ("valid" if o.valid is True else str(o.valid))
             print(f"  {o.case.setting} {o.case.target} seed {o.seed}: {verdict} {o.kinds or ''} "
