@@ -174,8 +174,9 @@ def cluster_problem(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> None:
                          f"{', '.join(k.name for k in CATALOGUE if Need.CLUSTER in k.needs)}")
     skewing = needing(kinds, Need.FAKETIME)
     if skewing and not kind.skewable:
+        skewable = ", ".join(name for name, row in CLUSTERS.items() if row.skewable)
         raise BadOptions(f"{_they(skewing, 'skews', 'skew')} a member's clock under libfaketime, which {opts.cluster}"
-                         " cannot take (its members do not read the clock through libc)")
+                         f" cannot take (leasecheck skews the members of {skewable})")
 
 
 def store_folder_problem(store: Path) -> str | None:
