@@ -23,7 +23,8 @@ from stores import serve
 from leasecheck.servers.base import free_port
 from leasecheck.servers.etcd import EtcdServer, etcd_healthy
 from leasecheck.targets.base import Indeterminate, Lease, Refused, TargetConfig, Unavailable
-from leasecheck.targets.thirdparty.etcd3_lock import Connection, Etcd3Lock, EtcdRecords, RevisionEtcd3Lock
+from leasecheck.targets.thirdparty.etcd3_lock import Etcd3Lock, RevisionEtcd3Lock
+from leasecheck.targets.thirdparty.etcd_records import Connection, EtcdRecords
 from leasecheck.targets.thirdparty.lockbase import Record
 from leasecheck.waiting import poll, wait_for
 

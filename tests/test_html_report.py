@@ -295,7 +295,7 @@ def test_text_from_the_history_never_becomes_markup(tmp_path: Path) -> None:
     assert_columns_match(page, meta, cols)
     # the read that never completed is an open op; the pause is a band on process 1's lane
     assert list(decoded(page, "end"))[-1] == -1
-    assert meta["faults"] == [{"kind": "pause", "start": 2.5, "end": 4.5, "victims": [1]}]
+    assert meta["faults"] == [{"kind": "pause", "start": 2.5, "end": 4.5, "victims": [1], "members": ""}]
 
 
 # ---------------------------------------------------------------------------- lanes at scale

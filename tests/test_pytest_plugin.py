@@ -71,7 +71,7 @@ def test_every_run_option_is_a_flag_of_leasecheck_run() -> None:
     assert all(flag == "--" + key.replace("_", "-") for key, flag in run_flags().items())
     # the keys a call has always taken (docs/pytest.md)
     assert {"url", "exec_store", "nemesis_interval", "evidence_wait", "require", "concurrency", "ttl", "nodes", "dup_rate",
-            "rate", "clock_uncertainty", "store_skew", "env"} == set(run_flags())
+            "rate", "clock_uncertainty", "store_skew", "env", "cluster"} == set(run_flags())
 
 
 def test_a_list_repeats_its_flag_and_a_float_reads_as_typed() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 
 from leasecheck.targets.queues.base import QueueLibrary
 
@@ -44,6 +45,17 @@ def load(name: str) -> type[QueueLibrary]:
     for needed in found.requires:
         # found, not imported: listing the audits must not load a library (temporalio loads protobuf's C runtime,
         # after which python-etcd3's generated modules no longer load in the same process)
-        if importlib.util.find_spec(needed) is None:
+        if not _installed(needed):
             raise QueueNotFound(f"queue {name!r} needs {needed}: pip install 'leasecheck[{found.extra}]'")
     return found
+
+
+def _installed(module: str) -> bool:
+    """Can ``module`` be imported? Found, not imported; one already loaded counts (find_spec refuses a loaded
+    module whose ``__spec__`` is None: kombu, once celery has loaded it)."""
+    if module in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
