@@ -29,8 +29,8 @@ What the audits found there (AUDITS.md, "On a cluster"): the revision fence hold
 under every member fault; a lock outlives its TTL after a leader change, because
 etcd's new leader refreshes every lease to its full TTL (lessor ``Promote``) and
 no lease is revoked while no majority has a leader: ``stuck-lease``, liveness
-only, published as such for ``failover`` (documented); the fenced lock is published
-valid with a minority of members cut off (``partition-halves``).
+only, published as such for ``failover`` (documented); the fenced lock's rates on the
+cluster are ``bench_detection --clusters``'s (valid in 9 of 10 runs, stuck-lease in one).
 """
 
 from __future__ import annotations
@@ -148,19 +148,18 @@ class RevisionEtcd3Lock(Etcd3Lock):
             FaultAudit("pause", "valid"),
             FaultAudit("kill", "valid"),
             FaultAudit("partition", "valid"),
-            # a random minority cut off: valid on seeds 1-3, twice (never a stale write; each claim the cut stalled is
-            # counted as attempted). Measured, not published, as their verdicts change between seeds: partition-bridge
-            # (valid, stuck-lease, or unknown with no contended claim: the cut-off member campaigns in vain, etcd 3.4
-            # having no pre-vote, and may depose the leader, whose successor refreshes every lease: lessor Promote);
-            # kill-primary (stuck-lease in 2 of 3 seeds, valid in 1, for the same refresh)
-            FaultAudit("partition-halves", "valid", cluster="etcd-cluster"),
+            # the etcd-cluster: no stale write under any member fault. Not published as valid: a random minority cut
+            # off was valid on seeds 1-3, twice, at these settings, but 1 of 10 30 s runs under the three partitions
+            # showed stuck-lease (bench_detection --clusters) and a loaded suite run ended unknown: the cut-off member
+            # campaigns in vain (etcd 3.4 has no pre-vote), may depose the leader, and every new leader refreshes
+            # every lease (lessor Promote); kill-primary, failover and pause-primary: stuck-lease in some seeds
         ),
         seeds=(1, 2, 3, 4, 5),
         fix="Valid: a zombie's writes carry its lock key's create_revision, and every etcd transaction refuses it "
         "once a newer grant has written. (Store faults are not published: after a frozen or restarted etcd, a "
         "lock may outlive its TTL, a stuck-lease that harms liveness only, in some runs and not others.) On the "
-        "etcd-cluster: no stale write under any member fault, valid with a minority cut off; after a change of leader a "
-        "lock may outlive its TTL (stuck-lease only: a new leader refreshes every lease), never a stale write.",
+        "etcd-cluster: no stale write under any member fault; after a change of leader a lock may outlive its TTL "
+        "(stuck-lease only: a new leader refreshes every lease), never a stale write.",
         time_limit=6.0,
         options=AUDIT_OPTIONS,
     )

@@ -181,10 +181,11 @@ class ZxidKazooLock(KazooLock):
         mode="fenced-zxid",
         faults=(
             FaultAudit("pause", "valid"), FaultAudit("kill", "valid"), FaultAudit("partition", "valid"),
-            # the ensemble: a bridge keeps a leader with a majority, and the czxid fence holds whichever server a
-            # client is on. (kill-primary: valid on seeds 1-3, but stuck-lease in a loaded test-suite run, as the
-            # documented mode shows in 2 of 3 seeds: a new leader restarts every session's timer; not published)
-            FaultAudit("partition-bridge", "valid", cluster="zookeeper-ensemble"),
+            # the ensemble: the czxid fence holds whichever server a client is on: no stale write under any member
+            # fault. Not published as valid: under partition-bridge (valid on seeds 1-3 at these settings) 3 of 10
+            # 30 s runs showed stuck-lease (bench_detection --clusters), and kill-primary was stuck in a loaded suite
+            # run: a new leader restarts every session's timer. Liveness, not safety, but no line that flips is
+            # published
             # the leader cut off: stuck-lease only (liveness), as in the documented mode (see KazooLock's plan)
             FaultAudit("isolate-primary", "invalid", ("stuck-lease",), cluster="zookeeper-ensemble"),
         ),
