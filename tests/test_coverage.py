@@ -252,17 +252,23 @@ def test_a_claim_after_the_lease_ended_is_not_after_expiry() -> None:
 # ---------------------------------------------------------------- faults
 
 
-def store_fault(*nemesis: tuple[int, str, dict[str, Any]], renew: tuple[int, int] | None = None,
-                end_at: int | None = None) -> int:
-    """lease-expires-during-store-fault of lease 1 (granted at 1 ms: deadline 101 ms), with ``nemesis`` events."""
-    h = History().claim(1, 0, MS, epoch=1)
+def lease_1(*nemesis: tuple[int, str, dict[str, Any]], renew: tuple[int, int] | None = None, end_at: int | None = None,
+            claimed: tuple[int, int] = (0, MS)) -> Coverage:
+    """Lease 1 (process 1) claimed over ``claimed`` (ns), with a renew and an end if given, under ``nemesis`` events."""
+    h = History().claim(1, claimed[0], claimed[1], epoch=1)
     if renew is not None:
         h.of(1, "renew", renew[0], renew[1], 1)
     if end_at is not None:
         h.of(1, "commit", end_at, end_at + MS, 1)
     for t, f, value in nemesis:
         h.nemesis(t, f, **value)
-    return h.coverage()["lease-expires-during-store-fault"]
+    return h.coverage()
+
+
+def store_fault(*nemesis: tuple[int, str, dict[str, Any]], renew: tuple[int, int] | None = None,
+                end_at: int | None = None) -> int:
+    """lease-expires-during-store-fault of lease 1 (granted at 1 ms: deadline 101 ms), with ``nemesis`` events."""
+    return lease_1(*nemesis, renew=renew, end_at=end_at)["lease-expires-during-store-fault"]
 
 
 def pause_store(start: int, heal: int | None) -> list[tuple[int, str, dict[str, Any]]]:
@@ -345,19 +351,6 @@ def test_a_store_clock_skew_is_not_a_skewed_worker() -> None:
 # ---------------------------------------------------------------- a cluster's members
 
 
-def cluster(*nemesis: tuple[int, str, dict[str, Any]], renew: tuple[int, int] | None = None, end_at: int | None = None,
-            claimed: tuple[int, int] = (0, MS)) -> Coverage:
-    """Lease 1 (process 1) claimed over ``claimed`` (ns), with a renew and an end if given, under cluster faults."""
-    h = History().claim(1, claimed[0], claimed[1], epoch=1)
-    if renew is not None:
-        h.of(1, "renew", renew[0], renew[1], 1)
-    if end_at is not None:
-        h.of(1, "commit", end_at, end_at + MS, 1)
-    for t, f, value in nemesis:
-        h.nemesis(t, f, **value)
-    return h.coverage()
-
-
 def member_fault(fault: str, start: int, heal: int | None, **value: Any) -> list[tuple[int, str, dict[str, Any]]]:
     from leasecheck.nemesis.catalogue import FAULTS
 
@@ -369,23 +362,23 @@ def member_fault(fault: str, start: int, heal: int | None, **value: Any) -> list
 @pytest.mark.parametrize("fault", ["failover", "kill-primary", "pause-primary", "isolate-primary"])
 def test_a_lease_granted_within_a_ttl_before_the_primary_was_lost(fault: str) -> None:
     granted = MS
-    assert cluster(*member_fault(fault, granted + 50 * MS, 300 * MS))["lease-granted-before-primary-lost"] == 1
-    assert cluster(*member_fault(fault, granted + TTL * MS, 300 * MS))["lease-granted-before-primary-lost"] == 1
-    assert cluster(*member_fault(fault, granted + TTL * MS + 1, 300 * MS))["lease-granted-before-primary-lost"] == 0
-    assert cluster(*member_fault(fault, granted, 300 * MS))["lease-granted-before-primary-lost"] == 0  # granted as it was lost
-    assert cluster(*member_fault(fault, 50 * MS, 300 * MS), end_at=40 * MS)["lease-granted-before-primary-lost"] == 0  # ended
+    assert lease_1(*member_fault(fault, granted + 50 * MS, 300 * MS))["lease-granted-before-primary-lost"] == 1
+    assert lease_1(*member_fault(fault, granted + TTL * MS, 300 * MS))["lease-granted-before-primary-lost"] == 1
+    assert lease_1(*member_fault(fault, granted + TTL * MS + 1, 300 * MS))["lease-granted-before-primary-lost"] == 0
+    assert lease_1(*member_fault(fault, granted, 300 * MS))["lease-granted-before-primary-lost"] == 0  # granted as it was lost
+    assert lease_1(*member_fault(fault, 50 * MS, 300 * MS), end_at=40 * MS)["lease-granted-before-primary-lost"] == 0  # ended
 
 
 def test_a_partition_of_members_alone_loses_no_primary() -> None:
     for fault in ("partition-halves", "partition-bridge"):
-        assert cluster(*member_fault(fault, 50 * MS, 300 * MS))["lease-granted-before-primary-lost"] == 0
+        assert lease_1(*member_fault(fault, 50 * MS, 300 * MS))["lease-granted-before-primary-lost"] == 0
 
 
 @pytest.mark.parametrize("fault", ["failover", "kill-primary"])
 def test_a_lease_renewed_across_a_failover(fault: str) -> None:
-    assert cluster(*member_fault(fault, 50 * MS, 60 * MS), renew=(70 * MS, 80 * MS))["lease-renewed-across-failover"] == 1
-    assert cluster(*member_fault(fault, 50 * MS, 60 * MS), renew=(40 * MS, 80 * MS))["lease-renewed-across-failover"] == 0
-    late = cluster(*member_fault(fault, 50 * MS, 60 * MS), renew=(70 * MS, 80 * MS), claimed=(55 * MS, 56 * MS))
+    assert lease_1(*member_fault(fault, 50 * MS, 60 * MS), renew=(70 * MS, 80 * MS))["lease-renewed-across-failover"] == 1
+    assert lease_1(*member_fault(fault, 50 * MS, 60 * MS), renew=(40 * MS, 80 * MS))["lease-renewed-across-failover"] == 0
+    late = lease_1(*member_fault(fault, 50 * MS, 60 * MS), renew=(70 * MS, 80 * MS), claimed=(55 * MS, 56 * MS))
     assert late["lease-renewed-across-failover"] == 0  # granted after the failover: nothing to carry across
     refused = History().claim(1, 0, MS, epoch=1).of(1, "renew", 70 * MS, 80 * MS, 1, typ="fail")
     for t, f, value in member_fault(fault, 50 * MS, 60 * MS):
@@ -396,7 +389,7 @@ def test_a_lease_renewed_across_a_failover(fault: str) -> None:
 @pytest.mark.parametrize("fault", ["isolate-primary", "partition-halves", "partition-bridge"])
 def test_a_claim_granted_during_a_partition_of_the_members(fault: str) -> None:
     def during(start: int, heal: int | None) -> int:
-        return cluster(*member_fault(fault, start, heal), claimed=(10 * MS, 20 * MS))["claim-during-member-partition"]
+        return lease_1(*member_fault(fault, start, heal), claimed=(10 * MS, 20 * MS))["claim-during-member-partition"]
 
     assert during(5 * MS, 30 * MS) == 1
     assert during(10 * MS, None) == 1

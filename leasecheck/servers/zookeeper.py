@@ -46,10 +46,10 @@ def find_java() -> str:
     return found
 
 
-def four_letter_word(port: int, word: str, timeout_s: float = 1.0) -> str:
-    """Send one of ZooKeeper's four-letter commands to 127.0.0.1:``port``; its whole answer ('' if unreachable)."""
+def four_letter_word(port: int, word: str, timeout_s: float = 1.0, address: str = "127.0.0.1") -> str:
+    """Send one of ZooKeeper's four-letter commands to ``address:port``; its whole answer ('' if unreachable)."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        with socket.create_connection((address, port), timeout=timeout_s) as s:
             s.sendall(word.encode())
             chunks = []
             while chunk := s.recv(4096):

@@ -22,7 +22,6 @@ start on two cores within the cluster's 10 s.
 
 from __future__ import annotations
 
-import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from typing import Any
 from leasecheck.errors import EnvironmentFailure
 from leasecheck.servers.cluster import Cluster, Member
 from leasecheck.servers.hosts import Host
-from leasecheck.servers.zookeeper import MAX_SESSION_TICKS, TICK_MS, ZooKeeperServer
+from leasecheck.servers.zookeeper import MAX_SESSION_TICKS, TICK_MS, ZooKeeperServer, four_letter_word
 from leasecheck.waiting import poll
 
 CLIENT_PORT = 2181
@@ -49,15 +48,7 @@ ASK_TIMEOUT_S = 0.5
 
 def srvr(address: str, port: int = CLIENT_PORT, timeout_s: float = ASK_TIMEOUT_S) -> str:
     """The ``srvr`` four-letter word's whole answer from ``address:port`` ('' if unreachable)."""
-    try:
-        with socket.create_connection((address, port), timeout=timeout_s) as s:
-            s.sendall(b"srvr")
-            chunks = []
-            while chunk := s.recv(4096):
-                chunks.append(chunk)
-            return b"".join(chunks).decode(errors="replace")
-    except OSError:
-        return ""
+    return four_letter_word(port, "srvr", timeout_s, address)
 
 
 def mode_of(answer: str) -> str | None:
