@@ -122,12 +122,18 @@ class HistoryReader:
     def _truncated(self, line: int) -> None:
         self.warnings.append(f"{self.name}:{line}: truncated last line ignored (the run stopped mid-write)")
 
-    def ops(self) -> Iterator[Op]:
-        """Every client operation, validated; raises :class:`HistoryError` at the first bad line."""
+    def ops(self, open_ops: dict[int, Any] | None = None) -> Iterator[Op]:
+        """Every client operation, validated; raises :class:`HistoryError` at the first bad line.
+
+        ``open_ops`` (process -> invoke event): the caller's dict the reader keeps
+        the ops in flight in, so that a reader following a growing history
+        (:mod:`leasecheck.checker.online`) sees what is in flight between two ops.
+        """
         if self._consumed:
             raise RuntimeError("HistoryReader.ops() can be iterated only once")
         self._consumed = True
-        open_ops: dict[int, Any] = {}
+        if open_ops is None:
+            open_ops = {}
         yield from self._pairs(0, 0, open_ops, set(), None)
         if open_ops:
             self.warnings.append(never_completed(self.name, len(open_ops)))
