@@ -113,16 +113,26 @@ def check_node(node: NodeHistory, found: Findings) -> None:
 
 def _verdict(found: Findings, by_node: dict[str, list[Op]], types: Counter[str]) -> Verdict:
     """What was found, as the verdict of docs/contracts/verdict.md: anomalies by node and kind order, and the counts."""
+    cited: dict[int, Op] = {}
+    if found.anomalies:
+        wanted = {i for a in found.anomalies for i in a.ops}
+        cited = {op.index: op for nops in by_node.values() for op in nops if op.index in wanted}
+    return verdict_of(found, len(by_node), types, cited)
+
+
+def verdict_of(found: Findings, nodes: int, types: Counter[str], cited: dict[int, Op]) -> Verdict:
+    """The verdict of what was found on ``nodes`` nodes whose ops were of ``types``; ``cited``: the ops the anomalies cite.
+
+    Apart from :func:`_verdict` because the checker that follows a run
+    (:mod:`leasecheck.checker.online`) drops each node once judged: it keeps the
+    counts and the cited ops, not the nodes.
+    """
     order_of: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
     anomalies = sorted(found.anomalies, key=lambda a: (a.node, order_of[a.kind], a.ops))
-    cited: dict[int, Op] = {}
-    if anomalies:
-        wanted = {i for a in anomalies for i in a.ops}
-        cited = {op.index: op for nops in by_node.values() for op in nops if op.index in wanted}
     valid: Validity = False if anomalies else ("unknown" if found.unknown_nodes else True)
     stats: dict[str, Any] = {
         "ops": sum(types.values()),
-        "nodes": len(by_node),
+        "nodes": nodes,
         "ok": types["ok"],
         "fail": types["fail"],
         "info": types["info"],

@@ -191,7 +191,7 @@ def grant_order(n: NodeHistory, out: Findings) -> None:
                 f"{at(op.invoke_time)}, after the newer {describe(newer)} (invoked at {at(newer.invoke_time)}) "
                 f"had been granted at {at(newer.complete_time)}; yet it was accepted.",
             )
-    if n.effect_fence == "lease" and "stale-effect" not in out.kinds_on(node):
+    if n.effect_fence == "lease":
         crossed = crossed_effects(leases, [op for op in ops if op.type == "ok" and op.f == "effect"])
         if crossed is not None:
             a, b, early, late = crossed
@@ -212,23 +212,43 @@ def crossed_effects(leases: TokenLeases, effects: list[Op]) -> tuple[Op, Op, Op,
     Under ``effect_fence: "lease"`` a granted claim lifts the fence, so whichever of the two grants came first,
     the later grant made the earlier lease's effect after it stale: one of the two accepted effects is stale
     whatever the order. This is what a job queue's zombie leaves when the harness can bound a grant only by the
-    job's enqueue: the grant-order rule above needs one claim invoked after the other completed."""
-    last: dict[int, Op] = {}
+    job's enqueue: the grant-order rule above needs one claim invoked after the other completed.
+
+    Of every such pair, the one whose proof was complete first (its four ops' last completion), so that what
+    the checker following a run reports of a history so far (:mod:`leasecheck.checker.online`) is what it
+    reports of the whole: ops completed later only make later proofs. Runs whether or not the grant-order
+    rule found a stale effect, for the same reason."""
+    mine: dict[int, list[Op]] = {}
     claim_of: dict[int, Op] = {}
     for op in effects:
         h = leases.of(op)
-        if h is None:
-            continue
-        if id(h) not in last or op.invoke_time > last[id(h)].invoke_time:
-            last[id(h)] = op
+        if h is not None:
+            mine.setdefault(id(h), []).append(op)
             claim_of[id(h)] = h
     held = sorted(claim_of.values(), key=lambda c: c.complete_time or 0)
+    best: tuple[tuple[int, tuple[int, ...]], tuple[Op, Op, Op, Op]] | None = None
     for i, a in enumerate(held):
+        assert a.complete_time is not None
         for b in held[i + 1:]:
+            assert b.complete_time is not None
             if freeze(a.result.get("token")) == freeze(b.result.get("token")):
                 continue
-            ea, eb = last[id(a)], last[id(b)]
-            assert a.complete_time is not None and b.complete_time is not None
-            if ea.invoke_time > b.complete_time and eb.invoke_time > a.complete_time:
-                return (b, a, eb, ea) if ea.invoke_time > eb.invoke_time else (a, b, ea, eb)
-    return None
+            ea = _first_done(mine[id(a)], b.complete_time)
+            eb = _first_done(mine[id(b)], a.complete_time)
+            if ea is None or eb is None:
+                continue
+            found = (b, a, eb, ea) if ea.invoke_time > eb.invoke_time else (a, b, ea, eb)
+            key = (max(_done(op) for op in found), tuple(op.index for op in found))
+            if best is None or key < best[0]:
+                best = (key, found)
+    return None if best is None else best[1]
+
+
+def _done(op: Op) -> int:
+    assert op.complete_time is not None  # ok ops completed
+    return op.complete_time
+
+
+def _first_done(effects: list[Op], after: int) -> Op | None:
+    """Of a lease's ok effects, the first to complete of those invoked after ``after`` (ties: the lower index)."""
+    return min((e for e in effects if e.invoke_time > after), key=lambda e: (_done(e), e.index), default=None)

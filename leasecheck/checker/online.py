@@ -1,0 +1,252 @@
+"""The checker that follows a history while it is written: each anomaly as soon as it is proven, the verdict at the end.
+
+Why: checking after the run makes a broken backend whose first anomaly is proven
+3 s into a 30 s run wait for the whole run, and a night-long soak hold its verdict
+until morning. The checks are per node, and most of a node's history is settled
+long before the run ends, so the checker can follow the run (as runtime monitors
+do) and still give, at the end, the very verdict ``leasecheck check`` gives.
+
+How it stays the offline checker: a node is *judged* by the same rows of the table
+(:func:`~leasecheck.checker.in_memory.check_node`) on the same ops in the same
+order once it is *closed*: the caller promises it gets no more ops (the harness
+closes a node once it is done, nobody can touch it again and it was read, or at
+the end of the run). The verdict sums the judged nodes as
+:func:`~leasecheck.checker.in_memory.check_nodes` sums them (:func:`verdict_of`),
+so anomalies, stats and cited ops are the offline checker's by construction.
+
+Before a node is closed, a node that changed is *probed*: its ops so far, with
+those still in flight as ``info`` (one may have taken effect or not: the benefit
+of the doubt), through the same rows. What a probe finds is proven whatever
+follows: the history so far is a prefix in time (the merge writes in time order),
+linearizability is prefix-closed, and each named kind is proven by ops already
+complete. A probe reports a finding only once, and only a kind whose finding no
+later op can reword (:data:`STABLE_KINDS`; ``tests/test_online.py`` holds every
+reported finding to appear in the final verdict, over simulated, planted, mutated
+and corpus histories in every order the merge can write them).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from leasecheck.checker.attribution import FaultsOf, attribute
+from leasecheck.checker.clean import Rules, clean_counts
+from leasecheck.checker.coverage import Coverage, node_coverage
+from leasecheck.checker.findings import Engine, Findings, NodeHistory
+from leasecheck.checker.in_memory import DEFAULT_BUDGET, check_node, verdict_of
+from leasecheck.checker.linearizability import is_fenced
+from leasecheck.checker.verdict import Anomaly, Verdict
+from leasecheck.checker.windows import WindowsOf
+from leasecheck.histories import Event, Header, HistoryReader, Op
+from leasecheck.histories.reader import never_completed_ops
+from leasecheck.histories.vocabulary import KINDS, SITUATIONS
+
+#: the kinds a probe may report before its node is closed. ``non-linearizable`` is not among them: a named kind
+#: proven later on the same node makes the offline checker skip it (the table's ``unless``), so it waits for the close
+STABLE_KINDS: frozenset[str] = frozenset(KINDS) - {"non-linearizable"}
+
+#: the longest one probe's linearizability search may take (a probe that gives up proves nothing, and is retried)
+PROBE_BUDGET_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Proven:
+    """An anomaly the checker proved while the history was still being written, and when its proof was complete."""
+
+    anomaly: Anomaly
+    #: the history time (ns) at which its last proving op completed (or was invoked, if still in flight)
+    proof_ns: int
+    #: found by a probe of a node still open (True), or when the node was judged (False)
+    early: bool
+
+
+def proof_time(anomaly: Anomaly, ops: Iterable[Op]) -> int:
+    """When ``anomaly``'s proof was complete: the latest completion (or invoke, for an op in flight) of the ops it cites."""
+    wanted = set(anomaly.ops)
+    return max((op.invoke_time if op.complete_time is None else op.complete_time for op in ops if op.index in wanted),
+               default=0)
+
+
+class OnlineChecker:
+    """Follows one history's ops as they complete (see the module docstring).
+
+    Feed it :meth:`add` with every op the history's reader yields, in that order,
+    and keep :attr:`in_flight` the reader's dict of ops in flight
+    (``HistoryReader.ops(open_ops=checker.in_flight)``); call :meth:`probe` as
+    often as you like, :meth:`close` for a node that gets no more ops, and
+    :meth:`finish` once the reader is exhausted.
+    """
+
+    def __init__(self, header: Header, nemesis: Sequence[Event] = (), *, budget: float | None = DEFAULT_BUDGET,
+                 engine: Engine = "auto", windows: WindowsOf | None = None, faults: FaultsOf | None = None) -> None:
+        self.header = header
+        #: the reader's nemesis events so far (its list: it grows as the reader reads)
+        self.nemesis = nemesis
+        self.budget = budget
+        self.engine = engine
+        self.windows = windows
+        self.faults = faults
+        #: process -> invoke event of the ops in flight (the reader's dict)
+        self.in_flight: dict[int, Any] = {}
+        self._rules = Rules.of(header)
+        self._open: dict[str, list[Op]] = {}
+        self._dirty: set[str] = set()
+        #: per open node, the findings a probe reported already: (kind, ops)
+        self._told: dict[str, set[tuple[str, tuple[int, ...]]]] = {}
+        self._found = Findings()
+        self._types: Counter[str] = Counter()
+        self._nodes = 0
+        self._cited: dict[int, Op] = {}
+        #: the ok claims and commits of every node with an anomaly (what attribution reads), with the cited ops
+        self._kept: list[Op] = []
+        self._coverage: Counter[str] = Counter()
+        self._windows_of: tuple[int, Any] = (-1, ((), ()))
+        self._spent = 0.0
+        self.closed = 0
+
+    # ------------------------------------------------------------------ feeding
+
+    def add(self, op: Op) -> None:
+        """An op the reader yielded (completed, or still open at the history's end)."""
+        nops = self._open.get(op.node)
+        if nops is None:
+            nops = self._open[op.node] = []
+        nops.append(op)
+        self._dirty.add(op.node)
+
+    @property
+    def open_nodes(self) -> int:
+        return len(self._open)
+
+    def probe(self) -> list[Proven]:
+        """Check every node that changed since the last probe on its ops so far; the findings not reported before."""
+        out: list[Proven] = []
+        dirty, self._dirty = self._dirty, set()
+        if not dirty:
+            return out
+        flying: dict[str, list[Any]] = {}
+        for inv in self.in_flight.values():
+            if inv.node in dirty:
+                flying.setdefault(inv.node, []).append(inv)
+        for node in sorted(dirty):
+            nops = self._open.get(node)
+            if nops is None:
+                continue
+            if node in flying:
+                nops = nops + list(never_completed_ops({inv.process: inv for inv in flying[node]}))
+            elif clean_counts(nops, self._rules) is not None:
+                continue
+            found = Findings()
+            deadline = time.monotonic() + PROBE_BUDGET_S
+            check_node(NodeHistory(node, nops, self.header, is_fenced(nops), "search" if self.engine == "search" else "auto",
+                                   deadline), found)
+            told = self._told.setdefault(node, set())
+            for a in found.anomalies:
+                key = (a.kind, tuple(a.ops))
+                if a.kind in STABLE_KINDS and key not in told:
+                    told.add(key)
+                    out.append(Proven(a, proof_time(a, nops), early=True))
+        return out
+
+    # ------------------------------------------------------------------ judging
+
+    def close(self, node: str) -> list[Proven]:
+        """Judge ``node`` (it gets no more ops) and forget its ops; its anomalies no probe reported."""
+        return self._judge([node])
+
+    def close_all(self) -> list[Proven]:
+        """Judge every node still open (the reader is exhausted: the history is whole); their anomalies no probe reported."""
+        return self._judge(sorted(self._open))
+
+    def finish(self) -> Verdict:
+        """:meth:`close_all`, then the whole history's verdict."""
+        self.close_all()
+        return self.verdict()
+
+    def verdict(self) -> Verdict:
+        """The verdict of the nodes judged so far (the whole history's, after :meth:`finish`)."""
+        found = self._found
+        found.unknown_nodes.sort()
+        verdict = verdict_of(found, self._nodes, self._types, dict(self._cited))
+        if self.windows is not None:
+            verdict.coverage = Coverage({s: self._coverage[s] for s in SITUATIONS})
+        if self.faults is not None:
+            attribute(verdict, self._kept, self.faults(self.nemesis))
+        return verdict
+
+    def judged_anomalies(self) -> list[Anomaly]:
+        return list(self._found.anomalies)
+
+    def _judge(self, nodes: list[str]) -> list[Proven]:
+        out: list[Proven] = []
+        found = self._found
+        began = time.monotonic()
+        deadline = None if self.budget is None else began + max(0.0, self.budget - self._spent)
+        judged: list[list[Op]] = []
+        for node in nodes:
+            nops = self._open.pop(node, None)
+            self._dirty.discard(node)
+            told = self._told.pop(node, set())
+            if nops is None:
+                continue
+            self._nodes += 1
+            self.closed += 1
+            judged.append(nops)
+            if self.engine == "auto":
+                counts = clean_counts(nops, self._rules)
+                if counts is not None:
+                    self._types.update({"ok": counts[0], "fail": counts[1], "info": counts[2]})
+                    continue
+            self._types.update(op.type for op in nops)
+            before = len(found.anomalies)
+            check_node(NodeHistory(node, nops, self.header, is_fenced(nops), "search" if self.engine == "search" else "auto",
+                                   deadline), found)
+            new = found.anomalies[before:]
+            if new:
+                wanted = {i for a in new for i in a.ops}
+                self._cited.update((op.index, op) for op in nops if op.index in wanted)
+                self._kept.extend(op for op in nops if op.index in wanted
+                                  or (op.type == "ok" and op.f in ("claim", "commit")))
+                out.extend(Proven(a, proof_time(a, nops), early=False) for a in new if (a.kind, tuple(a.ops)) not in told)
+        self._spent += time.monotonic() - began
+        if self.windows is not None and judged:
+            store, skewed = self._current_windows()
+            self._coverage.update(node_coverage(self.header, judged, store, skewed).counts)
+        return out
+
+    def _current_windows(self) -> Any:
+        """The fault windows of the nemesis events read so far (made again only when there are new ones)."""
+        n = len(self.nemesis)
+        if self._windows_of[0] != n:
+            assert self.windows is not None
+            self._windows_of = (n, self.windows(self.nemesis))
+        return self._windows_of[1]
+
+
+def follow(source: str | os.PathLike[str] | Iterable[bytes | str], *, probe_every: int = 1, budget: float | None = DEFAULT_BUDGET,
+           engine: Engine = "auto", windows: WindowsOf | None = None, faults: FaultsOf | None = None,
+           ) -> tuple[Verdict, list[Proven]]:
+    """Check a whole history (a path, or lines) as the harness follows a run: probing every ``probe_every`` ops,
+    each node judged at the end. (verdict, every finding in the order it was reported); raises ``HistoryError``."""
+    reader = HistoryReader(source)
+    checker = OnlineChecker(reader.header, reader.nemesis, budget=budget, engine=engine, windows=windows, faults=faults)
+    proofs: list[Proven] = []
+    for n, op in enumerate(reader.ops(open_ops=checker.in_flight), 1):
+        checker.add(op)
+        if n % probe_every == 0:
+            proofs += checker.probe()
+    proofs += checker.close_all()
+    verdict = checker.verdict()
+    verdict.header = reader.header
+    verdict.warnings.extend(reader.warnings)
+    verdict.stats["events"] = reader.events
+    verdict.stats["nemesis_events"] = len(reader.nemesis)
+    return verdict, proofs
+
+
+__all__ = ["PROBE_BUDGET_S", "STABLE_KINDS", "OnlineChecker", "Proven", "follow", "proof_time"]
