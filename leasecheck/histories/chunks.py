@@ -72,8 +72,12 @@ class HistoryChunk(HistoryReader):
         self.last_time = int(last_time) if self.first_index is not None else 0
         self.lines = lines
 
-    def ops(self) -> Iterator[Op]:
-        """The ops invoked and completed within the chunk, in completion order; raises ``HistoryError`` on a bad line."""
+    def ops(self, open_ops: dict[int, Any] | None = None) -> Iterator[Op]:
+        """The ops invoked and completed within the chunk, in completion order; raises ``HistoryError`` on a bad line.
+
+        ``open_ops``: the dict to keep the chunk's ops in flight in (its ``open``), as the reader's."""
+        if open_ops is not None:
+            self.open = open_ops
         if self._consumed:
             raise RuntimeError("HistoryChunk.ops() can be iterated only once")
         self._consumed = True
