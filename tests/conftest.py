@@ -28,6 +28,10 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# Every run in the suite (in-process or a `leasecheck` child, which inherits it) checks its history after the end
+# as well, and fails when that verdict differs from the online checker's (leasecheck/run/judgement.py).
+os.environ.setdefault("LEASECHECK_CROSSCHECK", "1")
+
 # The order tests are handed to xdist's workers in: the longest modules first (tests/schedule.py).
 from schedule import DurationStore, known_durations, longest_modules_first  # noqa: E402
 

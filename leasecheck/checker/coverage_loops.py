@@ -8,8 +8,10 @@ sweeps count: the tests hold the two to each other.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import cast
 
 from leasecheck.checker.coverage_leases import (
@@ -23,6 +25,10 @@ from leasecheck.checker.coverage_leases import (
 from leasecheck.checker.windows import INF, Window
 from leasecheck.histories import Op
 from leasecheck.histories.vocabulary import EPOCH_CARRIERS
+
+#: sort keys of the definitions' orders: leases by grant, claims by invoke (index breaks ties)
+_by_grant = attrgetter("complete_time", "index")
+_by_invoke = attrgetter("invoke_time", "index")
 
 
 def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Sequence[Window], skewed: Sequence[Window],
@@ -47,20 +53,23 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
         not claims or claims[0].complete_time is None or claims[0].complete_time >= claims[0].invoke_time
     ):
         return  # a claim's own lease is granted at its completion, after its invoke: it is no lease "before" it
-    granted.sort(key=lambda op: (op.complete_time, op.index))
+    granted.sort(key=_by_grant)
     leases = [CoveredLease(op, lease_key(op), op.epoch, cast(int, op.complete_time)) for op in granted]
-    fenced = any(lease.epoch is not None for lease in leases)
-
-    def latest_before(t: float) -> CoveredLease | None:
+    # the questions below ask about the leases granted before a time t, a prefix of ``leases``: its
+    # length is a bisect of the grant times, and its latest lease (largest epoch when fenced, else
+    # the last granted) is read off prefix maxima taken once, not found by a loop per question
+    grants = [lease.granted for lease in leases]
+    keys = [lease.key for lease in leases]
+    latest: list[CoveredLease | None] = []
+    if any(lease.epoch is not None for lease in leases):  # fenced
         best: CoveredLease | None = None
-        best_rank: float = -INF
-        for i, lease in enumerate(leases):
-            if lease.granted >= t:
-                break
-            rank = lease.epoch if fenced else i
-            if rank is not None and rank > best_rank:
-                best, best_rank = lease, rank
-        return best
+        best_epoch: float = -INF
+        for lease in leases:
+            if lease.epoch is not None and lease.epoch > best_epoch:
+                best, best_epoch = lease, lease.epoch
+            latest.append(best)
+    else:
+        latest.extend(leases)
 
     owned: list[tuple[Op, CoveredLease]] = []
     if leases:
@@ -70,31 +79,32 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
                 continue
             t = op.invoke_time
             owner: CoveredLease | None = None
+            i = bisect_left(grants, t)  # leases[:i] were granted before t: the owner is the last of them naming op's lease
             if f in EPOCH_CARRIERS:
                 key = lease_key(op)
-                for lease in leases:
-                    if lease.granted >= t:
+                while i:
+                    i -= 1
+                    if keys[i] == key:
+                        owner = leases[i]
                         break
-                    if lease.key == key:
-                        owner = lease
                 if owner is not None:
                     attach(op, owner)
                     owned.append((op, owner))
             elif f == "read":
-                for lease in leases:
-                    if lease.granted >= t:
+                p = op.process
+                while i:
+                    i -= 1
+                    if leases[i].claim.process == p:
+                        owned.append((op, leases[i]))
                         break
-                    if lease.claim.process == op.process:
-                        owner = lease
-                if owner is not None:
-                    owned.append((op, owner))
     # zombie ops: an op of a lease that a newer one replaced before the op's invoke
     if len(leases) > 1:
         for op, lease in owned:
             t = op.invoke_time
             new: CoveredLease | None = None
             if lease.epoch is not None:
-                newest = latest_before(t)
+                i = bisect_left(grants, t)
+                newest = latest[i - 1] if i else None
                 if newest is not None and newest.epoch is not None and newest.epoch > lease.epoch:
                     new = newest
             else:
@@ -111,19 +121,19 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
                 if phase is not None:
                     counts[ZOMBIE_SITUATION[op.f, phase]] += 1
     if claims:
-        claims.sort(key=lambda op: (op.invoke_time, op.index))
+        claims.sort(key=_by_invoke)
         open_until = -INF
         for c in claims:
             t = c.invoke_time
             if t < open_until:
                 counts["claim-race-ready"] += 1
-            latest = latest_before(t)
-            if latest is None or latest.released_ok_at < t:  # READY at t
+            i = bisect_left(grants, t)
+            last = latest[i - 1] if i else None
+            if last is None or last.released_ok_at < t:  # READY at t
                 open_until = max(open_until, INF if c.complete_time is None else c.complete_time)
             # claim-while-held: a lease claimed before t, not ended before t, its latest grant invoke + ttl - u after t
-            for lease in leases:
-                if lease.granted >= t:
-                    break
+            for j in range(i):
+                lease = leases[j]
                 if lease.end_at < t:
                     continue
                 since = lease.claim.invoke_time
@@ -135,11 +145,11 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
                     counts["claim-while-held"] += 1
                     break
             # claim-after-expiry: the latest lease not ended, no renew of it pending at t, G + ttl + u before t
-            if latest is None or latest.end_at < t:
+            if last is None or last.end_at < t:
                 continue
-            g: float = latest.granted
+            g: float = last.granted
             pending = False
-            for r in latest.renews:
+            for r in last.renews:
                 if r.invoke_time < t:
                     done = r.complete_time
                     if r.type == "info" or done is None or done >= t:
@@ -149,4 +159,5 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
                         g = done
             if not pending and t > g + ttl + uncertainty:
                 counts["claim-after-expiry"] += 1
-    count_fault_situations(leases, ttl, store, skewed, counts, claims)
+    if store or skewed:  # no window: no fault situation
+        count_fault_situations(leases, ttl, store, skewed, counts, claims)

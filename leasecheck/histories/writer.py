@@ -50,8 +50,23 @@ class HistoryWriter:
         self._open: dict[int, tuple[str, str]] = {}
         #: lines held by :meth:`batch` (None: each event is written at once)
         self._batch: list[bytes] | None = None
+        #: called with every chunk of bytes written, in file order, under the writer's lock (see :meth:`follow`)
+        self._tee: Callable[[bytes], None] | None = None
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._header_line = _encode(header.to_json()) + b"\n"
         self._write(header.to_json())
+
+    def follow(self, tee: Callable[[bytes], None]) -> None:
+        """Hand ``tee`` every byte of the file, the header first, then each chunk as it is written.
+
+        Why: the harness checks the history while it is written
+        (:mod:`leasecheck.run.following`); handing it the bytes the file gets
+        spares reading the file back, and makes what it checks the file itself.
+        ``tee`` runs under the writer's lock: it must only hand the bytes on.
+        """
+        with self._lock:
+            tee(self._header_line)
+            self._tee = tee
 
     @property
     def events(self) -> int:
@@ -74,6 +89,8 @@ class HistoryWriter:
         os.write(self._fd, line)
         if self._fsync:
             os.fsync(self._fd)
+        if self._tee is not None:
+            self._tee(line)
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -86,9 +103,12 @@ class HistoryWriter:
             with self._lock:
                 lines, self._batch = self._batch, None
                 if lines and self._fd >= 0:
-                    os.write(self._fd, b"".join(lines))
+                    data = b"".join(lines)
+                    os.write(self._fd, data)
                     if self._fsync:
                         os.fsync(self._fd)
+                    if self._tee is not None:
+                        self._tee(data)
 
     def _event(self, process: int | str, type_: str, f: str, node: str | None, value: Any, at: int | None) -> int:
         with self._lock:

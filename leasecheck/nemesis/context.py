@@ -100,6 +100,10 @@ class FaultContext:
     cluster: ClusterControl | None = None
     #: the most the ``clock-store`` fault skews the store's clock
     store_skew_ms: float = 0.0
+    #: told that worker ``process`` is stopped (``pause``): the history stops waiting for its events
+    halted: Callable[[int], None] = lambda process: None
+    #: told that worker ``process`` is about to be continued
+    resuming: Callable[[int], None] = lambda process: None
 
     def ttl_s(self, ttls: float = 1.0) -> float:
         """``ttls`` lease durations in seconds (what sleeps and deadlines take)."""

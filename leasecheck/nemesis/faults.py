@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leasecheck.nemesis.context import FaultContext
-from leasecheck.nemesis.processes import freeze
+from leasecheck.nemesis.processes import freeze, stopped
 from leasecheck.nemesis.processes import signal_process as _signal
 
 
@@ -37,17 +37,23 @@ class PauseProcess:
     paused: bool = False
     #: the processes stopped: the worker first, then what was below it
     stopped: list[int] = field(default_factory=list)
+    #: told once the worker is stopped, and just before it is continued (:class:`~leasecheck.nemesis.context.FaultContext`)
+    halted: Callable[[int], None] = lambda process: None
+    resuming: Callable[[int], None] = lambda process: None
 
     def start(self) -> dict[str, Any]:
         below = freeze(self.pid)  # the worker first, so that it starts no child we would miss
         self.paused = below is not None
         self.stopped = [self.pid] + [child for child in below if _signal(child, signal.SIGSTOP)] if below is not None else []
+        if self.paused and stopped(self.pid):
+            self.halted(self.process)
         return {"victims": [self.process], "pid": self.pid}
 
     def heal(self) -> dict[str, Any] | None:
         if not self.paused:
             return None
         self.paused = False
+        self.resuming(self.process)
         for pid in reversed(self.stopped):  # the worker last: its children are running when it wakes
             _signal(pid, signal.SIGCONT)
         return {"victims": [self.process], "pid": self.pid}
@@ -115,7 +121,9 @@ class ServerFault:
 def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
     """The catalogue's ``pause``: one ready worker, stopped; one that holds a lease if any does (a zombie in the making)."""
     victim = ctx.pick_holder(rng, lambda w: w.pid is not None)
-    return PauseProcess(victim.process, victim.pid) if victim is not None and victim.pid is not None else None
+    if victim is None or victim.pid is None:
+        return None
+    return PauseProcess(victim.process, victim.pid, halted=ctx.halted, resuming=ctx.resuming)
 
 
 def make_kill(ctx: FaultContext, rng: random.Random) -> KillProcess | None:

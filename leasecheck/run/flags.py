@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
@@ -38,6 +38,22 @@ class Finite(click.FloatRange):
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return rv
+
+
+class Seconds(Finite):
+    """A duration: seconds, or a number with ``s``, ``m`` or ``h`` (``--time-limit 8h`` for a night's soak)."""
+
+    name = "duration"
+    UNITS: ClassVar[dict[str, float]] = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, str) and value.strip()[-1:].lower() in self.UNITS:
+            text = value.strip()
+            try:
+                value = float(text[:-1]) * self.UNITS[text[-1].lower()]
+            except ValueError:
+                self.fail(f"{text!r} is not a duration (seconds, or a number with s, m or h: 90, 90s, 30m, 8h)", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -105,8 +121,16 @@ FLAGS: tuple[RunFlag, ...] = (
           help="Comma-separated faults (see `leasecheck nemeses`); 'none' for none."),
     _flag("--nemesis-interval", field="nemesis_interval", type=Finite(min=0, min_open=True), default=5.0, show_default=True,
           help="Seconds between faults (± half, from the seed)."),
-    _flag("--time-limit", field="time_limit", type=Finite(min=0, min_open=True), default=30.0, show_default=True,
-          help="Seconds of workload before the final phase."),
+    _flag("--time-limit", field="time_limit", type=Seconds(min=0, min_open=True), default=30.0, show_default=True,
+          help="Seconds of workload before the final phase (or 30m, 8h: a soak; the history is checked as it is written, "
+               "each node dropped once judged, so memory stays flat)."),
+    _flag("--fail-fast", field="fail_fast", is_flag=True,
+          help="Stop at the first proven anomaly: heal, record, finish the report, exit 1. Without it (the default) the run "
+               "goes on to its time limit, saying each anomaly the moment it is proven. The pytest plugin and the matrix's "
+               "cells expected valid fail fast by default."),
+    _flag("--snapshot-every", "snapshot_every_s", field="snapshot_every_s", type=Seconds(min=0), default=300.0,
+          show_default=True,
+          help="Seconds between snapshots of results.json and the report while a run goes (0: none): a soak's verdict so far."),
     _flag("--evidence-wait", "evidence_wait_s", field="evidence_wait_s", type=Finite(min=0), default=0.0, show_default=True,
           help="After --time-limit, go on up to this many seconds more while the run lacks what the run verdict needs (ok claim/renew/effect/commit, a contended claim, every fault started and healed, the situations each fault requires and those of --require)."),
     _flag("--require", "require", field="require", convert=tuple, multiple=True, metavar="SITUATION",

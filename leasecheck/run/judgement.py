@@ -9,17 +9,25 @@ warn: the verdict is in results.json already.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import os
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from leasecheck.checker import Verdict, check_source
 from leasecheck.checker.coverage import Coverage
 from leasecheck.nemesis.catalogue import FaultKind
+from leasecheck.run.following import Following
 from leasecheck.run.interrupts import Interrupts
 from leasecheck.run.options import RunOptions
+from leasecheck.rundir.storedir import write_json
 from leasecheck.verdict.attribution import fault_victims
 from leasecheck.verdict.run_verdict import fault_windows, run_verdict
 from leasecheck.verdict.tails import HistoryTail
@@ -27,13 +35,28 @@ from leasecheck.verdict.tails import HistoryTail
 log = logging.getLogger("leasecheck.run")
 
 
+#: set (to anything but "" or "0") to check every run's history after the end as well, and fail the run when that
+#: verdict differs from the online checker's: the test suite sets it, so that every run in it holds the two together
+CROSSCHECK_ENV = "LEASECHECK_CROSSCHECK"
+
+
+class OnlineMismatch(AssertionError):
+    """The online checker's verdict differs from ``leasecheck check``'s of the same history: a bug of ours."""
+
+
 def judge(history: Path, opts: RunOptions, kinds: Sequence[FaultKind], tail: HistoryTail | None,
-          interrupts: Interrupts, started: float | None) -> tuple[Verdict, str | None, Coverage]:
-    """(verdict, its reason, the coverage reached) of a run's history; ``tail``: its evidence watched so far, if any."""
+          interrupts: Interrupts, started: float | None, online: Verdict | None = None) -> tuple[Verdict, str | None, Coverage]:
+    """(verdict, its reason, the coverage reached) of a run's history; ``tail``: its evidence watched so far, if any.
+
+    ``online``: the verdict of the checker that followed the run (:mod:`leasecheck.run.following`); None: check
+    the file now (the checker failed, or the run did not record).
+    """
     reason: str | None
     reached = Coverage()
     if opts.record:
-        checked = check_source(history, budget=opts.check_budget, windows=fault_windows, faults=fault_victims)
+        checked = online if online is not None else offline(history, opts)
+        if online is not None and os.environ.get(CROSSCHECK_ENV, "") not in ("", "0"):
+            crosscheck(online, offline(history, opts), history)
         evidence = (tail or HistoryTail(history)).poll()
         reached = checked.coverage or reached
         valid, reason = run_verdict(checked.valid, evidence, kinds, reached, opts.require)
@@ -46,6 +69,23 @@ def judge(history: Path, opts: RunOptions, kinds: Sequence[FaultKind], tail: His
     if reason is not None:
         log.info("verdict %s: %s", verdict.valid, reason)
     return verdict, reason, reached
+
+
+def offline(history: Path, opts: RunOptions) -> Verdict:
+    """``leasecheck check``'s verdict of the history, with the coverage and the faults' attribution the run reports."""
+    return check_source(history, budget=opts.check_budget, windows=fault_windows, faults=fault_victims)
+
+
+def crosscheck(online: Verdict, checked: Verdict, history: Path) -> None:
+    """Raise :class:`OnlineMismatch` unless the two verdicts agree: anomalies (with attribution), stats, cited ops, coverage."""
+    def face(v: Verdict) -> dict[str, Any]:
+        return {"verdict": v.to_json(), "cited": sorted(v.cited), "coverage": v.coverage.to_json() if v.coverage else None}
+
+    a, b = face(online), face(checked)
+    if a != b:
+        diff = [k for k in a if a[k] != b[k]]
+        raise OnlineMismatch(f"{history}: the online checker's verdict differs from `leasecheck check`'s in {', '.join(diff)}: "
+                             f"online {json.dumps(a)[:2000]} / offline {json.dumps(b)[:2000]}")
 
 
 def interrupted_reason(interrupts: Interrupts, started: float | None, lacked: str | None) -> str:
@@ -66,3 +106,84 @@ def write_report(run_dir: Path) -> None:
         log.warning("the run report could not be written: %s: %s", type(e).__name__, e, exc_info=e)
         line = " ".join(f"{type(e).__name__}: {e}".split())
         print(f"warning: the run report could not be written ({line}); see {run_dir / 'leasecheck.log'}", file=sys.stderr)
+
+
+def run_stats(run: Any, seconds: float) -> dict[str, Any]:
+    """The ``run`` figures of results.json (a :class:`~leasecheck.run.runner.Run`'s tallies after ``seconds``)."""
+    t = run.recorder.tally
+    return {
+        "seconds": round(seconds, 3), "ops": t.ops, "ok": t.ok, "fail": t.fail, "info": t.info,
+        "fail_reasons": dict(t.by_reason), "deliveries": run.deliveries.delivered,
+        "duplicate_deliveries": run.deliveries.duplicated, "runs": run.deliveries.runs,
+        "faults": run.nemesis.started if hasattr(run, "nemesis") else 0,
+        "worker_processes": run.pool.spawned if run.pool is not None else 0,
+        **({"stopped_at_first_anomaly": True} if run.stopped_early else {}),
+        **({"checker_cpu_s": round(run.following.cpu_s, 3)} if run.following is not None and run.following.cpu_s else {}),
+    }
+
+
+def progress_of(run: Any, started: float) -> dict[str, Any]:
+    """What the progress display shows of a run going on (a :class:`~leasecheck.run.runner.Run`, started at ``started``)."""
+    t = run.recorder.tally
+    return {
+        "elapsed": time.monotonic() - started, "ops": t.ops, "ok": t.ok, "fail": t.fail, "info": t.info,
+        "ops_per_s": t.ops / max(1e-9, time.monotonic() - t.started),
+        "faults": run.nemesis.active_names(), "workers": len(run.recorder.live()),
+        **({"anomalies": len(run.following.said)} if run.following is not None else {}),
+    }
+
+
+def log_to(logger: logging.Logger, path: Path) -> logging.Handler:
+    """Send the run's log to its folder (the caller removes the handler at the end)."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    return handler
+
+
+class Snapshots:
+    """results.json and the report written every ``every_s`` seconds while the run goes: a soak's verdict so far.
+
+    The snapshot says ``"snapshot": true``; its ``valid`` is False once an anomaly
+    is proven, else ``"unknown"`` (the run is not over), and its ``anomalies`` are
+    those said so far. The report is drawn by a child process, so that reading a
+    night's history for the plots never weighs on the harness's memory.
+    """
+
+    def __init__(self, run_dir: Path, every_s: float, following: Following | None, now: float) -> None:
+        self.run_dir = run_dir
+        self.every_s = every_s
+        self.following = following
+        self.next = now + every_s if every_s > 0 else math.inf
+        self.child: subprocess.Popen[bytes] | None = None
+        self.written = 0
+
+    def due(self, now: float, run: Any) -> None:
+        """Write a snapshot if one is due (``run``: the :class:`~leasecheck.run.runner.Run`, for its figures)."""
+        if now < self.next:
+            return
+        self.next = now + self.every_s
+        said = list(self.following.said) if self.following is not None else []
+        started = run.started if run.started is not None else now
+        write_json(self.run_dir / "results.json", {
+            "snapshot": True, "valid": False if said else "unknown", "anomalies": [p.anomaly.to_json() for p in said],
+            "stats": {"nodes_judged": self.following.judged if self.following is not None else 0},
+            "reason": "the run is still going: this is a snapshot", "target": run.opts.target,
+            "nemesis": list(run.opts.nemesis), "seed": run.seed, "run_dir": str(self.run_dir),
+            "run": run_stats(run, now - started),
+        })
+        self.written += 1
+        if self.child is None or self.child.poll() is not None:
+            code = f"from pathlib import Path; from leasecheck.run.judgement import write_report; write_report(Path({str(self.run_dir)!r}))"
+            self.child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            log.info("snapshot %d of results.json written; the report is being drawn (pid %d)", self.written, self.child.pid)
+
+    def close(self) -> None:
+        """Wait for a report still being drawn (the final one is written after it)."""
+        if self.child is not None:
+            try:
+                self.child.wait(60)
+            except subprocess.TimeoutExpired:
+                self.child.kill()
+                self.child.wait()

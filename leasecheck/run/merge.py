@@ -48,6 +48,12 @@ class Stream:
     blocked: bool = False
     #: the worker is gone: every event of this stream has been pushed
     ended: bool = False
+    #: the worker is stopped (a ``pause``) and every event it wrote before was taken in: it holds nothing back
+    halted: bool = False
+    #: a halt was asked for and not undone since (see :meth:`Merge.halt`)
+    halt_wanted: bool = False
+    #: its events are stamped no earlier than this (the moment it was continued after a halt)
+    floor: int = 0
 
 
 #: one event on its way to the history: (time, arrival, process, type, f, node, value); ordered by time, then
@@ -88,7 +94,12 @@ class Merge:
         return s
 
     def push(self, stream: Stream, time: int, process: int, type_: str, f: str, node: str, value: Any) -> None:
-        """A worker's event, stamped by the worker; its stream's bound moves up to it."""
+        """A worker's event, stamped by the worker; its stream's bound moves up to it.
+
+        An event stamped before the stream was last continued after a halt is
+        stamped at that moment instead (see :meth:`halt`).
+        """
+        time = max(time, stream.floor)
         with self._lock:
             self._seq += 1
             heapq.heappush(self._heap, (time, self._seq, process, type_, f, node, value))
@@ -114,9 +125,38 @@ class Merge:
             self._seq += 1
             heapq.heappush(self._heap, (t, self._seq, NEMESIS, "info", f, None, value))
 
+    def want_halt(self, stream: Stream) -> None:
+        """The stream's worker is stopped (SIGSTOP): it may be halted once what it wrote before is taken in."""
+        with self._lock:
+            stream.halt_wanted = True
+
+    def halt(self, stream: Stream) -> None:
+        """Every event the stopped worker wrote is taken in: stop holding the history back for it.
+
+        Why this is sound: a stopped worker can stamp nothing new, and what it
+        stamped but had not written yet is an invoke whose op goes to the store
+        only after it is written, or a completion of an op that ended earlier. Such
+        an event is stamped at the moment the worker is continued (:meth:`resume`):
+        the invoke is still no later than the op's start, the completion no earlier
+        than its end; the recorded interval still contains the real one. Without
+        this a paused worker would hold every other worker's events back, and the
+        checker that follows the run would say an anomaly seconds after its proof.
+        """
+        with self._lock:
+            if stream.halt_wanted:  # not continued meanwhile
+                stream.halted = True
+
+    def resume(self, stream: Stream) -> None:
+        """The stream's worker is about to be continued: its events are stamped from now on (see :meth:`halt`)."""
+        with self._lock:
+            t = self.now()
+            stream.halt_wanted = stream.halted = False
+            stream.bound = max(stream.bound, t)
+            stream.floor = t
+
     def watermark(self) -> float:
         """Every event stamped at or before this can be written: no live stream can still send an earlier one."""
-        return min((s.bound for s in self.streams if not s.blocked and not s.ended), default=math.inf)
+        return min((s.bound for s in self.streams if not s.blocked and not s.ended and not s.halted), default=math.inf)
 
     def laggards(self) -> list[Stream]:
         """The streams that hold back the oldest buffered event (listen to these alone while the buffer is full)."""
@@ -124,7 +164,7 @@ class Merge:
             if not self._heap:
                 return []
             head = self._heap[0][0]
-            return [s for s in self.streams if not s.blocked and not s.ended and s.bound < head]
+            return [s for s in self.streams if not s.blocked and not s.ended and not s.halted and s.bound < head]
 
     def flush(self) -> int:
         """Write every event the watermark has passed; how many."""

@@ -73,6 +73,10 @@ class RunOptions:
     store_skew_ms: float | None = None
     op_timeout_s: float = 5.0
     check_budget: float = 60.0
+    #: stop at the first proven anomaly (heal, record, report, exit 1) instead of running to the time limit
+    fail_fast: bool = False
+    #: seconds between snapshots of results.json and the report while the run goes (0: none)
+    snapshot_every_s: float = 300.0
     #: False only for the recorder-overhead benchmark: workers skip recording, the verdict is unknown
     record: bool = True
     workload: Workload = field(default_factory=Workload)

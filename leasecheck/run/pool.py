@@ -158,7 +158,8 @@ class WorkerPool:
             p.join(max(0.0, deadline - time.monotonic()))
         for slot, p in self.procs.items():
             if p.is_alive():
-                log.warning("worker %d (pid %s) did not exit within %g s: killed", slot, p.pid, grace_s)
+                if grace_s > 0:  # none: the run stops at once (--fail-fast), and says so itself
+                    log.warning("worker %d (pid %s) did not exit within %g s: killed", slot, p.pid, grace_s)
                 p.kill()
                 p.join(5)
         if self._preload is not None:

@@ -14,54 +14,22 @@ process number retired).
 
 from __future__ import annotations
 
+import queue
 import selectors
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from leasecheck.histories import HistoryWriter
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.merge import MAX_BUFFERED, Merge, Stream
+from leasecheck.run.slots import Slot, Tally
 from leasecheck.run.takeovers import Phase, Takeovers
 
 #: the messages whose worker waits for the hub's answer (see Stream.blocked)
 ASKS = frozenset({"next", "await", "renumber"})
-
-
-@dataclass
-class Slot:
-    """One worker process as the hub knows it."""
-
-    process: int
-    slot: int
-    conn: Connection
-    pid: int | None = None
-    alive: bool = True
-    #: said hello: past its PR_SET_PDEATHSIG, so a fault may pick it as a victim
-    ready: bool = False
-    #: its events on their way to the history
-    stream: Stream = field(default_factory=lambda: Stream(0))
-    #: the op it has in flight (invoke received, completion not yet): (f, node)
-    open: tuple[str, str] | None = None
-
-
-@dataclass
-class Tally:
-    """Live counts for the progress display and the summary."""
-
-    ok: int = 0
-    fail: int = 0
-    info: int = 0
-    by_reason: Counter[str] = field(default_factory=Counter)
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def ops(self) -> int:
-        return self.ok + self.fail + self.info
 
 
 class Recorder:
@@ -103,6 +71,8 @@ class Recorder:
         self._selector = selectors.DefaultSelector()
         self._thread = threading.Thread(target=self._serve, name="recorder", daemon=True)
         self.error: BaseException | None = None
+        #: stopped workers whose pipes are to be drained before their streams halt (see :meth:`halted`)
+        self._halts: queue.SimpleQueue[Slot] = queue.SimpleQueue()
 
     def new_process(self) -> int:
         with self._lock:
@@ -125,6 +95,36 @@ class Recorder:
     def join(self, timeout: float) -> None:
         if self._thread.ident is not None:  # never started: nothing to wait for
             self._thread.join(timeout)
+
+    def halted(self, process: int) -> None:
+        """Worker ``process`` is stopped (a ``pause``): once what it wrote is taken in, the history stops waiting for it.
+
+        Called by the nemesis once the worker is stopped; the recorder's thread
+        drains its pipe first (see :meth:`leasecheck.run.merge.Merge.halt`).
+        """
+        s = self._slot_of(process)
+        if s is not None:
+            self.merge.want_halt(s.stream)
+            self._halts.put(s)
+
+    def resuming(self, process: int) -> None:
+        """Worker ``process`` is about to be continued: what it sends from now on is stamped from now on."""
+        s = self._slot_of(process)
+        if s is not None:
+            self.merge.resume(s.stream)
+
+    def _slot_of(self, process: int) -> Slot | None:
+        with self._lock:
+            return next((s for s in self.slots.values() if s.process == process and s.alive), None)
+
+    def _take_halts(self) -> None:
+        """Drain the pipe of each worker stopped since the last call, then halt its stream."""
+        while not self._halts.empty():
+            s = self._halts.get_nowait()
+            while s.alive and s.conn.poll(0):
+                self._handle(s.conn)
+            if s.alive:
+                self.merge.halt(s.stream)
 
     def live(self) -> list[Slot]:
         with self._lock:
@@ -151,6 +151,8 @@ class Recorder:
                     ready = [key.fileobj for key, _ in self._selector.select(0.05)]
                 for conn in ready:
                     self._handle(conn)  # type: ignore[arg-type]
+                if not self._halts.empty():
+                    self._take_halts()
                 self.merge.flush()
                 now = time.monotonic()
                 out_s = now - self._ticked if self.store_out() else 0.0
@@ -370,3 +372,6 @@ class Recorder:
                     self._answer(s, s.conn, (*msg[:5], False) if msg[0] == "invoke" else msg)
         except (EOFError, OSError):
             pass
+
+
+__all__ = ["Recorder", "Slot", "Tally"]

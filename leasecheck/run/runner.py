@@ -42,8 +42,9 @@ from leasecheck.run.deadline import Deadline
 from leasecheck.run.deliveries import Deliveries, new_run_id
 from leasecheck.run.environment import Environment, prepare
 from leasecheck.run.final_reads import node_names, read_every_node
+from leasecheck.run.following import Following
 from leasecheck.run.interrupts import Interrupts
-from leasecheck.run.judgement import judge, write_report
+from leasecheck.run.judgement import Snapshots, judge, log_to, progress_of, run_stats, write_report
 from leasecheck.run.merge import Merge
 from leasecheck.run.options import BadOptions, RunOptions, RunResult, Timing, load_target, validate
 from leasecheck.run.pool import WorkerPool
@@ -56,7 +57,8 @@ from leasecheck.servers.store_network import StoreNetwork
 from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.targets.registry import TargetSpec
-from leasecheck.verdict.run_verdict import coverage_json
+from leasecheck.verdict.attribution import fault_victims
+from leasecheck.verdict.run_verdict import coverage_json, fault_windows
 from leasecheck.verdict.tails import HistoryTail
 
 log = logging.getLogger("leasecheck.run")
@@ -90,6 +92,9 @@ class Run:
         self.interrupts = Interrupts()
         self.tail: HistoryTail | None = None
         self.started: float | None = None
+        self.following: Following | None = None
+        #: --fail-fast stopped the run at its first proven anomaly
+        self.stopped_early = False
 
     def _spawn(self) -> Slot:
         assert self.pool is not None
@@ -140,7 +145,7 @@ class Run:
         """The run's folder, its log (the handler the caller removes), test.json; the run's clock and the workers' clocks."""
         opts = self.opts
         self.run_dir = new_run_dir(Path(opts.store), opts.target)
-        handler = _log_to(self.run_dir / "leasecheck.log")
+        handler = log_to(log, self.run_dir / "leasecheck.log")
         write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "run_id": self.run_id, "argv": sys.argv})
         log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
         self.started = time.monotonic()
@@ -150,6 +155,8 @@ class Run:
     def _failed(self, e: BaseException) -> None:
         """Log the traceback, mark the run directory failed (storedir: never ``latest`` without a history)."""
         log.error("run failed: %s: %s", type(e).__name__, e, exc_info=e)
+        if self.following is not None:  # the history is closed: let the checker thread end
+            self.following.finish(timeout=5)
         mark_failed(self.run_dir, f"{type(e).__name__}: {e}" if not isinstance(e, EnvironmentFailure) else str(e))
         e.add_note(f"traceback in {self.run_dir / 'leasecheck.log'}")
 
@@ -194,6 +201,10 @@ class Run:
                         lease_expiry=self.target_cls.lease_expiry)
         self.start_ns = time.monotonic_ns()  # the history's time origin: the workers stamp their events against it
         self.writer = HistoryWriter(self.run_dir / "history.jsonl", header, start_ns=self.start_ns)
+        if opts.record:  # checked as it is written: each anomaly said when proven, --fail-fast stops on the first
+            self.following = Following(self.writer, self.run_dir, budget=opts.check_budget, windows=fault_windows,
+                                       faults=fault_victims)
+            self.following.start()
         journal = Journal(self.run_dir / WORKERS_DIR) if opts.record else None
         self.merge = Merge(self.writer, journal)
         mark_latest(self.run_dir)  # only now: a run that failed to start never becomes store/latest
@@ -218,6 +229,7 @@ class Run:
             ttl_ms=opts.ttl_ms, workers=self.recorder.ready, holders=self.recorder.takeovers.holders, clocks=self.clocks,
             network=self.network.network if self.network is not None else None,
             server=self.env.server, cluster=self.env.cluster, store_skew_ms=self.timing.store_skew_ms,
+            halted=self.recorder.halted, resuming=self.recorder.resuming,
         )
         self.nemesis = Nemesis(
             self.kinds, opts.nemesis_interval, context, self.merge.nemesis, random.Random(f"{self.seed}/nemesis"),
@@ -282,25 +294,24 @@ class Run:
         end = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require,
                        self.opts.time_limit, self.opts.evidence_wait_s, now=time.monotonic())
         self.tail = end.tail
+        snapshots = Snapshots(self.run_dir, self.opts.snapshot_every_s, self.following, now=time.monotonic())
         while not self.interrupts.event.is_set():
-            if end.passed(time.monotonic()):
+            if end.passed(time.monotonic()) or self._failed_fast():
                 break
+            snapshots.due(time.monotonic(), self)
             self._check_parts()
             self._replace_dead()
             if self.progress is not None:
                 try:
-                    self.progress(self.snapshot(self.started))
+                    self.progress(progress_of(self, self.started))
                 except KeyboardInterrupt:  # a caller's callback may stop the run this way (bench/bench_runner.py)
                     self.interrupts.interrupt(signal.SIGINT)
+        snapshots.close()
 
-    def snapshot(self, started: float) -> dict[str, Any]:
-        t = self.recorder.tally
-        elapsed = time.monotonic() - started
-        return {
-            "elapsed": elapsed, "ops": t.ops, "ok": t.ok, "fail": t.fail, "info": t.info,
-            "ops_per_s": t.ops / max(1e-9, time.monotonic() - t.started),
-            "faults": self.nemesis.active_names(), "workers": len(self.recorder.live()),
-        }
+    def _failed_fast(self) -> bool:
+        """``--fail-fast`` and an anomaly is proven: the test is over (the run goes on to heal, record and report)."""
+        self.stopped_early = bool(self.opts.fail_fast and self.following is not None and self.following.proven.is_set())
+        return self.stopped_early
 
     def _say_if_interrupted(self) -> None:
         """A signal cut the test short: say so (the run goes on to heal, read every node and check what was recorded)."""
@@ -326,7 +337,7 @@ class Run:
             return
         self.recorder.stopping.set()
         if self.pool is not None:
-            self.pool.stop(self.timing.wind_down_s)
+            self.pool.stop(0.0 if self.stopped_early else self.timing.wind_down_s)  # --fail-fast: their open ops are info
         self.recorder.join(10)
         self.deliveries.stop()
         self.merge.drain()  # every worker is gone: what is still buffered goes into the history, in time order
@@ -334,6 +345,9 @@ class Run:
     def _read_every_node(self) -> None:
         """Once every lease can have expired (unless a signal came first): the final read of every node."""
         stop = self.interrupts.event
+        if self.stopped_early:  # the verdict is proven already: what the reads would add is not worth the wait
+            log.info("--fail-fast: no final reads")
+            return
         if not stop.wait(self.timing.expiry_wait_s):
             nodes = node_names(self.run_id, self.deliveries.runs, self.opts.nodes)
             read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set)
@@ -360,35 +374,20 @@ class Run:
         """Check the history, write results.json and the report: what the run returns."""
         assert self.started is not None
         seconds = time.monotonic() - self.started
-        verdict, reason, reached = judge(self.run_dir / "history.jsonl", self.opts, self.kinds, self.tail, self.interrupts, self.started)
-        stats = self._stats(seconds)
+        online = self.following.finish() if self.following is not None else None
+        verdict, reason, reached = judge(self.run_dir / "history.jsonl", self.opts, self.kinds, self.tail, self.interrupts,
+                                         self.started, online)
+        stats = run_stats(self, seconds)
         write_json(self.run_dir / "results.json", {
             **verdict.to_json(), "reason": reason, "target": self.opts.target, "nemesis": list(self.opts.nemesis),
             "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
             "coverage": coverage_json(reached, self.kinds, self.opts.require),
         })
+        log.info("checked: %s", verdict.valid)
         if self.opts.record:
             write_report(self.run_dir)
+        log.info("report written")
         return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
-
-    def _stats(self, seconds: float) -> dict[str, Any]:
-        t = self.recorder.tally
-        return {
-            "seconds": round(seconds, 3), "ops": t.ops, "ok": t.ok, "fail": t.fail, "info": t.info,
-            "fail_reasons": dict(t.by_reason), "deliveries": self.deliveries.delivered,
-            "duplicate_deliveries": self.deliveries.duplicated, "runs": self.deliveries.runs,
-            "faults": self.nemesis.started if hasattr(self, "nemesis") else 0,
-            "worker_processes": self.pool.spawned if self.pool is not None else 0,
-        }
-
-
-def _log_to(path: Path) -> logging.Handler:
-    """Send the run's log to its folder (the caller removes the handler at the end)."""
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    return handler
 
 
 def run(opts: RunOptions, progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:

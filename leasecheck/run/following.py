@@ -1,0 +1,180 @@
+"""The harness's checker thread: follows the history as the merge writes it, and says each anomaly as soon as it is proven.
+
+The writer hands this thread every byte it writes (``HistoryWriter.follow``), in
+file order; the thread reads them with the history's own reader (the same
+validation, the same pairing of invokes and completions) and feeds the ops to the
+online checker (:mod:`leasecheck.checker.online`). Whenever it has caught up with
+the writer, it probes the nodes that changed; each anomaly proven is printed on
+stderr at once and appended to ``anomalies.jsonl`` in the run folder (one JSON
+object per line: the anomaly, when its proof was complete and when it was said),
+and the first sets :attr:`Following.proven`, which ``--fail-fast`` stops the run on.
+
+A node the harness closes mid-run (:meth:`Following.close_after`: nobody can touch
+it again and the harness read it) is judged once that read is in, and its ops are
+dropped: what keeps a soak's memory flat. At the end every node left is judged,
+and :meth:`Following.finish` gives the verdict ``leasecheck check`` gives of the
+same file. If the thread fails (a bug: the history is the harness's own), the
+run falls back to checking the file after the end, and says so in its log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from leasecheck.checker import Verdict
+from leasecheck.checker.attribution import FaultsOf
+from leasecheck.checker.online import OnlineChecker, Proven
+from leasecheck.checker.windows import WindowsOf
+from leasecheck.histories import HistoryReader, HistoryWriter
+
+log = logging.getLogger("leasecheck.run")
+
+#: the file, in the run folder, that gets each anomaly the moment it is proven
+ANOMALIES_FILE = "anomalies.jsonl"
+
+#: how long the thread waits for more bytes before it probes anyway (it probes whenever it has caught up, too)
+PROBE_EVERY_S = 0.1
+
+
+class Following(threading.Thread):
+    """Follows one run's history (see the module docstring); :meth:`finish` once the writer is closed."""
+
+    def __init__(self, writer: HistoryWriter, run_dir: Path, *, budget: float | None, windows: WindowsOf | None,
+                 faults: FaultsOf | None, say: TextIO | None = sys.stderr) -> None:
+        super().__init__(name="online-checker", daemon=True)
+        self.writer = writer
+        self.run_dir = run_dir
+        self.budget = budget
+        self.windows = windows
+        self.faults = faults
+        self.say = say
+        #: set at the first anomaly proven (``--fail-fast`` stops the run on it)
+        self.proven = threading.Event()
+        #: every anomaly said so far, in the order it was said
+        self.said: list[Proven] = []
+        self.error: BaseException | None = None
+        self.verdict: Verdict | None = None
+        #: seconds of this thread's CPU time spent checking (its share of a core while the run goes)
+        self.cpu_s = 0.0
+        self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        #: (node, process) of the harness's closing reads: each node is judged once that read's completion is in
+        self._awaited: dict[tuple[str, int], bool] = {}
+        self._checker: OnlineChecker | None = None
+        self._last_probe = 0.0
+        self._out = (run_dir / ANOMALIES_FILE).open("a", encoding="utf-8")
+        writer.follow(self._chunks.put)
+
+    # ----------------------------------------------------------------- the caller's side
+
+    def close_after(self, node: str, process: int) -> None:
+        """``node`` gets no op after the read ``process`` is about to do of it: judge it and drop it once that read is in.
+
+        Called before the read is invoked, so the thread knows it before it can see the read."""
+        self._awaited[node, process] = True
+
+    def finish(self, timeout: float = 600.0) -> Verdict | None:
+        """The writer is closed: judge every node left; the verdict (None if the thread failed: check the file)."""
+        self._chunks.put(None)
+        self.join(timeout)
+        self._out.close()
+        if self.is_alive():
+            log.warning("the online checker did not finish in %g s: the history is checked from the file", timeout)
+            return None
+        if self.error is not None:
+            log.warning("the online checker failed (%s: %s): the history is checked from the file",
+                        type(self.error).__name__, self.error, exc_info=self.error)
+            return None
+        return self.verdict
+
+    @property
+    def open_nodes(self) -> int:
+        """Nodes whose ops are held (not yet judged)."""
+        return self._checker.open_nodes if self._checker is not None else 0
+
+    @property
+    def judged(self) -> int:
+        """Nodes judged so far (closed mid-run, or at the end)."""
+        return self._checker.closed if self._checker is not None else 0
+
+    # ----------------------------------------------------------------- the thread
+
+    def run(self) -> None:
+        began = time.thread_time()
+        try:
+            reader = HistoryReader(self._lines(), name=str(self.writer.path))
+            checker = self._checker = OnlineChecker(reader.header, reader.nemesis, budget=self.budget,
+                                                    windows=self.windows, faults=self.faults)
+            awaited = self._awaited
+            for op in reader.ops(open_ops=checker.in_flight):
+                checker.add(op)
+                if awaited and awaited.pop((op.node, op.process), False):
+                    self._tell(checker.close(op.node))
+            self._tell(checker.close_all())
+            verdict = checker.verdict()
+            verdict.header = reader.header
+            verdict.warnings.extend(reader.warnings)
+            verdict.stats["events"] = reader.events
+            verdict.stats["nemesis_events"] = len(reader.nemesis)
+            self.verdict = verdict
+        except BaseException as e:  # reported by finish(): the run checks the file instead
+            self.error = e
+            while self._chunks.get() is not None:  # let the writer go on: drain until the end
+                pass
+        finally:
+            self.cpu_s = time.thread_time() - began
+
+    def _lines(self) -> Iterator[bytes]:
+        """The history's lines as the writer writes them; probes whenever it has caught up (or every 0.1 s)."""
+        rest = b""
+        while True:
+            try:
+                chunk = self._chunks.get(timeout=PROBE_EVERY_S) if self._chunks.empty() else self._chunks.get_nowait()
+            except queue.Empty:
+                self._probe()
+                continue
+            if chunk is None:
+                if rest:
+                    yield rest  # a torn last line: the reader says so, as it does of the file
+                return
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                yield line + b"\n"
+            if self._chunks.empty() or time.monotonic() - self._last_probe > PROBE_EVERY_S:
+                self._probe()
+
+    def _probe(self) -> None:
+        checker = self._checker
+        if checker is None:
+            return
+        self._last_probe = time.monotonic()
+        self._tell(checker.probe())
+
+    def _tell(self, proofs: list[Proven]) -> None:
+        """Say each anomaly: one line on stderr, one JSON line in anomalies.jsonl; the first sets :attr:`proven`."""
+        if not proofs:
+            return
+        now_s = self.writer.now() / 1e9
+        for p in proofs:
+            a = p.anomaly
+            self.said.append(p)
+            record: dict[str, Any] = {**a.to_json(), "proof_s": round(p.proof_ns / 1e9, 6), "said_s": round(now_s, 6),
+                                      "early": p.early}
+            self._out.write(json.dumps(record) + "\n")
+            if self.say is not None:
+                ops = ", ".join(map(str, a.ops))
+                print(f"anomaly at {p.proof_ns / 1e9:.3f} s (said at {now_s:.3f} s): {a.kind} on {a.node}, ops {ops}: "
+                      f"{a.explanation}", file=self.say, flush=True)
+        self._out.flush()
+        self.proven.set()
+
+
+__all__ = ["ANOMALIES_FILE", "PROBE_EVERY_S", "Following"]
