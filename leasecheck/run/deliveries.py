@@ -76,6 +76,8 @@ class Deliveries:
         #: the in-flight nodes whose consumer extends the visibility with every heartbeat
         self.extended: set[str] = set()
         self.done: set[str] = set()
+        #: every node produced and not yet closed (see :meth:`close`), in the order produced
+        self.unclosed: dict[str, None] = {}
         self.runs = 0
         #: the node whose duplicate, delivered just now, should race the original
         self._racing: str | None = None
@@ -114,6 +116,7 @@ class Deliveries:
                 return
             self.rng.shuffle(nodes)
             with self._lock:
+                self.unclosed.update(dict.fromkeys(sorted(nodes, key=lambda n: int(n.rpartition("-")[2]))))
                 self.ready.extend(nodes)
 
     def _create(self, nodes: list[str]) -> bool:
@@ -170,6 +173,18 @@ class Deliveries:
             if node not in self.done:
                 self.inflight.pop(node, None)
                 self.ready.appendleft(node)
+
+    def settled(self, busy: set[str]) -> list[str]:
+        """The done nodes the queue will never hand out again (no copy waits in it) and no worker is ``busy`` with."""
+        with self._lock:
+            waiting = set(self.ready)
+            return [n for n in self.done if n not in waiting and n not in busy]
+
+    def close(self, node: str) -> None:
+        """``node`` was read for the last time: forget it (it is never handed out again: done, no copy queued)."""
+        with self._lock:
+            self.done.discard(node)
+            self.unclosed.pop(node, None)
 
     def ack(self, node: str) -> None:
         with self._lock:

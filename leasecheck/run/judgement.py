@@ -119,6 +119,7 @@ def run_stats(run: Any, seconds: float) -> dict[str, Any]:
         "worker_processes": run.pool.spawned if run.pool is not None else 0,
         **({"stopped_at_first_anomaly": True} if run.stopped_early else {}),
         **({"checker_cpu_s": round(run.following.cpu_s, 3)} if run.following is not None and run.following.cpu_s else {}),
+        **({"nodes_closed_while_running": run.closer.closed} if getattr(run, "closer", None) is not None else {}),
     }
 
 

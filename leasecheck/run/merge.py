@@ -154,6 +154,12 @@ class Merge:
             stream.bound = max(stream.bound, t)
             stream.floor = t
 
+    def harness_op(self, process: int, type_: str, f: str, node: str, value: Any) -> None:
+        """An event of an op the harness does itself (a closing read), stamped now (never earlier than anything written)."""
+        with self._lock:
+            self._seq += 1
+            heapq.heappush(self._heap, (self.now(), self._seq, process, type_, f, node, value))
+
     def watermark(self) -> float:
         """Every event stamped at or before this can be written: no live stream can still send an earlier one."""
         return min((s.bound for s in self.streams if not s.blocked and not s.ended and not s.halted), default=math.inf)

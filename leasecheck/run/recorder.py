@@ -18,14 +18,18 @@ import queue
 import selectors
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leasecheck.histories import HistoryWriter
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.merge import MAX_BUFFERED, Merge, Stream
-from leasecheck.run.slots import Slot, Tally
+from leasecheck.run.slots import SEEN_NODES, Slot, Tally
+
+if TYPE_CHECKING:
+    from leasecheck.run.closing import Closer
 from leasecheck.run.takeovers import Phase, Takeovers
 
 #: the messages whose worker waits for the hub's answer (see Stream.blocked)
@@ -36,8 +40,9 @@ class Recorder:
     """Serves the workers' pipes from one thread; see the module docstring."""
 
     def __init__(self, writer: HistoryWriter, deliveries: Deliveries, on_death: Callable[[Slot], None],
-                 merge: Merge | None = None) -> None:
+                 merge: Merge | None = None, seen_nodes: int = SEEN_NODES) -> None:
         self.writer = writer
+        self.seen_nodes = seen_nodes
         self.merge = merge if merge is not None else Merge(writer)
         self.deliveries = deliveries
         self.on_death = on_death
@@ -71,6 +76,8 @@ class Recorder:
         self._selector = selectors.DefaultSelector()
         self._thread = threading.Thread(target=self._serve, name="recorder", daemon=True)
         self.error: BaseException | None = None
+        #: what closes settled nodes mid-run (:mod:`leasecheck.run.closing`), fed from this thread; None: none is
+        self.closer: Closer | None = None
         #: stopped workers whose pipes are to be drained before their streams halt (see :meth:`halted`)
         self._halts: queue.SimpleQueue[Slot] = queue.SimpleQueue()
 
@@ -83,7 +90,7 @@ class Recorder:
     def add(self, conn: Connection, slot: int, pid: int | None, process: int | None = None, stream: Stream | None = None) -> Slot:
         """Register a started worker: its process number and stream (made before it started, see WorkerPool.spawn)."""
         s = Slot(self.new_process() if process is None else process, slot, conn, pid,
-                 stream=stream if stream is not None else self.merge.stream())
+                 stream=stream if stream is not None else self.merge.stream(), seen=deque(maxlen=self.seen_nodes))
         with self._lock:
             self.slots[conn] = s
             self._selector.register(conn, selectors.EVENT_READ)
@@ -112,6 +119,16 @@ class Recorder:
         s = self._slot_of(process)
         if s is not None:
             self.merge.resume(s.stream)
+
+    def busy(self) -> set[str]:
+        """The nodes a live worker may still send an op on (delivered to it, or among those it may read), or
+        that a race holds; the rest of the done nodes are the closer's (this thread's view)."""
+        busy = set(self._racers) | set(self._on_the_line)
+        if self._twin is not None:
+            busy.add(self._twin[1])
+        for s in self.live():
+            busy |= s.may_touch()
+        return busy
 
     def _slot_of(self, process: int) -> Slot | None:
         with self._lock:
@@ -160,12 +177,14 @@ class Recorder:
                 if self._waits:
                     self._wake(out_s)
                 if self._twin is not None and (self._twin[2] < time.monotonic() or self.stopping.is_set()):
-                    self._send(self._twin[0], self._twin[1])
+                    self._deliver(self._twin[0], self._twin[1])
                     self._twin = None
                 if self._racers:
                     self._start_stale_races()
                 if self._held_back and (self.go.is_set() or self.stopping.is_set()):
                     self._release_held_back()
+                if self.closer is not None and not self.stopping.is_set():
+                    self.closer.tick(now, self.busy)
         except BaseException as e:  # reported by the runner
             self.error = e
 
@@ -187,7 +206,7 @@ class Recorder:
             s = self.slots.get(conn)
             if s is None or not s.alive:
                 continue
-            self._send(conn, None if self.stopping.is_set() else self.deliveries.next())
+            self._deliver(conn, None if self.stopping.is_set() else self.deliveries.next())
 
     def _wake(self, out_s: float = 0.0) -> None:
         """Answer the stalled workers whose phase came (or was missed, or never came in time).
@@ -236,6 +255,13 @@ class Recorder:
         if waiting is not None:
             self._send(waiting, True)
         return True
+
+    def _deliver(self, conn: Connection, delivery: str | tuple[str, str] | None) -> None:
+        """Answer a worker's ``next`` with a node (or a race for one, "" for none yet, None: stop); it works on it now."""
+        s = self.slots.get(conn)
+        if s is not None and delivery:
+            s.current = delivery[1] if isinstance(delivery, tuple) else delivery
+        self._send(conn, delivery)
 
     def _send(self, conn: Connection, answer: object) -> None:
         """Answer a worker that waits for us (one that may have died meanwhile).
@@ -288,7 +314,11 @@ class Recorder:
             f, node = s.open
             self.merge.push(s.stream, t, s.process, typ, f, node, value)
             s.open = None
-            self._count(typ, value)
+            if self.closer is not None:
+                self.closer.completed(node)
+            if typ == "ok" and f == "claim":
+                s.seen.append(node)  # as the worker does
+            self.tally.count(typ, value)
             alive = self.takeovers.complete(s.process, typ, value)
             if alive is not None:
                 self.deliveries.touch(alive[1])
@@ -302,6 +332,7 @@ class Recorder:
             _, node, key, phase, timeout_s = msg
             self._waits.append((conn, node, key, phase, time.monotonic() + timeout_s))
         elif kind == "next":
+            s.current = None  # done with the last one
             if not self.go.is_set() and not self.stopping.is_set():
                 self._held_back.append(conn)  # answered when every worker is up
                 return
@@ -316,13 +347,13 @@ class Recorder:
                 if earlier is not None:  # a racer of this node's last race still waits: that race is over, it goes now
                     self._send(earlier, True)
                 self._racers[node] = ({twin[0], conn}, time.monotonic() + self.deliveries.visibility_s / 4)
-                self._send(twin[0], ("race", node))
-                self._send(conn, ("race", node))
+                self._deliver(twin[0], ("race", node))
+                self._deliver(conn, ("race", node))
                 return
             if twin is None and node and self.deliveries.copy_waits(node):
                 self._twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
                 return
-            self._send(conn, node)
+            self._deliver(conn, node)
         elif kind == "done":
             self.deliveries.ack(msg[1])
         elif kind == "requeue":
@@ -333,16 +364,6 @@ class Recorder:
         elif kind == "renumber":
             s.process = self.new_process()
             self._send(conn, s.process)
-
-    def _count(self, typ: str, value: dict[str, Any]) -> None:
-        t = self.tally
-        if typ == "ok":
-            t.ok += 1
-        elif typ == "fail":
-            t.fail += 1
-            t.by_reason[value.get("reason", "?")] += 1
-        else:
-            t.info += 1
 
     def _died(self, s: Slot) -> None:
         """A worker is gone: its open op is recorded ``info`` (stamped now, after all it sent) and its process retired."""
@@ -358,7 +379,7 @@ class Recorder:
         s.conn.close()
         if s.open is not None:
             self.takeovers.complete(s.process, "info", {})
-            self._count("info", {})
+            self.tally.count("info", {})
         self.merge.end(s.stream, s.process, s.open)
         s.open = None
         self.on_death(s)

@@ -1,24 +1,22 @@
-"""``leasecheck run``: a backend under concurrent workers and faults, recorded, then checked.
+"""``leasecheck run``: a backend under concurrent workers and faults, recorded and checked as it goes.
 
 The flow is docs/how-it-works.md's "Data flow of one test": start the store, start the
-workers (OS processes, one client each, forked from a forkserver that has the
-workload and the backend imported: :mod:`leasecheck.run.pool`), let the nemesis
-inflict faults from the catalogue on its seeded schedule, record every op
-(each worker stamps and logs its own; :mod:`leasecheck.run.merge` puts the streams
-in time order), then the final phase — heal everything, stop the workers,
-wait until every lease can have expired, read every node
-(:mod:`leasecheck.run.final_reads`) — and check the history. Every fault is healed
-and every process we started is stopped on every exit path: normal end,
-SIGINT / SIGTERM (:mod:`leasecheck.run.interrupts`), or an exception.
+workers (OS processes, one client each, forked from a forkserver that has the workload
+and the backend imported: :mod:`leasecheck.run.pool`), let the nemesis inflict faults
+from the catalogue on its seeded schedule, record every op (each worker stamps and logs
+its own; :mod:`leasecheck.run.merge` puts the streams in time order) while a thread checks
+the history as it is written (:mod:`leasecheck.run.following`; nodes nobody can touch
+again are closed as the run goes, :mod:`leasecheck.run.closing`), then the final phase —
+heal everything, stop the workers, wait until every lease can have expired, read every
+node left (:mod:`leasecheck.run.final_reads`) — and the verdict. Every fault is healed
+and every process we started is stopped on every exit path: normal end, SIGINT /
+SIGTERM (:mod:`leasecheck.run.interrupts`), or an exception.
 
-The run's clock and the nemesis start only when every worker is up and has
-said hello (a barrier: 64 workers take ~1.5 s to come up on two cores, more
-on a busy machine, and a time limit running meanwhile would test nothing). The verdict is the run verdict
-(:mod:`leasecheck.verdict.run_verdict`): a run that tested too little is ``unknown``.
-Everything the run makes — server directories and logs, worker clocks — lives
-in its run directory, never in the system's temp folder.
+The run's clock and the nemesis start only when every worker is up and has said hello
+(a barrier: 64 workers take ~1.5 s to come up on two cores). The verdict is the run verdict
+(:mod:`leasecheck.verdict.run_verdict`): a run that tested too little is ``unknown``. Everything
+the run makes lives in its run directory, never in the system's temp folder.
 """
-
 from __future__ import annotations
 
 import logging
@@ -38,10 +36,11 @@ from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
+from leasecheck.run.closing import Closer
 from leasecheck.run.deadline import Deadline
 from leasecheck.run.deliveries import Deliveries, new_run_id
 from leasecheck.run.environment import Environment, prepare
-from leasecheck.run.final_reads import node_names, read_every_node
+from leasecheck.run.final_reads import read_every_node
 from leasecheck.run.following import Following
 from leasecheck.run.interrupts import Interrupts
 from leasecheck.run.judgement import Snapshots, judge, log_to, progress_of, run_stats, write_report
@@ -93,6 +92,7 @@ class Run:
         self.tail: HistoryTail | None = None
         self.started: float | None = None
         self.following: Following | None = None
+        self.closer: Closer | None = None
         #: --fail-fast stopped the run at its first proven anomaly
         self.stopped_early = False
 
@@ -217,7 +217,10 @@ class Run:
             visibility_s=self.timing.visibility_s,
             add_nodes=producer.add_nodes, run_id=self.run_id,
         )
-        self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put, self.merge)
+        self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put, self.merge, opts.workload.seen_nodes)
+        if self.following is not None:  # nodes nobody can touch again are read, judged and forgotten as the run goes
+            self.closer = Closer.started(self.spec, self.merge, self.deliveries, self.recorder, self.following,
+                                         quiet_s=self.timing.expiry_wait_s)
         self.pool = WorkerPool(self.spec, opts.workload, self.seed, opts.record, self.recorder, self.clocks, self.network,
                                log_dir=self.run_dir / WORKERS_DIR, start_ns=self.start_ns)
 
@@ -339,6 +342,8 @@ class Run:
         if self.pool is not None:
             self.pool.stop(0.0 if self.stopped_early else self.timing.wind_down_s)  # --fail-fast: their open ops are info
         self.recorder.join(10)
+        if self.closer is not None:
+            self.closer.stop()
         self.deliveries.stop()
         self.merge.drain()  # every worker is gone: what is still buffered goes into the history, in time order
 
@@ -349,7 +354,7 @@ class Run:
             log.info("--fail-fast: no final reads")
             return
         if not stop.wait(self.timing.expiry_wait_s):
-            nodes = node_names(self.run_id, self.deliveries.runs, self.opts.nodes)
+            nodes = list(self.deliveries.unclosed)  # those the closer read are judged and forgotten already
             read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set)
 
     def _clean_up(self) -> None:
@@ -383,10 +388,8 @@ class Run:
             "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
             "coverage": coverage_json(reached, self.kinds, self.opts.require),
         })
-        log.info("checked: %s", verdict.valid)
         if self.opts.record:
             write_report(self.run_dir)
-        log.info("report written")
         return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
 
 

@@ -7,12 +7,15 @@ that the runner and the pool name a worker without the recorder's machinery.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from typing import Any
 
 from leasecheck.run.merge import Stream
 
+#: how many of the nodes it last claimed a worker keeps, to read one of them now and then (the recorder keeps the same)
+SEEN_NODES = 50
 
 @dataclass
 class Slot:
@@ -29,6 +32,14 @@ class Slot:
     stream: Stream = field(default_factory=lambda: Stream(0))
     #: the op it has in flight (invoke received, completion not yet): (f, node)
     open: tuple[str, str] | None = None
+    #: the node the queue last delivered to it (it works on it, as a zombie too, until it asks for the next)
+    current: str | None = None
+    #: the nodes it was last granted a claim on, as it keeps them (it reads one of them now and then)
+    seen: deque[str] = field(default_factory=lambda: deque(maxlen=SEEN_NODES))
+
+    def may_touch(self) -> set[str]:
+        """Every node this worker may still send an op on: the one it works on, and those it may read."""
+        return {*self.seen, *((self.current,) if self.current else ()), *((self.open[1],) if self.open else ())}
 
 
 @dataclass
@@ -45,5 +56,15 @@ class Tally:
     def ops(self) -> int:
         return self.ok + self.fail + self.info
 
+    def count(self, typ: str, value: dict[str, Any]) -> None:
+        """One completion of type ``typ`` (a failure by its reason)."""
+        if typ == "ok":
+            self.ok += 1
+        elif typ == "fail":
+            self.fail += 1
+            self.by_reason[value.get("reason", "?")] += 1
+        else:
+            self.info += 1
 
-__all__ = ["Slot", "Tally"]
+
+__all__ = ["SEEN_NODES", "Slot", "Tally"]

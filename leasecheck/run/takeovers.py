@@ -111,6 +111,11 @@ class Takeovers:
         leases = self.nodes.get(node)
         return leases.find(lease_key(value)) if leases is not None else None
 
+    def forget(self, node: str) -> None:
+        """``node`` is closed (nobody touches it again): drop its leases, so that a soak's memory stays flat."""
+        with self._lock:
+            self.nodes.pop(node, None)
+
     def wake(self, node: str, key: Any, phase: Phase) -> Wake | None:
         leases = self.nodes.get(node)
         return leases.phase_of(key, phase) if leases is not None else None

@@ -36,6 +36,7 @@ from typing import Any
 
 from leasecheck.histories.format import lease_key
 from leasecheck.run.interrupts import ignore_in_child
+from leasecheck.run.slots import SEEN_NODES
 from leasecheck.run.takeovers import PHASES
 from leasecheck.run.worker_pipe import Hub, Recording
 from leasecheck.servers.base import die_with_parent
@@ -72,6 +73,9 @@ class Workload:
     zombie_wait_ttls: float = 4.0
     #: share of loop iterations that also read a node
     read_rate: float = 0.15
+    #: how many of the nodes it last claimed a worker keeps to read one now and then (the recorder keeps the same
+    #: list: a node is closed mid-run only once no worker keeps it, :mod:`leasecheck.run.closing`)
+    seen_nodes: int = SEEN_NODES
     #: most effects per execution
     max_effects: int = 3
     #: ops per second per worker at most (0: as fast as the store answers)
@@ -179,7 +183,7 @@ class Worker:
                 self.hub.tell("done", node)
             return
         granted = time.monotonic()
-        self.seen = (self.seen + [node])[-50:]
+        self.seen = (self.seen + [node])[-self.w.seen_nodes:]  # the recorder keeps the same list (Slot.seen)
         carried = lease.to_json()
         rng, ttl, w = self.rng, self.ttl, self.w
         duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < w.long_rate else rng.uniform(0.05, 0.8) * ttl
