@@ -97,8 +97,8 @@ kinds = ["stale-effect"]
         ("sqlite-ttl-only", ("pause", "kill"), 1), ("sqlite-ttl-only", ("pause", "kill"), 3),
     ]
     first, broken = spec.cells[0], spec.cells[4]
-    # defaults merged under the entry's own options; names as leasecheck run spells them
-    assert dict(first.options) == {"time-limit": 5, "ttl": 300, "nodes": 7}
+    # defaults merged under the entry's own options; names as leasecheck run spells them; a cell expected valid fails fast
+    assert dict(first.options) == {"time-limit": 5, "ttl": 300, "nodes": 7, "fail-fast": True}
     assert dict(broken.options) == {"time-limit": 9, "ttl": 300}
     assert first.expected == Expectation("valid", (), "spec")
     assert broken.expected == Expectation("invalid", ("stale-effect",), "spec") and broken.entry == "broken"
@@ -276,7 +276,7 @@ kinds = ["stale-commit"]
     by = {c.name: c for c in cases}
     ttl = by["sqlite-ttl-only / pause / seed 1"]
     ref = by["sqlite / pause / seed 1"]
-    assert ttl.outcome == "failure" and ttl.message.startswith("expected valid, got invalid: ") and "stale-commit" in ttl.message
+    assert ttl.outcome == "failure" and ttl.message.startswith("expected valid, got invalid: ") and "stale-" in ttl.message  # fails fast: its first kind
     assert re.search(r"stale-commit on [0-9a-f]{12}/run-\d+/node-\d+, ops \[", ttl.text), ttl.text  # RUNID/run-N/node-I
     assert ref.outcome == "failure" and ref.message == "expected invalid (stale-commit), got valid: the expected anomalies were not found"
     assert root.get("failures") == "2"

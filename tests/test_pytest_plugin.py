@@ -71,7 +71,7 @@ def test_every_run_option_is_a_flag_of_leasecheck_run() -> None:
     assert all(flag == "--" + key.replace("_", "-") for key, flag in run_flags().items())
     # the keys a call has always taken (docs/pytest.md)
     assert {"url", "exec_store", "nemesis_interval", "evidence_wait", "require", "concurrency", "ttl", "nodes", "dup_rate",
-            "rate", "clock_uncertainty", "store_skew", "env", "cluster"} == set(run_flags())
+            "rate", "clock_uncertainty", "store_skew", "env", "cluster", "fail_fast", "snapshot_every"} == set(run_flags())
 
 
 def test_a_list_repeats_its_flag_and_a_float_reads_as_typed() -> None:
@@ -106,7 +106,7 @@ def test_a_valid_run_passes_and_lands_in_the_default_store(inner: pytest.Pyteste
             (r,) = results
             assert r.report == r.run_dir / "report.html" and (r.run_dir / "history.jsonl").is_file()
             assert r.command.endswith(f"leasecheck run --target {SQLITE} --nemesis pause --seed 1 --time-limit {SECONDS} --evidence-wait {SECONDS}"
-                                      f" --store {{r.run_dir.parent.parent}}")
+                                      f" --fail-fast --store {{r.run_dir.parent.parent}}")
     """)
     result = run_inner(inner)
     result.assert_outcomes(passed=1)
@@ -151,7 +151,7 @@ def test_a_broken_variant_fails_with_its_anomalies_report_and_replay(inner: pyte
     assert f"  run folder: {run_dir}\n" in out
     assert f"  report:     {run_dir / 'report.html'}\n" in out
     replay = (f"cd {inner.path} && leasecheck run --target {BROKEN} --nemesis pause --seed 1"
-              f" --time-limit {SECONDS} --evidence-wait {SECONDS} --store {run_dir.parent.parent}")
+              f" --time-limit {SECONDS} --evidence-wait {SECONDS} --fail-fast --store {run_dir.parent.parent}")
     assert f"  replay:     {replay}\n" in out
     # ...and it does: pasted into a shell (leasecheck on its PATH), it makes the same run again, in the same store
     env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
@@ -306,7 +306,7 @@ def test_misuse_is_a_clear_error_and_a_bad_option_is_no_verdict(inner: pytest.Py
     result.stdout.fnmatch_lines([
         "E*LeasecheckError: leasecheck run (seed 5) gave no verdict: exit 3, bad options: leasecheck run: unknown nemesis no-such-fault (known: pause, kill*",
         f"E*replay: cd {inner.path} && leasecheck run --target {SQLITE} --nemesis no-such-fault --seed 5 --time-limit 4 --evidence-wait 4"
-        " --store *",
+        " --fail-fast --store *",
     ])
 
 

@@ -98,6 +98,9 @@ def run_args(target: str, nemesis: str, seed: int, time_limit: float, options: M
     for key, value in options.items():
         if value is None:
             continue
+        if isinstance(value, bool):  # an on/off flag (fail_fast): there, or not
+            args += [run_flags()[key]] if value else []
+            continue
         for one in (value if isinstance(value, list | tuple) else [value]):  # a repeatable flag (require) takes a list
             args += [run_flags()[key], _flag_value(one)]
     return args

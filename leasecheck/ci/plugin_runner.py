@@ -103,6 +103,8 @@ class LeasecheckRunner:
         a slow machine gives a late verdict rather than ``unknown``.
         ``expect`` is ``"valid"`` unless said (``"invalid"`` for a known-broken variant,
         ``"unknown"``); ``"any"`` judges nothing: the results are returned whatever they say.
+        ``fail_fast`` is on unless said (``fail_fast=False``): a run stops at its first proven
+        anomaly, so a red test is red within a second or two of the proof.
         """
         __tracebackhide__ = True
         given = {"target": target, "nemesis": nemesis, "seeds": seeds, "time_limit": time_limit, "expect": expect}
@@ -123,6 +125,7 @@ class LeasecheckRunner:
         limit = float(call.get("time_limit", self.default_time_limit))
         chosen_seeds = seed_list(call.get("seeds", DEFAULT_SEEDS))
         merged.setdefault("evidence_wait", limit)
+        merged.setdefault("fail_fast", True)
 
         results = []
         for seed in chosen_seeds:
