@@ -102,6 +102,8 @@ class Watch:
         self.forkservers: set[int] = set()
         self.run: Run | None = None
         self.checked = False
+        #: every worker pid the recorder knew while the run went (it forgets a worker once it is gone)
+        self.worker_pids: set[int] = set()
 
     def __call__(self, snapshot: dict[str, Any]) -> None:
         for p in _tree(self.me):
@@ -109,6 +111,8 @@ class Watch:
                 self.seen.setdefault(p.pid, p)
                 if _is_forkserver(p, self.me):
                     self.forkservers.add(p.pid)
+        if self.run is not None:
+            self.worker_pids |= {s.pid for s in self.run.recorder.live() if s.pid is not None}
         if not self.checked and self.run is not None and self.forkservers:
             self.check_workers()
 
@@ -163,7 +167,7 @@ def test_64_workers_forked_from_the_zygote_all_say_hello_and_leave_nothing(tmp_p
     assert result.stats["worker_processes"] >= 64 and result.verdict.valid in (True, "unknown")
     assert len(watch.forkservers) == 1 and watch.checked, "no forkserver seen during the run"
     # each worker has its own pid: the recorder saw 64 different ones, none of them the forkserver's
-    pids = {s.pid for s in r.recorder.slots.values()}
+    pids = watch.worker_pids
     assert len(pids) == result.stats["worker_processes"] and not pids & watch.forkservers
     alive = _wait_gone(list(watch.seen.values()), 10.0)
     assert not alive, f"left behind: {[(p.pid, p.cmdline()) for p in alive if _alive(p)]}"

@@ -280,7 +280,9 @@ class Recorder:
             self._died(s)
 
     def _handle(self, conn: Connection) -> None:
-        s = self.slots[conn]
+        s = self.slots.get(conn)
+        if s is None:  # died while this round was served (an answer to it failed)
+            return
         try:
             msg = conn.recv()
         except (EOFError, OSError):
@@ -372,6 +374,7 @@ class Recorder:
         s.alive = False
         self._drain(s)
         with self._lock:
+            self.slots.pop(s.conn, None)  # forgotten: a night of crashing workers must not pile up
             try:
                 self._selector.unregister(s.conn)
             except (KeyError, ValueError):
