@@ -26,6 +26,8 @@ EPOCH_CARRIERS: frozenset[str] = frozenset({"renew", "effect", "commit", "releas
 #: an event's ``type``: an invoke, then exactly one completion
 EventType = Literal["invoke", "ok", "fail", "info"]
 EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
+#: an operation's outcome: the type of the completion that ended it (an op never completed is ``info``)
+Outcome = Literal["ok", "fail", "info"]
 
 # ---------------------------------------------------------------- fail reasons
 
