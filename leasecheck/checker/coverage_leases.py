@@ -108,7 +108,10 @@ def count_fault_situations(leases: Sequence[CoveredLease], ttl: float, store: Se
     if skewed:
         for lease in leases:
             p = lease.claim.process
-            if any(p in w.victims and lease.granted < w.until and lease.end_at > w.start for w in skewed):
+            # held until it ended or expired: a lease its holder never gave back is no longer held a ttl after its last
+            # grant or renew (counting it at any later skew made a node's count depend on faults long after its end)
+            held_until = min(lease.end_at, lease_deadline(lease, ttl))
+            if any(p in w.victims and lease.granted < w.until and held_until > w.start for w in skewed):
                 counts["lease-held-by-skewed-worker"] += 1
     count_cluster_situations(leases, ttl, store, counts, claims)
 

@@ -38,11 +38,16 @@ def commits(n: NodeHistory, out: Findings) -> None:
             )
     reads = sorted((op for op in ops if op.type == "ok" and op.f == "read"), key=lambda o: o.invoke_time)
     starts = [r.invoke_time for r in reads]
-    owners: dict[Any, Any] = {}  # the owner each lease's ok claim asked for (the first claim, on a duplicate)
-    for op in ops:
-        if op.type == "ok" and op.f == "claim":
-            lease = op.result.get("epoch") if fenced else freeze(op.result.get("token"))
-            owners.setdefault(lease, op.value.get("owner"))
+    # the owner each lease's ok claim asked for: of the claims invoked before the commit completed, the first to
+    # complete (a claim invoked later cannot be the committed lease's; counting it made the explanation of a history
+    # so far differ from the whole history's, see leasecheck.checker.online)
+    claims = sorted((op for op in ops if op.type == "ok" and op.f == "claim"), key=lambda o: (o.complete_time or 0, o.index))
+
+    def owner_of(c: Op, want: Any) -> Any:
+        assert c.complete_time is not None
+        return next((op.value.get("owner") for op in claims if op.invoke_time < c.complete_time
+                     and (op.result.get("epoch") if fenced else freeze(op.result.get("token"))) == want), None)
+
     for c in done:
         want = key(c)
         assert c.complete_time is not None  # an ok op completed
@@ -55,7 +60,7 @@ def commits(n: NodeHistory, out: Findings) -> None:
                 and ("result" not in v or agrees(result_of(c), v["result"]))  # not given: not compared
             ):
                 continue
-            out.add("lost-commit", node, [c, r], lost_commit_explanation(c, r, fenced, owners.get(want)))
+            out.add("lost-commit", node, [c, r], lost_commit_explanation(c, r, fenced, owner_of(c, want)))
 
 
 def lost_commit_explanation(c: Op, r: Op, fenced: bool, owner: Any = None) -> str:

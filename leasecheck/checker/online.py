@@ -50,6 +50,16 @@ from leasecheck.histories.vocabulary import KINDS, SITUATIONS
 #: proven later on the same node makes the offline checker skip it (the table's ``unless``), so it waits for the close
 STABLE_KINDS: frozenset[str] = frozenset(KINDS) - {"non-linearizable"}
 
+#: per kind, the ops that, still in flight (invoked before the finding's proof was complete), may yet make the
+#: whole history's finding another one of the same kind (an earlier witness, a lease that started earlier, an owner
+#: named): the probe holds such a finding back until they complete. Found by tests/test_online.py's searches
+REWORDED_BY: dict[str, frozenset[str]] = {
+    "duplicate-epoch": frozenset({"claim"}),
+    "duplicate-commit": frozenset({"commit"}),
+    "overlapping-lease": frozenset({"claim", "renew"}),
+    "lost-commit": frozenset({"claim"}),
+}
+
 #: the longest one probe's linearizability search may take (a probe that gives up proves nothing, and is retried)
 PROBE_BUDGET_S = 0.2
 
@@ -108,6 +118,9 @@ class OnlineChecker:
         self._windows_of: tuple[int, Any] = (-1, ((), ()))
         self._spent = 0.0
         self.closed = 0
+        #: some op of the history named an integer epoch: a node with none so far may still turn out fenced, and be
+        #: judged by the other rules (a backend that fences some nodes only): its findings wait for its close
+        self._fenced_seen = False
 
     # ------------------------------------------------------------------ feeding
 
@@ -118,6 +131,8 @@ class OnlineChecker:
             nops = self._open[op.node] = []
         nops.append(op)
         self._dirty.add(op.node)
+        if not self._fenced_seen and op.epoch.__class__ is int:
+            self._fenced_seen = True
 
     @property
     def open_nodes(self) -> int:
@@ -137,20 +152,29 @@ class OnlineChecker:
             nops = self._open.get(node)
             if nops is None:
                 continue
-            if node in flying:
-                nops = nops + list(never_completed_ops({inv.process: inv for inv in flying[node]}))
+            pending = flying.get(node, [])
+            if pending:
+                nops = nops + list(never_completed_ops({inv.process: inv for inv in pending}))
             elif clean_counts(nops, self._rules) is not None:
+                continue
+            fenced = is_fenced(nops)
+            if not fenced and self._fenced_seen:
                 continue
             found = Findings()
             deadline = time.monotonic() + PROBE_BUDGET_S
-            check_node(NodeHistory(node, nops, self.header, is_fenced(nops), "search" if self.engine == "search" else "auto",
+            check_node(NodeHistory(node, nops, self.header, fenced, "search" if self.engine == "search" else "auto",
                                    deadline), found)
             told = self._told.setdefault(node, set())
             for a in found.anomalies:
                 key = (a.kind, tuple(a.ops))
-                if a.kind in STABLE_KINDS and key not in told:
-                    told.add(key)
-                    out.append(Proven(a, proof_time(a, nops), early=True))
+                if a.kind not in STABLE_KINDS or key in told:
+                    continue
+                proof = proof_time(a, nops)
+                rewording = REWORDED_BY.get(a.kind, frozenset())
+                if any(inv.f in rewording and inv.time <= proof for inv in pending):
+                    continue  # asked again once they complete (the node is dirty then)
+                told.add(key)
+                out.append(Proven(a, proof, early=True))
         return out
 
     # ------------------------------------------------------------------ judging
@@ -249,4 +273,4 @@ def follow(source: str | os.PathLike[str] | Iterable[bytes | str], *, probe_ever
     return verdict, proofs
 
 
-__all__ = ["PROBE_BUDGET_S", "STABLE_KINDS", "OnlineChecker", "Proven", "follow", "proof_time"]
+__all__ = ["PROBE_BUDGET_S", "REWORDED_BY", "STABLE_KINDS", "OnlineChecker", "Proven", "follow", "proof_time"]

@@ -24,14 +24,17 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.following import Following
 from leasecheck.run.merge import Merge
-from leasecheck.run.recorder import Recorder
 from leasecheck.run.takeovers import Takeovers
 from leasecheck.targets.base import Target
 from leasecheck.targets.registry import TargetSpec
+
+if TYPE_CHECKING:  # the recorder imports this module's type the same way: neither needs the other to load
+    from leasecheck.run.recorder import Recorder
 
 log = logging.getLogger("leasecheck.run")
 

@@ -34,6 +34,8 @@ from leasecheck.checker.attribution import FaultsOf
 from leasecheck.checker.online import OnlineChecker, Proven
 from leasecheck.checker.windows import WindowsOf
 from leasecheck.histories import HistoryReader, HistoryWriter
+from leasecheck.verdict.attribution import fault_victims
+from leasecheck.verdict.run_verdict import fault_windows
 
 log = logging.getLogger("leasecheck.run")
 
@@ -47,8 +49,9 @@ PROBE_EVERY_S = 0.1
 class Following(threading.Thread):
     """Follows one run's history (see the module docstring); :meth:`finish` once the writer is closed."""
 
-    def __init__(self, writer: HistoryWriter, run_dir: Path, *, budget: float | None, windows: WindowsOf | None,
-                 faults: FaultsOf | None, say: TextIO | None = sys.stderr) -> None:
+    def __init__(self, writer: HistoryWriter, run_dir: Path, *, budget: float | None, windows: WindowsOf | None = fault_windows,
+                 faults: FaultsOf | None = fault_victims, say: TextIO | None = sys.stderr) -> None:
+        """``windows`` and ``faults``: what makes the coverage's and the attribution's fault windows (the run's, by default)."""
         super().__init__(name="online-checker", daemon=True)
         self.writer = writer
         self.run_dir = run_dir

@@ -21,15 +21,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from leasecheck.histories import HistoryWriter
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.merge import MAX_BUFFERED, Merge, Stream
-from leasecheck.run.slots import SEEN_NODES, Slot, Tally
-
-if TYPE_CHECKING:
-    from leasecheck.run.closing import Closer
+from leasecheck.run.slots import SEEN_NODES, NodeCloser, Slot, Tally
 from leasecheck.run.takeovers import Phase, Takeovers
 
 #: the messages whose worker waits for the hub's answer (see Stream.blocked)
@@ -77,7 +74,7 @@ class Recorder:
         self._thread = threading.Thread(target=self._serve, name="recorder", daemon=True)
         self.error: BaseException | None = None
         #: what closes settled nodes mid-run (:mod:`leasecheck.run.closing`), fed from this thread; None: none is
-        self.closer: Closer | None = None
+        self.closer: NodeCloser | None = None
         #: stopped workers whose pipes are to be drained before their streams halt (see :meth:`halted`)
         self._halts: queue.SimpleQueue[Slot] = queue.SimpleQueue()
 
@@ -280,8 +277,7 @@ class Recorder:
             self._died(s)
 
     def _handle(self, conn: Connection) -> None:
-        s = self.slots.get(conn)
-        if s is None:  # died while this round was served (an answer to it failed)
+        if (s := self.slots.get(conn)) is None:  # died while this round was served (an answer to it failed)
             return
         try:
             msg = conn.recv()

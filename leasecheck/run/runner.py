@@ -56,8 +56,7 @@ from leasecheck.servers.store_network import StoreNetwork
 from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.targets.registry import TargetSpec
-from leasecheck.verdict.attribution import fault_victims
-from leasecheck.verdict.run_verdict import coverage_json, fault_windows
+from leasecheck.verdict.run_verdict import coverage_json
 from leasecheck.verdict.tails import HistoryTail
 
 log = logging.getLogger("leasecheck.run")
@@ -202,8 +201,7 @@ class Run:
         self.start_ns = time.monotonic_ns()  # the history's time origin: the workers stamp their events against it
         self.writer = HistoryWriter(self.run_dir / "history.jsonl", header, start_ns=self.start_ns)
         if opts.record:  # checked as it is written: each anomaly said when proven, --fail-fast stops on the first
-            self.following = Following(self.writer, self.run_dir, budget=opts.check_budget, windows=fault_windows,
-                                       faults=fault_victims)
+            self.following = Following(self.writer, self.run_dir, budget=opts.check_budget)
             self.following.start()
         journal = Journal(self.run_dir / WORKERS_DIR) if opts.record else None
         self.merge = Merge(self.writer, journal)

@@ -8,14 +8,25 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from leasecheck.run.merge import Stream
 
 #: how many of the nodes it last claimed a worker keeps, to read one of them now and then (the recorder keeps the same)
 SEEN_NODES = 50
+
+class NodeCloser(Protocol):
+    """What the recorder's thread tells the closer of nodes (:class:`leasecheck.run.closing.Closer`)."""
+
+    def completed(self, node: str) -> None:
+        """An op of ``node`` completed now."""
+
+    def tick(self, now: float, busy: Callable[[], set[str]]) -> None:
+        """A round of the recorder is over: ``busy()`` names the nodes a worker may still send an op on."""
+
 
 @dataclass
 class Slot:
@@ -67,4 +78,4 @@ class Tally:
             self.info += 1
 
 
-__all__ = ["SEEN_NODES", "Slot", "Tally"]
+__all__ = ["SEEN_NODES", "NodeCloser", "Slot", "Tally"]
