@@ -95,8 +95,20 @@ def interrupted_reason(interrupts: Interrupts, started: float | None, lacked: st
     return f"interrupted by {interrupts.name}{when}" + (f"; by then {lacked}" if lacked else "")
 
 
-def write_report(run_dir: Path) -> None:
-    """report.html and the plots, next to results.json; a failure is logged and warned about, never a verdict."""
+def write_report(run_dir: Path, in_child: bool = False) -> None:
+    """report.html and the plots, next to results.json; a failure is logged and warned about, never a verdict.
+
+    ``in_child``: drawn by a child process (a soak's: the plots read the whole history, which must not weigh
+    on the harness's memory); it says its own warnings on stderr.
+    """
+    if in_child:
+        code = f"from pathlib import Path; from leasecheck.run.judgement import write_report; write_report(Path({str(run_dir)!r}))"
+        try:
+            subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, timeout=3600, check=True)
+        except (OSError, subprocess.SubprocessError) as e:
+            log.warning("the run report could not be drawn: %s", e)
+            print(f"warning: the run report could not be drawn ({e}); see {run_dir / 'leasecheck.log'}", file=sys.stderr)
+        return
     try:
         from leasecheck.report.html import write_report as write_html  # matplotlib and the page: only now
         from leasecheck.run.flags import replay_flags
@@ -177,7 +189,8 @@ class Snapshots:
         self.written += 1
         if self.child is None or self.child.poll() is not None:
             code = f"from pathlib import Path; from leasecheck.run.judgement import write_report; write_report(Path({str(self.run_dir)!r}))"
-            self.child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          stdin=subprocess.DEVNULL)
             log.info("snapshot %d of results.json written; the report is being drawn (pid %d)", self.written, self.child.pid)
 
     def close(self) -> None:

@@ -387,7 +387,7 @@ class Run:
             "coverage": coverage_json(reached, self.kinds, self.opts.require),
         })
         if self.opts.record:
-            write_report(self.run_dir)
+            write_report(self.run_dir, in_child=0 < self.opts.snapshot_every_s < seconds)  # a soak's: drawn aside
         return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
 
 
