@@ -220,6 +220,9 @@ SOURCES: dict[str, Source] = {
     "matrix-smoke": Source("leasecheck matrix examples/matrix/smoke.toml --jobs 2 --junit junit.xml", _matrix_smoke),
     "matrix-refused": Source("leasecheck matrix nightly.toml", _matrix_refused),
     "pytest": Source("pytest --leasecheck-store store", _pytest_sample, loose=True),
+    "run-fail-fast": Source("leasecheck run --target sqlite-fence-at-commit --fail-fast",
+                            lambda where: _leasecheck("run", "--target", "sqlite-fence-at-commit", "--fail-fast", cwd=where,
+                                                      expect=(1,)), loose=True),
 }
 
 

@@ -169,6 +169,8 @@ def print_run(console: Console, result: Any, coverage_counts: bool = False) -> N
     interrupted = saved.get("interrupted", getattr(result, "interrupted", None))
     if interrupted:
         table.add_row("interrupted", Text(f"by {interrupted}", style="bold yellow"))
+    if s.get("stopped_at_first_anomaly"):
+        table.add_row("stopped", "at the first proven anomaly (--fail-fast)")
     reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(s.get("fail_reasons", {}).items()))
     table.add_row("refusals", reasons or "none")
     if "deliveries" in s:
