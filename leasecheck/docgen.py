@@ -96,7 +96,7 @@ def _value(opt: click.Option, ctx: click.Context) -> str:
     if isinstance(t, click.Choice):
         return ", ".join(f"`{c}`" for c in t.choices)
     if isinstance(t, click.types._NumberRangeBase):
-        kind = "integer" if isinstance(t, click.IntRange) else "number"
+        kind = "integer" if isinstance(t, click.IntRange) else "seconds (or 90s, 30m, 8h)" if t.name == "duration" else "number"
         low = None if t.min is None else f"{t.min:g}" + (" (excluded)" if t.min_open else "")
         high = None if t.max is None else f"{t.max:g}" + (" (excluded)" if t.max_open else "")
         if low is not None and high is not None:
