@@ -40,6 +40,7 @@ from leasecheck.checker.coverage import Coverage, node_coverage
 from leasecheck.checker.findings import Engine, Findings, NodeHistory
 from leasecheck.checker.in_memory import DEFAULT_BUDGET, check_node, verdict_of
 from leasecheck.checker.linearizability import is_fenced
+from leasecheck.checker.table import CHECKS, Check
 from leasecheck.checker.verdict import Anomaly, Verdict
 from leasecheck.checker.windows import WindowsOf
 from leasecheck.histories import Event, Header, HistoryReader, Op
@@ -59,6 +60,10 @@ REWORDED_BY: dict[str, frozenset[str]] = {
     "overlapping-lease": frozenset({"claim", "renew"}),
     "lost-commit": frozenset({"claim"}),
 }
+
+#: the rows a probe runs: those that may report a kind it tells (not the linearizability search, whose finding waits
+#: for the close anyway: a probe would spend its time for nothing)
+PROBED: tuple[Check, ...] = tuple(row for row in CHECKS if set(row.reports) & STABLE_KINDS)
 
 #: the longest one probe's linearizability search may take (a probe that gives up proves nothing, and is retried)
 PROBE_BUDGET_S = 0.2
@@ -161,9 +166,11 @@ class OnlineChecker:
             if not fenced and self._fenced_seen:
                 continue
             found = Findings()
-            deadline = time.monotonic() + PROBE_BUDGET_S
-            check_node(NodeHistory(node, nops, self.header, fenced, "search" if self.engine == "search" else "auto",
-                                   deadline), found)
+            history = NodeHistory(node, nops, self.header, fenced, "search" if self.engine == "search" else "auto",
+                                  time.monotonic() + PROBE_BUDGET_S)
+            for row in PROBED:
+                if row.applies(history, found):
+                    row.run(history, found)
             told = self._told.setdefault(node, set())
             for a in found.anomalies:
                 key = (a.kind, tuple(a.ops))
