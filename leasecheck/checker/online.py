@@ -40,7 +40,7 @@ from leasecheck.checker.coverage import Coverage, node_coverage
 from leasecheck.checker.findings import Engine, Findings, NodeHistory
 from leasecheck.checker.in_memory import DEFAULT_BUDGET, check_node, verdict_of
 from leasecheck.checker.linearizability import is_fenced
-from leasecheck.checker.table import CHECKS, Check
+from leasecheck.checker.table import CHECKS
 from leasecheck.checker.verdict import Anomaly, Verdict
 from leasecheck.checker.windows import WindowsOf
 from leasecheck.histories import Event, Header, HistoryReader, Op
@@ -61,9 +61,11 @@ REWORDED_BY: dict[str, frozenset[str]] = {
     "lost-commit": frozenset({"claim"}),
 }
 
-#: the rows a probe runs: those that may report a kind it tells (not the linearizability search, whose finding waits
-#: for the close anyway: a probe would spend its time for nothing)
-PROBED: tuple[Check, ...] = tuple(row for row in CHECKS if set(row.reports) & STABLE_KINDS)
+#: kinds a probe tells *provisionally*: that the node's ops so far have no linearization is proven whatever follows
+#: (linearizability is prefix-closed), but the whole history's verdict may name it by a proof kind found later on
+#: the same node (which makes the table skip ``non-linearizable``). Told at once, so that ``--fail-fast`` and the
+#: reader need not wait for the node's close; the verdict then lists this kind or a proof kind on that node
+PROVISIONAL_KINDS: frozenset[str] = frozenset({"non-linearizable"})
 
 #: the longest one probe's linearizability search may take (a probe that gives up proves nothing, and is retried)
 PROBE_BUDGET_S = 0.2
@@ -78,6 +80,8 @@ class Proven:
     proof_ns: int
     #: found by a probe of a node still open (True), or when the node was judged (False)
     early: bool
+    #: a :data:`PROVISIONAL_KINDS` finding of a probe: the node is invalid, the verdict may name it by another kind
+    provisional: bool = False
 
 
 def proof_time(anomaly: Anomaly, ops: Iterable[Op]) -> int:
@@ -168,12 +172,17 @@ class OnlineChecker:
             found = Findings()
             history = NodeHistory(node, nops, self.header, fenced, "search" if self.engine == "search" else "auto",
                                   time.monotonic() + PROBE_BUDGET_S)
-            for row in PROBED:
+            for row in CHECKS:
                 if row.applies(history, found):
                     row.run(history, found)
             told = self._told.setdefault(node, set())
             for a in found.anomalies:
                 key = (a.kind, tuple(a.ops))
+                if a.kind in PROVISIONAL_KINDS:
+                    if (a.kind, ()) not in told:  # once per node: its verdict is the news
+                        told.add((a.kind, ()))
+                        out.append(Proven(a, proof_time(a, nops), early=True, provisional=True))
+                    continue
                 if a.kind not in STABLE_KINDS or key in told:
                     continue
                 proof = proof_time(a, nops)
@@ -280,4 +289,4 @@ def follow(source: str | os.PathLike[str] | Iterable[bytes | str], *, probe_ever
     return verdict, proofs
 
 
-__all__ = ["PROBE_BUDGET_S", "REWORDED_BY", "STABLE_KINDS", "OnlineChecker", "Proven", "follow", "proof_time"]
+__all__ = ["PROBE_BUDGET_S", "PROVISIONAL_KINDS", "REWORDED_BY", "STABLE_KINDS", "OnlineChecker", "Proven", "follow", "proof_time"]

@@ -170,11 +170,12 @@ class Following(threading.Thread):
             a = p.anomaly
             self.said.append(p)
             record: dict[str, Any] = {**a.to_json(), "proof_s": round(p.proof_ns / 1e9, 6), "said_s": round(now_s, 6),
-                                      "early": p.early}
+                                      "early": p.early, **({"provisional": True} if p.provisional else {})}
             self._out.write(json.dumps(record) + "\n")
             if self.say is not None:
                 ops = ", ".join(map(str, a.ops))
-                print(f"anomaly at {p.proof_ns / 1e9:.3f} s (said at {now_s:.3f} s): {a.kind} on {a.node}, ops {ops}: "
+                note = " (of its ops so far; the verdict may name it by a more precise kind)" if p.provisional else ""
+                print(f"anomaly at {p.proof_ns / 1e9:.3f} s (said at {now_s:.3f} s): {a.kind} on {a.node}, ops {ops}{note}: "
                       f"{a.explanation}", file=self.say, flush=True)
         self._out.flush()
         self.proven.set()
