@@ -277,7 +277,7 @@ kinds = ["stale-commit"]
     ttl = by["sqlite-ttl-only / pause / seed 1"]
     ref = by["sqlite / pause / seed 1"]
     assert ttl.outcome == "failure" and ttl.message.startswith("expected valid, got invalid: ") and "stale-" in ttl.message  # fails fast: its first kind
-    assert re.search(r"stale-commit on [0-9a-f]{12}/run-\d+/node-\d+, ops \[", ttl.text), ttl.text  # RUNID/run-N/node-I
+    assert re.search(r"stale-\w+ on [0-9a-f]{12}/run-\d+/node-\d+, ops \[", ttl.text), ttl.text  # RUNID/run-N/node-I
     assert ref.outcome == "failure" and ref.message == "expected invalid (stale-commit), got valid: the expected anomalies were not found"
     assert root.get("failures") == "2"
 
