@@ -225,6 +225,9 @@ def soak_table(seconds: float, seed: int) -> None:
         print(f"| {s.seconds / 60:g} min | {s.peak_kb / 1024:.1f} | {s.rss_at(SHORT_SOAK_S - SAMPLE_EVERY_S) / 1024:.1f} "
               f"| {s.samples[-1][1] / 1024 if s.samples else 0:.1f} | {cpu / secs:.3f} | {share:.3%} | {run.get('ops')} "
               f"| {run.get('nodes_closed_while_running')} | {s.results.get('valid')} | {s.offline_agrees} |")
+    marks = [t for t in (300, 900, 1800, 2700, 3600, 7200, 14400, 28800) if t <= long_.seconds]
+    print(f"\nRSS of the {long_.seconds / 60:g}-minute run over time: "
+          + ", ".join(f"{t // 60} min {long_.rss_at(t - SAMPLE_EVERY_S) / 1024:.1f} MB" for t in marks))
     ratio = long_.peak_kb / max(1, short.peak_kb)
     print(f"\npeak RSS, {seconds / 60:g} min / 5 min: {ratio:.3f} (within 10 %: {abs(ratio - 1) <= 0.10})")
 

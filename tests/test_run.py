@@ -471,7 +471,9 @@ def test_exception_mid_run_heals_every_fault_and_stops_the_server(tmp_path: Path
     and nothing is left stopped or alive — the server it started included."""
     watch = ProcessWatch()
     servers: set[int] = set()
-    original = Run.snapshot
+    from leasecheck.run import runner as runner_module
+
+    original = runner_module.progress_of
 
     def snapshot(self: Run, started: float) -> dict[str, Any]:
         s = original(self, started)
@@ -481,7 +483,7 @@ def test_exception_mid_run_heals_every_fault_and_stops_the_server(tmp_path: Path
             raise Injected(f"injected while {s['faults']} active")
         return s
 
-    monkeypatch.setattr(Run, "snapshot", snapshot)
+    monkeypatch.setattr(runner_module, "progress_of", snapshot)
     opts = options(tmp_path, "redis", nemesis=("pause", "pause-store"), nemesis_interval=0.5, seed=2, time_limit=60.0)
     started = time.monotonic()
     with pytest.raises(Injected):

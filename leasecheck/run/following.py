@@ -72,6 +72,8 @@ class Following(threading.Thread):
         self._awaited: dict[tuple[str, int], bool] = {}
         self._checker: OnlineChecker | None = None
         self._last_probe = 0.0
+        #: the writer is closed: every byte was taken
+        self._ended = False
         self._out = (run_dir / ANOMALIES_FILE).open("a", encoding="utf-8")
         writer.follow(self._chunks.put)
 
@@ -129,7 +131,7 @@ class Following(threading.Thread):
             self.verdict = verdict
         except BaseException as e:  # reported by finish(): the run checks the file instead
             self.error = e
-            while self._chunks.get() is not None:  # let the writer go on: drain until the end
+            while not self._ended and self._chunks.get() is not None:  # let the writer go on: drain until the end
                 pass
         finally:
             self.cpu_s = time.thread_time() - began
@@ -144,8 +146,9 @@ class Following(threading.Thread):
                 self._probe()
                 continue
             if chunk is None:
+                self._ended = True
                 if rest:
-                    yield rest  # a torn last line: the reader says so, as it does of the file
+                    yield rest  # a torn last line (the writer writes whole ones): the reader refuses it, the file is checked
                 return
             lines = (rest + chunk).split(b"\n")
             rest = lines.pop()

@@ -177,6 +177,7 @@ class Snapshots:
         if now < self.next:
             return
         self.next = now + self.every_s
+        self.written += 1
         said = list(self.following.said) if self.following is not None else []
         started = run.started if run.started is not None else now
         write_json(self.run_dir / "results.json", {
@@ -186,12 +187,13 @@ class Snapshots:
             "nemesis": list(run.opts.nemesis), "seed": run.seed, "run_dir": str(self.run_dir),
             "run": run_stats(run, now - started),
         })
-        self.written += 1
-        if self.child is None or self.child.poll() is not None:
+        drawing = ""
+        if self.child is None or self.child.poll() is not None:  # else the last one is still being drawn: skip this one
             code = f"from pathlib import Path; from leasecheck.run.judgement import write_report; write_report(Path({str(self.run_dir)!r}))"
             self.child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           stdin=subprocess.DEVNULL)
-            log.info("snapshot %d of results.json written; the report is being drawn (pid %d)", self.written, self.child.pid)
+            drawing = f"; the report is being drawn (pid {self.child.pid})"
+        log.info("snapshot %d of results.json written%s", self.written, drawing)
 
     def close(self) -> None:
         """Wait for a report still being drawn (the final one is written after it)."""

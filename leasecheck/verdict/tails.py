@@ -22,6 +22,9 @@ from leasecheck.histories import HistoryError
 from leasecheck.histories.format import Event
 from leasecheck.verdict.run_verdict import Evidence, history_coverage
 
+#: how much of the file one read of :meth:`HistoryTail.poll` takes at most
+TAIL_CHUNK = 1 << 22
+
 
 class HistoryTail:
     """Feeds :class:`Evidence` from a history file as it grows (whole lines only; the header skipped)."""
@@ -37,11 +40,22 @@ class HistoryTail:
         """Read what was appended since the last poll."""
         try:
             with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
+                while True:
+                    f.seek(self._offset)  # where the last whole line ended
+                    if not self._feed(f.read(TAIL_CHUNK)):
+                        break
         except FileNotFoundError:
-            return self.evidence
+            pass
+        return self.evidence
+
+    def _feed(self, data: bytes) -> bool:
+        """Feed the whole lines of ``data`` (read from the offset); False once there is nothing more to read.
+
+        A chunk at a time: a soak's history is read at its end in one poll, and must not be held whole.
+        """
         end = data.rfind(b"\n") + 1
+        if not end:
+            return False
         self._offset += end
         for line in data[:end].splitlines():
             if not self._header_seen:
@@ -51,7 +65,7 @@ class HistoryTail:
                 self.evidence.feed(self._decode(line))
             except msgspec.MsgspecError:
                 continue  # not an event (the checker reports bad lines; here they prove nothing)
-        return self.evidence
+        return len(data) == TAIL_CHUNK
 
 
 class CoverageTail:
