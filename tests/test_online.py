@@ -409,7 +409,7 @@ def test_merge_orders_do_reorder_ties() -> None:
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("online") / "real.jsonl"
-    generate(path, 20_000, 16, 20, 0.01, 24, shape="real", clock_uncertainty_ms=10)
+    generate(path, 8_000, 16, 20, 0.01, 24, shape="real", clock_uncertainty_ms=10)
     return path
 
 

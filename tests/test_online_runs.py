@@ -55,12 +55,12 @@ def test_fail_fast_stops_a_broken_variant_at_its_first_anomaly_with_the_proof_on
 
 
 def test_a_full_run_says_each_anomaly_when_proven_and_goes_on(tmp_path: Path) -> None:
-    r = _cli("run", "--target", "sqlite-fence-at-commit", "--seed", "3", "--time-limit", "12", "--json",
+    r = _cli("run", "--target", "sqlite-fence-at-commit", "--seed", "3", "--time-limit", "8", "--json",
              "--store", str(tmp_path / "store"), cwd=tmp_path)
     assert r.returncode == 1
     results = json.loads(r.stdout)
     said = _said(Path(results["run_dir"]))
-    assert "stopped_at_first_anomaly" not in results["run"] and results["run"]["seconds"] >= 12
+    assert "stopped_at_first_anomaly" not in results["run"] and results["run"]["seconds"] >= 8
     # every anomaly the verdict lists was said while the run went or when its node was judged, once
     listed = [(a["kind"], a["node"], tuple(a["ops"])) for a in results["anomalies"]]
     told = [(s["kind"], s["node"], tuple(s["ops"])) for s in said if not s.get("provisional")]
@@ -73,7 +73,7 @@ def test_a_full_run_says_each_anomaly_when_proven_and_goes_on(tmp_path: Path) ->
 def test_nodes_nobody_can_touch_are_closed_while_the_run_goes(tmp_path: Path) -> None:
     """With a short list of nodes a worker may read again, done nodes are read, judged and forgotten mid-run; the
     verdict is still leasecheck check's (LEASECHECK_CROSSCHECK), and no closed node is read again at the end."""
-    result = run(RunOptions(target="sqlite", seed=5, time_limit=8, store=str(tmp_path / "store"), workload=Workload(seen_nodes=2)))
+    result = run(RunOptions(target="sqlite", seed=5, time_limit=6, store=str(tmp_path / "store"), workload=Workload(seen_nodes=2)))
     assert result.verdict.valid is True
     closed = result.stats["nodes_closed_while_running"]
     assert closed > 5
@@ -152,7 +152,7 @@ def test_durations_take_units_and_a_bad_one_is_refused_before_anything_starts(tm
 
 
 def test_snapshots_of_the_verdict_so_far_while_the_run_goes(tmp_path: Path) -> None:
-    result = run(RunOptions(target="sqlite-fence-at-commit", seed=2, time_limit=6, snapshot_every_s=1.5,
+    result = run(RunOptions(target="sqlite-fence-at-commit", seed=2, time_limit=4, snapshot_every_s=1.0,
                             store=str(tmp_path / "store")))
     log = (result.run_dir / "leasecheck.log").read_text()
     assert "snapshot 1 of results.json written" in log and "snapshot 2 of results.json written" in log
