@@ -75,9 +75,10 @@ def test_a_failover_that_forgets_acknowledged_writes_is_caught(tmp_path: Path, t
 
 
 @pytest.mark.parametrize("target, cluster, nemesis, seed", [
-    ("redis", "redis-sentinel", ("partition-bridge",), 1),
+    # (Redis + Sentinel under partition-bridge was here: two bridge partitions overlapping cut the primary off, and a
+    # run of 2026-12-03 lost acknowledged commits after the heal: no Redis configuration keeps them, see AUDITS.md)
     ("postgres", "postgres-standby-sync", ("isolate-primary", "failover"), 1),
-], ids=["redis-sentinel-bridge", "postgres-standby-sync"])
+], ids=["postgres-standby-sync"])
 def test_a_cluster_that_keeps_what_it_acknowledged_stays_valid(tmp_path: Path, target: str, cluster: str,
                                                                nemesis: tuple[str, ...], seed: int) -> None:
     result, run_dir = cluster_run(tmp_path, target, cluster, nemesis, seed)
