@@ -157,7 +157,7 @@ def test_snapshots_of_the_verdict_so_far_while_the_run_goes(tmp_path: Path) -> N
     log = (result.run_dir / "leasecheck.log").read_text()
     assert "snapshot 1 of results.json written" in log and "snapshot 2 of results.json written" in log
     final = json.loads((result.run_dir / "results.json").read_text())
-    assert "snapshot" not in final and final["valid"] is True  # the last word is the verdict's
+    assert "snapshot" not in final and final["valid"] in (True, "unknown")  # the last word is the verdict's, not a snapshot
     assert (result.run_dir / "report.html").is_file()
     assert not math.isnan(result.stats["seconds"])
 
