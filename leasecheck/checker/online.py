@@ -170,8 +170,7 @@ class OnlineChecker:
             if not fenced and self._fenced_seen:
                 continue
             found = Findings()
-            history = NodeHistory(node, nops, self.header, fenced, "search" if self.engine == "search" else "auto",
-                                  time.monotonic() + PROBE_BUDGET_S)
+            history = NodeHistory(node, nops, self.header, fenced, self._node_engine, time.monotonic() + PROBE_BUDGET_S)
             for row in CHECKS:
                 if row.applies(history, found):
                     row.run(history, found)
@@ -219,8 +218,20 @@ class OnlineChecker:
             attribute(verdict, self._kept, self.faults(self.nemesis))
         return verdict
 
-    def judged_anomalies(self) -> list[Anomaly]:
-        return list(self._found.anomalies)
+    def verdict_of(self, reader: HistoryReader) -> Verdict:
+        """:meth:`verdict`, once ``reader`` (the one this checker followed) is exhausted, with what the reader saw of the
+        history: its header, warnings and event counts, as ``check_source`` gives them."""
+        verdict = self.verdict()
+        verdict.header = reader.header
+        verdict.warnings.extend(reader.warnings)
+        verdict.stats["events"] = reader.events
+        verdict.stats["nemesis_events"] = len(reader.nemesis)
+        return verdict
+
+    @property
+    def _node_engine(self) -> Engine:
+        """The engine each node's check runs with (``check_nodes``' choice)."""
+        return "search" if self.engine == "search" else "auto"
 
     def _judge(self, nodes: list[str]) -> list[Proven]:
         out: list[Proven] = []
@@ -244,8 +255,7 @@ class OnlineChecker:
                     continue
             self._types.update(op.type for op in nops)
             before = len(found.anomalies)
-            check_node(NodeHistory(node, nops, self.header, is_fenced(nops), "search" if self.engine == "search" else "auto",
-                                   deadline), found)
+            check_node(NodeHistory(node, nops, self.header, is_fenced(nops), self._node_engine, deadline), found)
             new = found.anomalies[before:]
             if new:
                 wanted = {i for a in new for i in a.ops}
@@ -281,12 +291,7 @@ def follow(source: str | os.PathLike[str] | Iterable[bytes | str], *, probe_ever
         if n % probe_every == 0:
             proofs += checker.probe()
     proofs += checker.close_all()
-    verdict = checker.verdict()
-    verdict.header = reader.header
-    verdict.warnings.extend(reader.warnings)
-    verdict.stats["events"] = reader.events
-    verdict.stats["nemesis_events"] = len(reader.nemesis)
-    return verdict, proofs
+    return checker.verdict_of(reader), proofs
 
 
 __all__ = ["PROBE_BUDGET_S", "PROVISIONAL_KINDS", "REWORDED_BY", "STABLE_KINDS", "OnlineChecker", "Proven", "follow", "proof_time"]

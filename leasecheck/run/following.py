@@ -123,12 +123,7 @@ class Following(threading.Thread):
                 if awaited and awaited.pop((op.node, op.process), False):
                     self._tell(checker.close(op.node))
             self._tell(checker.close_all())
-            verdict = checker.verdict()
-            verdict.header = reader.header
-            verdict.warnings.extend(reader.warnings)
-            verdict.stats["events"] = reader.events
-            verdict.stats["nemesis_events"] = len(reader.nemesis)
-            self.verdict = verdict
+            self.verdict = checker.verdict_of(reader)
         except BaseException as e:  # reported by finish(): the run checks the file instead
             self.error = e
             while not self._ended and self._chunks.get() is not None:  # let the writer go on: drain until the end

@@ -102,9 +102,8 @@ def write_report(run_dir: Path, in_child: bool = False) -> None:
     on the harness's memory); it says its own warnings on stderr.
     """
     if in_child:
-        code = f"from pathlib import Path; from leasecheck.run.judgement import write_report; write_report(Path({str(run_dir)!r}))"
         try:
-            subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, timeout=3600, check=True)
+            subprocess.run(report_child(run_dir), stdin=subprocess.DEVNULL, timeout=3600, check=True)
         except (OSError, subprocess.SubprocessError) as e:
             log.warning("the run report could not be drawn: %s", e)
             print(f"warning: the run report could not be drawn ({e}); see {run_dir / 'leasecheck.log'}", file=sys.stderr)
@@ -118,6 +117,12 @@ def write_report(run_dir: Path, in_child: bool = False) -> None:
         log.warning("the run report could not be written: %s: %s", type(e).__name__, e, exc_info=e)
         line = " ".join(f"{type(e).__name__}: {e}".split())
         print(f"warning: the run report could not be written ({line}); see {run_dir / 'leasecheck.log'}", file=sys.stderr)
+
+
+def report_child(run_dir: Path) -> list[str]:
+    """The command of a child process that draws ``run_dir``'s report (a soak's, and each snapshot's)."""
+    code = f"from pathlib import Path; from leasecheck.run.judgement import write_report; write_report(Path({str(run_dir)!r}))"
+    return [sys.executable, "-c", code]
 
 
 def run_stats(run: Any, seconds: float) -> dict[str, Any]:
@@ -189,8 +194,7 @@ class Snapshots:
         })
         drawing = ""
         if self.child is None or self.child.poll() is not None:  # else the last one is still being drawn: skip this one
-            code = f"from pathlib import Path; from leasecheck.run.judgement import write_report; write_report(Path({str(self.run_dir)!r}))"
-            self.child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            self.child = subprocess.Popen(report_child(self.run_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           stdin=subprocess.DEVNULL)
             drawing = f"; the report is being drawn (pid {self.child.pid})"
         log.info("snapshot %d of results.json written%s", self.written, drawing)
