@@ -22,6 +22,7 @@ from leasecheck.checker.coverage import Coverage
 from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS, ZOMBIE_FUNCTIONS, ZOMBIE_PHASES
 from leasecheck.nemesis.catalogue import CATALOGUE, lookup
 from leasecheck.verdict.run_verdict import applicable, coverage_gaps, coverage_json, history_coverage
+from leasecheck.run.deadline import Deadline
 from leasecheck.verdict.tails import CoverageTail
 
 REPO = Path(__file__).resolve().parent.parent
@@ -498,3 +499,22 @@ def test_check_of_every_example_prints_its_coverage(name: str) -> None:
     assert done.returncode in (0, 1, 2) and "Traceback" not in done.stderr, done.stderr
     assert "coverage: " in done.stdout and "situations reached" in done.stdout
 
+
+
+def test_a_deadline_counts_the_situations_of_the_checker_following_the_run_and_of_the_file_if_it_failed(tmp_path: Path) -> None:
+    """A soak's deadline must not count situations from the whole file (it would hold the history at once): it asks
+    the checker that follows the run; when that checker failed (None), it counts them from the file."""
+    path = takeover().write(tmp_path / "history.jsonl")  # one claim after expiry, in the file
+    answer: list[Coverage | None] = [Coverage({"claim-after-expiry": 7})]
+    end = Deadline(path, lookup(["pause"]), (), time_limit=0, evidence_wait_s=10, now=0, coverage=lambda: answer[0])
+    assert end.reached()["claim-after-expiry"] == 7
+    answer[0] = None
+    assert end.reached()["claim-after-expiry"] == 1
+
+
+def test_a_deadline_reads_the_evidence_as_the_history_grows(tmp_path: Path) -> None:
+    """So that the end of an hour's run reads its last second, not the hour."""
+    path = takeover().write(tmp_path / "history.jsonl")
+    end = Deadline(path, lookup(["pause"]), (), time_limit=100, evidence_wait_s=10, now=0)
+    assert not end.passed(0.5)
+    assert end.tail.evidence.ok["claim"] == 2 and end.tail.evidence.takeovers == 1

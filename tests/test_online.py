@@ -138,6 +138,7 @@ def assert_closing_is_offline(source: Any, every: int) -> tuple[Verdict, Verdict
                 del closable[node]
                 proofs += checker.close(node)
     say(f"nodes closed mid-way: {'yes' if checker.closed else 'no'}", stat=True)
+    so_far = checker.coverage_so_far()  # what a run's deadline asks: the closed nodes' counts and the open ones'
     proofs += checker.close_all()
     verdict = checker.verdict()  # and what follow() adds
     verdict.header, verdict.stats["events"], verdict.stats["nemesis_events"] = reader.header, reader.events, len(reader.nemesis)
@@ -145,6 +146,7 @@ def assert_closing_is_offline(source: Any, every: int) -> tuple[Verdict, Verdict
     off = offline(source)
     assert verdict.to_json() == off.to_json()
     assert verdict.cited == off.cited
+    assert off.coverage is not None and so_far.to_json() == off.coverage.to_json()
     assert_told_is_final(verdict, proofs)
     return verdict, off
 

@@ -228,6 +228,17 @@ class OnlineChecker:
         verdict.stats["nemesis_events"] = len(reader.nemesis)
         return verdict
 
+    def coverage_so_far(self) -> Coverage:
+        """The situations the ops read so far reached: the judged nodes' counts, with the open nodes' as they stand.
+
+        What a run's deadline asks while it waits for a situation (re-reading the file would cost a soak's whole
+        history in memory); ``leasecheck check`` counts the same on the file once the nodes are closed."""
+        counts = Counter(self._coverage)
+        if self.windows is not None and self._open:
+            store, skewed = self._current_windows()
+            counts.update(node_coverage(self.header, list(self._open.values()), store, skewed).counts)
+        return Coverage({s: counts[s] for s in SITUATIONS})
+
     @property
     def _node_engine(self) -> Engine:
         """The engine each node's check runs with (``check_nodes``' choice)."""

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 from leasecheck.checker import Verdict
 from leasecheck.checker.attribution import FaultsOf
+from leasecheck.checker.coverage import Coverage
 from leasecheck.checker.online import OnlineChecker, Proven
 from leasecheck.checker.windows import WindowsOf
 from leasecheck.histories import HistoryReader, HistoryWriter
@@ -75,6 +76,8 @@ class Following(threading.Thread):
         #: the writer is closed: every byte was taken
         self._ended = False
         self._out = (run_dir / ANOMALIES_FILE).open("a", encoding="utf-8")
+        #: held while the thread changes the checker, so that :meth:`coverage` reads it whole
+        self._lock = threading.Lock()
         writer.follow(self._chunks.put)
 
     # ----------------------------------------------------------------- the caller's side
@@ -109,6 +112,17 @@ class Following(threading.Thread):
         """Nodes judged so far (closed mid-run, or at the end)."""
         return self._checker.closed if self._checker is not None else 0
 
+    def coverage(self) -> Coverage | None:
+        """The situations the history reached so far (what the run's deadline waits on), without reading the file
+        again; None if the thread failed (its counts stopped: read the file)."""
+        checker = self._checker
+        if self.error is not None:
+            return None
+        if checker is None:
+            return Coverage()
+        with self._lock:
+            return checker.coverage_so_far()
+
     # ----------------------------------------------------------------- the thread
 
     def run(self) -> None:
@@ -117,12 +131,17 @@ class Following(threading.Thread):
             reader = HistoryReader(self._lines(), name=str(self.writer.path))
             checker = self._checker = OnlineChecker(reader.header, reader.nemesis, budget=self.budget,
                                                     windows=self.windows, faults=self.faults)
-            awaited = self._awaited
+            awaited, lock = self._awaited, self._lock
             for op in reader.ops(open_ops=checker.in_flight):
-                checker.add(op)
+                with lock:
+                    checker.add(op)
                 if awaited and awaited.pop((op.node, op.process), False):
-                    self._tell(checker.close(op.node))
-            self._tell(checker.close_all())
+                    with lock:
+                        proofs = checker.close(op.node)
+                    self._tell(proofs)
+            with lock:
+                proofs = checker.close_all()
+            self._tell(proofs)
             self.verdict = checker.verdict_of(reader)
         except BaseException as e:  # reported by finish(): the run checks the file instead
             self.error = e
@@ -157,7 +176,9 @@ class Following(threading.Thread):
         if checker is None:
             return
         self._last_probe = time.monotonic()
-        self._tell(checker.probe())
+        with self._lock:
+            proofs = checker.probe()
+        self._tell(proofs)
 
     def _tell(self, proofs: list[Proven]) -> None:
         """Say each anomaly: one line on stderr, one JSON line in anomalies.jsonl; the first sets :attr:`proven`."""

@@ -292,8 +292,8 @@ class Run:
         or a signal; dead workers replaced, the progress callback fed."""
         assert self.started is not None
         self.nemesis.start()
-        end = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require,
-                       self.opts.time_limit, self.opts.evidence_wait_s, now=time.monotonic())
+        end = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require, self.opts.time_limit,
+                       self.opts.evidence_wait_s, time.monotonic(), self.following.coverage if self.following else None)
         self.tail = end.tail
         snapshots = Snapshots(self.run_dir, self.opts.snapshot_every_s, self.following, now=time.monotonic())
         while not self.interrupts.event.is_set():

@@ -23,7 +23,7 @@ from leasecheck.histories.format import Event
 from leasecheck.verdict.run_verdict import Evidence, history_coverage
 
 #: how much of the file one read of :meth:`HistoryTail.poll` takes at most
-TAIL_CHUNK = 1 << 22
+TAIL_CHUNK = 1 << 20
 
 
 class HistoryTail:
@@ -51,7 +51,7 @@ class HistoryTail:
     def _feed(self, data: bytes) -> bool:
         """Feed the whole lines of ``data`` (read from the offset); False once there is nothing more to read.
 
-        A chunk at a time: a soak's history is read at its end in one poll, and must not be held whole.
+        A chunk at a time: a history read in one poll (a run's whose deadline did not watch it) must not be held whole.
         """
         end = data.rfind(b"\n") + 1
         if not end:
