@@ -21,8 +21,8 @@ import pytest
 from leasecheck.checker.coverage import Coverage
 from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS, ZOMBIE_FUNCTIONS, ZOMBIE_PHASES
 from leasecheck.nemesis.catalogue import CATALOGUE, lookup
-from leasecheck.verdict.run_verdict import applicable, coverage_gaps, coverage_json, history_coverage
 from leasecheck.run.deadline import Deadline
+from leasecheck.verdict.run_verdict import applicable, coverage_gaps, coverage_json, history_coverage
 from leasecheck.verdict.tails import CoverageTail
 
 REPO = Path(__file__).resolve().parent.parent
