@@ -8,7 +8,8 @@ with exactly that anomaly kind, citing the planted operation.
 ``simulate`` is a discrete-event simulation in harness time (integer nanoseconds).
 Several workers, each an OS-process-like client with one operation outstanding at
 a time, claim nodes, renew, write effects to the protected resource, commit,
-release and read. Every operation takes effect at one linearization point strictly
+release, read, and read the protected resource back (``read-resource``: its fence and
+its log of accepted effects, in one step). Every operation takes effect at one linearization point strictly
 inside (invoke, completion), where the store (``leasecheck.kit.simstore.SimStore``,
 the one the benchmarks' generator uses too) applies it exactly like the lease
 model of docs/contracts/lease-model.md, plus the time rules of a real store (a lease expires ttl after
@@ -66,6 +67,8 @@ class SimConfig:
     effect_fence: EffectFence = "lease"
     #: write ``effect_fence`` in the header even at its default (else a lease run leaves it out)
     explicit_effect_fence: bool = True
+    #: workers read the protected resource now and then, and the final phase reads it for every node
+    resource_reads: bool = True
 
 
 # --------------------------------------------------------------------------------------
@@ -154,9 +157,10 @@ def simulate(rng: random.Random, cfg: SimConfig = SimConfig()) -> list[str]:
             # the queue mostly stops delivering nodes known to be done (at-least-once)
             todo = [n for n in nodes if n not in done]
             node = rng.choice(todo if todo and rng.random() < 0.85 else nodes)
-            if rng.random() < 0.75:
+            r = rng.random()
+            if r < 0.75:
                 return "claim", node, {"owner": f"w{w.process}"}
-            return "read", node, {}
+            return ("read-resource" if cfg.resource_reads and r > 0.9 else "read"), node, {}
         node, lease = w.lease
         if w.zombie:
             w.zombie = False
@@ -171,7 +175,7 @@ def simulate(rng: random.Random, cfg: SimConfig = SimConfig()) -> list[str]:
             elif r < c + 0.38:
                 f = "effect"
             elif r < c + 0.46:
-                return "read", rng.choice(nodes), {}
+                return ("read-resource" if cfg.resource_reads and r > c + 0.43 else "read"), rng.choice(nodes), {}
             else:
                 f = "renew"
         value = dict(lease)
@@ -229,6 +233,8 @@ def simulate(rng: random.Random, cfg: SimConfig = SimConfig()) -> list[str]:
         think = rng.randint(0, ttl // (40 if eager else 4))  # a refused claimer retries soon
         at(t + (grid(think) if q else think), "invoke", w)
 
+    # the store answers a resource read too: its fence and log of accepted effects, in one step
+    apply = store.apply
     workers = [_Worker(i, i) for i in range(cfg.workers)]
     for w in workers:
         at(grid(rng.randint(0, ttl // 10)) if q else rng.randint(0, ttl // 10), "invoke", w)
@@ -242,7 +248,7 @@ def simulate(rng: random.Random, cfg: SimConfig = SimConfig()) -> list[str]:
             invoke(t, payload)
         elif kind == "apply":
             op = payload
-            type_, value = store.apply(t, op.f, op.node, op.value)
+            type_, value = apply(t, op.f, op.node, op.value)
             if op.mode == "normal":
                 at(t + latency(), "complete", (op, type_, value))
         elif kind == "complete":
@@ -266,13 +272,14 @@ def simulate(rng: random.Random, cfg: SimConfig = SimConfig()) -> list[str]:
         # final phase: every late-applied crashed op has landed by now
         t = (events[-1]["time"] if events else 0) + 2 * ttl
         for node in nodes:
-            p = next_process
-            next_process += 1
-            emit(t, p, "invoke", "read", node, {})
-            step = q // 2 or 1
-            type_, value = store.apply(t + step, "read", node, {})
-            emit(t + 2 * step, p, type_, "read", node, value)
-            t += 2 * step
+            for f in ("read", "read-resource") if cfg.resource_reads else ("read",):
+                p = next_process
+                next_process += 1
+                emit(t, p, "invoke", f, node, {})
+                step = q // 2 or 1
+                type_, value = apply(t + step, f, node, {})
+                emit(t + 2 * step, p, type_, f, node, value)
+                t += 2 * step
     return [_dumps(header) + "\n"] + [_dumps(ev) + "\n" for ev in events]
 
 
@@ -870,4 +877,132 @@ PLANTERS: dict[str, Callable[..., tuple[list[str], int]]] = {
 UNFENCED_PLANTERS: dict[str, Callable[..., tuple[list[str], int]]] = {
     "stale-commit": plant_unfenced_stale_commit,
     "stale-effect": plant_unfenced_stale_effect,
+}
+
+
+# --------------------------------------------------------------------------------------
+# planting resource anomalies (what a read of the protected resource shows)
+
+
+def _last_resource_read(pl: _Planter) -> SimOp | None:
+    """The last ok read-resource of the history (the final phase's, when it read the resource), at random among nodes."""
+    reads = [op for op in pl.ops if op.f == "read-resource" and op.type == "ok"]
+    last = {op.node: op for op in reads}
+    return pl.rng.choice(sorted(last.values(), key=lambda o: o.index)) if last else None
+
+
+def _completion(pl: _Planter, op: SimOp) -> dict[str, Any]:
+    return next(ev for ev in pl.events if ev["process"] == op.process and ev["type"] != "invoke" and ev["time"] == op.t1
+                and ev["f"] == op.f)
+
+
+def _begin(pl: _Planter, f: str, node: str, value: dict[str, Any], p: int) -> None:
+    pl.events.append({"index": len(pl.events), "time": pl.t, "process": p, "type": "invoke", "f": f, "node": node, "value": value})
+    pl.t += MS
+
+
+def _end(pl: _Planter, f: str, node: str, p: int, type_: str = "ok", value: dict[str, Any] | None = None) -> None:
+    pl.events.append({"index": len(pl.events), "time": pl.t, "process": p, "type": type_, "f": f, "node": node, "value": value or {}})
+    pl.t += MS
+
+
+def _resource(fence: int | None, entries: list[tuple[int, str]]) -> dict[str, Any]:
+    return {"fence": fence, "accepted": [{"epoch": e, "payload": p} for e, p in entries]}
+
+
+def _zombie_across_claim(pl: _Planter, node: str) -> tuple[int, int, int, int]:
+    """On a fresh node: a lease of epoch 1 whose holder's effect is still in flight when epoch 2 is granted (after the
+    first lease ran out), so no op before it observed epoch 2. (zombie's process, its effect's index, the newer claim's
+    process, the newer claim's index)."""
+    pa, pb = pl.process(), pl.process()
+    pl.claim(node, 1, process=pa)
+    pl.wait(pl.ttl + pl.cu + MS)
+    zombie = len(pl.events)
+    _begin(pl, "effect", node, {"epoch": 1, "payload": "zombie-write"}, pa)
+    newer = pl.claim(node, 2, process=pb)
+    return pa, zombie, pb, newer
+
+
+def plant_resource_out_of_order(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], list[int]]:
+    """1a: the zombie's epoch-1 write lands after the new holder's epoch-2 write; a read shows the log so.
+    Cites [read, newer effect, zombie's effect]."""
+    pl = _Planter(lines, rng)
+    node = "planted-resource"
+    pa, zombie, pb, _ = _zombie_across_claim(pl, node)
+    fresh = pl.op("effect", node, {"epoch": 2, "payload": "fresh-write"}, "ok", {}, process=pb)
+    _end(pl, "effect", node, pa)
+    r = pl.op("read-resource", node, {}, "ok", _resource(2, [(2, "fresh-write"), (1, "zombie-write")]))
+    return pl.lines(), [r, fresh, zombie]
+
+
+def plant_resource_below_fence(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], list[int]]:
+    """1b: a read shows fence 2 and not the zombie's write; a later read lists it (epoch 1). Cites [R1, R2, effect]."""
+    pl = _Planter(lines, rng)
+    node = "planted-resource"
+    pa, zombie, _, _ = _zombie_across_claim(pl, node)
+    r1 = pl.op("read-resource", node, {}, "ok", _resource(2, []))
+    _end(pl, "effect", node, pa)
+    r2 = pl.op("read-resource", node, {}, "ok", _resource(2, [(1, "zombie-write")]))
+    return pl.lines(), [r1, r2, zombie]
+
+
+def plant_fence_regression(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], list[int]]:
+    """A read of the resource shows a fence below an epoch it lists itself. Cites [read]."""
+    pl = _Planter(lines, rng)
+    node = "planted-resource"
+    p = pl.process()
+    pl.claim(node, 1, process=p)
+    pl.op("effect", node, {"epoch": 1, "payload": "the-write"}, "ok", {}, process=p)
+    r = pl.op("read-resource", node, {}, "ok", _resource(0, [(1, "the-write")]))
+    return pl.lines(), [r]
+
+
+def plant_phantom_effect(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], list[int]]:
+    """The last read of some node's resource lists an entry no effect op wrote (at the log's top epoch, below the
+    fence), else a fresh node's read does. Cites [read]."""
+    pl = _Planter(lines, rng)
+    r = _last_resource_read(pl)
+    if r is None:
+        node = "planted-resource"
+        p = pl.process()
+        pl.claim(node, 1, process=p)
+        index = pl.op("read-resource", node, {}, "ok", _resource(1, [(1, "ghost-write")]))
+        return pl.lines(), [index]
+    value = _completion(pl, r)["value"]
+    epochs = [e["epoch"] for e in value["accepted"] if type(e["epoch"]) is int]
+    entry: dict[str, Any] = {"epoch": max(epochs, default=value["fence"]), "payload": "ghost-write"}
+    if entry["epoch"] is None:
+        entry["token"] = "tok-ghost"
+    value["accepted"].append(entry)
+    return pl.lines(), [r.index]
+
+
+def plant_lost_effect(lines: Iterable[str], rng: random.Random | None = None) -> tuple[list[str], list[int]]:
+    """The last read of some node's resource leaves out an effect acknowledged (ok) before it was invoked, else a
+    fresh node's read does. Cites [effect, read]."""
+    pl = _Planter(lines, rng)
+    r = _last_resource_read(pl)
+    acked = [] if r is None else [op for op in pl.node_ops(r.node) if op.f == "effect" and op.type == "ok" and op.t1 < r.t0]
+    if r is None or not acked:
+        node = "planted-resource"
+        p = pl.process()
+        pl.claim(node, 1, process=p)
+        e = pl.op("effect", node, {"epoch": 1, "payload": "lost-write"}, "ok", {}, process=p)
+        index = pl.op("read-resource", node, {}, "ok", _resource(1, []))
+        return pl.lines(), [e, index]
+    value = _completion(pl, r)["value"]
+    gone = acked[0]  # the first acknowledged: the one the finding cites (one per effect, at its first read)
+    earlier = [op for op in pl.node_ops(r.node) if op.f == "read-resource" and op.type == "ok" and op.index < r.index
+               and op.t0 > gone.t1 and gone.value["payload"] not in {x["payload"] for x in op.result["accepted"]}]
+    value["accepted"] = [x for x in value["accepted"] if x["payload"] != gone.value["payload"]]
+    return pl.lines(), [gone.index, (earlier[0] if earlier else r).index]
+
+
+#: resource anomalies: name -> (kind, planter returning (lines, the ops the finding must cite))
+RESOURCE_PLANTERS: dict[str, tuple[str, Callable[..., tuple[list[str], list[int]]]]] = {
+    "out-of-order": ("stale-effect", plant_resource_out_of_order),
+    "below-fence": ("stale-effect", plant_resource_below_fence),
+    "fence-regression": ("fence-regression", plant_fence_regression),
+    "phantom-effect": ("phantom-effect", plant_phantom_effect),
+    "lost-effect": ("lost-effect", plant_lost_effect),
 }

@@ -514,6 +514,8 @@ def test_a_real_run_under_pause_attributes_every_anomaly_to_the_pause_or_to_noth
     assert anomalies and all({"faults", "stalled_on_its_own", "attribution"} <= set(a) for a in anomalies)
     attributed = 0
     for a in anomalies:
+        if a["kind"] == "fence-regression":  # its resource's fence, read back, is below the claim that should have lifted it
+            continue
         assert a["kind"] in ("stale-effect", "stale-commit", "stale-renew"), a  # what this variant gets wrong
         stale = a["ops"][-1]
         process = invokes[stale]["process"]

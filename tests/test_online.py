@@ -214,7 +214,8 @@ def mutate(events: list[dict[str, Any]], rng: random.Random, unfenced: bool) -> 
         e = rng.randint(0, 5)
         claim = {"epoch": None, "token": f"tok-m{e}"} if unfenced else {"epoch": e}
         read = {"status": rng.choice(sorted(READ_STATUSES)), "epoch": e, "owner": f"w{rng.randint(0, 4)}"}
-        ev.update(type="ok", value={"claim": claim, "read": read}.get(f, {}))
+        resource = {"fence": rng.choice([None, e]), "accepted": []}  # (a read of the resource that lost its log)
+        ev.update(type="ok", value={"claim": claim, "read": read, "read-resource": resource}.get(f, {}))
     elif what == "delay":  # a slow completion: later in the file, before its process's next event
         nxt = next((j for j in range(i + 1, len(events)) if events[j]["process"] == ev["process"]), len(events))
         k = rng.randint(i, nxt - 1)

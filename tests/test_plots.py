@@ -61,7 +61,7 @@ class Raw:
         completed, fresh processes read; nothing but reads to the end. None: no such phase."""
         ops = self.ops
         k = len(ops)
-        while k > 0 and ops[k - 1].f == "read":
+        while k > 0 and ops[k - 1].f in ("read", "read-resource"):
             k -= 1
         for first in range(max(k, 1), len(ops)):
             before, after = ops[:first], ops[first:]
@@ -245,7 +245,7 @@ def test_latency_plot_of_a_real_run_has_its_pause_bands_and_numpy_quantiles(paus
     assert drawn == Counter(f"{op.f}-{op.outcome}" for op in raw.ops)  # every op drawn, info ones included
     for gid, line in points.items():
         if not gid.endswith("-info"):
-            f, outcome = gid.removeprefix("points-").split("-")
+            f, outcome = gid.removeprefix("points-").rsplit("-", 1)
             mine = [op for op in raw.ops if (op.f, op.outcome) == (f, outcome) and op.end_s is not None]
             np.testing.assert_allclose(sorted(xs(line)), sorted(op.start_s for op in mine), atol=1e-9)
             np.testing.assert_allclose(sorted(ys(line)), sorted(max((op.end_s - op.start_s) * 1e3, 1e-3) for op in mine if op.end_s),
@@ -447,8 +447,8 @@ def assert_final_phase(latency: Figure, rate: Figure, raw: Raw) -> None:
     assert f"up to {peak:,.0f} ops/s, are off it" in ax.get_title(loc="left")
     assert f"read ok: {peak:,.0f} ops/s" in [t.get_text() for t in ax.texts]
     # latency: the run's quantiles only (assert_quantiles), the final reads as points
-    points = lines_by_gid(latency.axes[0], "points-read-ok")["points-read-ok"]
-    assert set(np.round([o.start_s for o in raw.ops[raw.final:]], 9)) <= set(np.round(xs(points), 9))
+    points = [line for gid, line in lines_by_gid(latency.axes[0], "points-read").items() if gid.endswith("-ok")]
+    assert set(np.round([o.start_s for o in raw.ops[raw.final:]], 9)) <= {x for line in points for x in np.round(xs(line), 9)}
     assert f"final phase's {reads:,} reads: points only" in latency.axes[0].get_title(loc="left")
 
 
@@ -460,7 +460,7 @@ def test_the_final_phase_of_a_real_run_is_shaded_and_kept_off_the_run_scale(paus
     assert phase is not None and (phase.first, phase.count) == (raw.final, len(raw.ops) - raw.final)
     assert phase.start_ns / 1e9 == pytest.approx(raw.final_start_s, abs=1e-9)
     assert phase.first_read_ns / 1e9 == pytest.approx(raw.ops[raw.final].start_s, abs=1e-9)
-    assert all(o.f == "read" for o in raw.ops[raw.final:])
+    assert all(o.f in ("read", "read-resource") for o in raw.ops[raw.final:])
     latency, rate = latency_figure(cols), rate_figure(cols)
     assert_final_phase(latency, rate, raw)
     assert_quantiles(latency, raw)

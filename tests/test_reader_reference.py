@@ -100,7 +100,9 @@ class ReferenceReader(HistoryReader):
                     else:
                         done = t
                     f = inv.f
-                    if f == "claim" or f == "read":
+                    if f == "read-resource":  # names no epoch of its own (its entries do)
+                        epoch = None
+                    elif f == "claim" or f == "read":
                         epoch = ev.value.get("epoch") if typ == "ok" else None
                     else:
                         epoch = inv.value.get("epoch")
@@ -117,7 +119,7 @@ class ReferenceReader(HistoryReader):
             self.warnings.append(f"{self.name}: {len(open_ops)} op(s) never completed (the run may have been cut short); they count as info")
         for p, inv in sorted(open_ops.items(), key=lambda pe: pe[1].index):
             yield Op(inv.index, p, inv.f, inv.node, inv.value, "info", {}, inv.time, None, None,
-                     None if inv.f in ("claim", "read") else inv.value.get("epoch"))
+                     None if inv.f in ("claim", "read", "read-resource") else inv.value.get("epoch"))
 
 
 def read(cls: type[HistoryReader], path: Path) -> Any:

@@ -114,7 +114,7 @@ def lease_starts(ops: Iterable[Op], wanted: Iterable[Op]) -> dict[int, int]:
     """
     targets: defaultdict[str, list[Op]] = defaultdict(list)
     for op in wanted:
-        if op.f not in ("claim", "read"):
+        if op.f not in ("claim", "read", "read-resource"):
             targets[op.node].append(op)
     if not targets:
         return {}

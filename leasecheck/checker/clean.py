@@ -27,6 +27,12 @@ in completion order those ops all come before X in the list, so the maximum
 over everything listed before X bounds theirs from above: if X passes against
 the larger set, it passes against the exact one. The other checks are proven the
 same way, each against a set that contains the reference's (see the comments).
+
+Reads of the protected resource (``read-resource``) name no epoch and change
+nothing, so the pass only counts them; a node with one is then held to the
+resource row itself (:func:`~leasecheck.checker.kinds_resource.resource_findings`,
+which yields nothing on a clean node): one look at its reads more, and a node
+without pays nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from leasecheck.checker.kinds_resource import resource_findings
 from leasecheck.checker.model import agrees, freeze
 from leasecheck.histories import Header, Op
 from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED
@@ -70,14 +77,23 @@ def clean_counts(ops: list[Op], rules: Rules) -> tuple[int, int, int] | None:
     clean): run the reference on it. The counts are the verdict's stats, taken in this pass.
     """
     try:
-        return _scan(ops, rules)
+        counts = _scan(ops, rules)
+        if counts is None:
+            return None
+        ok, fails, infos, resource_reads = counts
+        # the node's resource was read: the pass above proved its lease clean, and the resource row finds nothing
+        # exactly when the function it runs yields nothing (one pass over the reads, on this node alone)
+        if resource_reads and next(resource_findings(ops, "token" if rules.token_fence else "lease"), None) is not None:
+            return None
+        return ok, fails, infos
     except (KeyError, TypeError):
         # a field the common case always has is missing, or an ok or failed op has no
         # completion time: leave it to the reference
         return None
 
 
-def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int] | None:
+def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int, int] | None:
+    """(ok, fail, info, ok reads of the resource) when the lease rows provably find nothing, else None."""
     token_fence = rules.token_fence
     window = rules.surely_held_ns
     slack = rules.surely_expired_ns
@@ -99,6 +115,7 @@ def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int] | None:
     result: Any = None  # what the ok commit recorded
     granted_done: int | None = None  # completion of the last ok claim or renew invoked before it completed
     maybe_from: int | None = None  # earliest invoke of an info claim or renew listed so far
+    resource_reads = 0  # ok reads of the protected resource: judged after the pass (they name no epoch)
     done: int  # an ok or failed op's completion (None would raise TypeError below: not proven)
     for op in ops:
         typ = op.type
@@ -108,6 +125,9 @@ def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int] | None:
             if done < last_done or op.invoke_time > done:
                 return None  # out of completion order, or completed before it was invoked
             last_done = done
+            if f == "read-resource":
+                resource_reads += 1
+                continue
             e = op.epoch
             if type(e) is not int:
                 return None  # the decision needs an epoch for every ok op: the search decides
@@ -261,6 +281,6 @@ def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int] | None:
         else:
             return None
     ok = len(ops) - fails - infos
-    if not ok:
-        return None  # no ok op, so none names an epoch: is it fenced at all? The reference knows
-    return ok, fails, infos
+    if ok == resource_reads:
+        return None  # no ok op names an epoch: is it fenced at all? The reference knows
+    return ok, fails, infos, resource_reads

@@ -40,6 +40,10 @@ def outcome(op: Op) -> str:
     if op.f == "claim":
         e = op.result.get("epoch")
         return f"granted epoch {e}" if e is not None else f"granted token {op.result.get('token')!r}"
+    if op.f == "read-resource":
+        r = op.result
+        fence = "no fence" if r.get("fence") is None else f"fence {r.get('fence')}"
+        return f"read the resource: {fence}, {len(r.get('accepted') or ())} accepted effect(s)"
     if op.f == "read":
         r = op.result
         bits = [str(r.get("status"))]
@@ -65,7 +69,7 @@ def carried(op: Op) -> str:
 
 def describe(op: Op) -> str:
     """``op 91 (commit with epoch 41 by process 3)``."""
-    if op.f in ("claim", "read"):
+    if op.f in ("claim", "read", "read-resource"):
         who = f" by {op.value.get('owner')!r}" if op.f == "claim" and op.value.get("owner") is not None else ""
         return f"op {op.index} ({op.f}{who}, process {op.process})"
     return f"op {op.index} ({op.f} with {carried(op)}, process {op.process})"

@@ -28,7 +28,7 @@ from leasecheck.checker.order import Decision, Undecided
 from leasecheck.checker.search import SearchResult, search
 from leasecheck.histories import Op
 from leasecheck.histories.format import DEFAULT_EFFECT_FENCE, EffectFence
-from leasecheck.histories.vocabulary import NON_LINEARIZABLE, READY, SUCCEEDED
+from leasecheck.histories.vocabulary import EPOCH_CARRIERS, NON_LINEARIZABLE, READ_RESOURCE, READY, SUCCEEDED
 
 
 def is_fenced(ops: Iterable[Op]) -> bool:
@@ -36,7 +36,7 @@ def is_fenced(ops: Iterable[Op]) -> bool:
     for op in ops:
         if op.type == "ok" and type(op.epoch) is int:
             return True
-        if op.f != "claim" and op.f != "read" and type(op.value.get("epoch")) is int:
+        if op.f in EPOCH_CARRIERS and type(op.value.get("epoch")) is int:
             return True
     return False
 
@@ -82,9 +82,11 @@ def _search_node(ops: list[Op], fenced: bool, deadline: float | None, effect_fen
     search is exact by construction and owes nothing to the argument that lets
     :func:`~leasecheck.checker.order.decide_register` skip it. Under ``"token"``
     the resource is a register of its own, searched after the lease object.
-    Info effects are left out in both: accepting more only raises the fence.
+    Info effects are left out in both: accepting more only raises the fence. Reads of the resource are left out
+    too: a read changes nothing, and what it shows is judged by :mod:`leasecheck.checker.kinds_resource` (proof
+    kinds: a node with one is never searched for ``non-linearizable``).
     """
-    lease = [op for op in ops if op.f != "effect" and op.type == "ok"]
+    lease = [op for op in ops if op.f != "effect" and op.f != READ_RESOURCE and op.type == "ok"]
     lease += _needed_maybes(ops, lease, fenced)
     if fenced:
         granted = {op.result.get("epoch") for op in lease if op.type == "ok" and op.f == "claim"}

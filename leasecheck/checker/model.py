@@ -94,6 +94,8 @@ def lease_step(state: State, op: Op, fenced: bool, info_keys: Iterable[Any] = ()
     f = op.f
     if f == "read":
         return [state] if read_matches(state, op, fenced) else []
+    if f == "read-resource":
+        return [state]  # a read changes nothing; what it shows is judged by leasecheck.checker.kinds_resource
     if f == "claim":
         if status == SUCCEEDED:
             return []

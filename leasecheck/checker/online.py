@@ -59,7 +59,17 @@ REWORDED_BY: dict[str, frozenset[str]] = {
     "duplicate-commit": frozenset({"commit"}),
     "overlapping-lease": frozenset({"claim", "renew"}),
     "lost-commit": frozenset({"claim"}),
+    # the resource kinds name one proof per payload or per effect: the first read (by index) that proves it, which
+    # may be a read still in flight; a phantom entry's writers may be an effect still in flight (info so far)
+    "stale-effect": frozenset({"read-resource"}),
+    "phantom-effect": frozenset({"effect", "read-resource"}),
+    "lost-effect": frozenset({"read-resource"}),
 }
+
+#: a finding that cites a read of the resource is judged against every effect invoked by the time that read
+#: completed (equal times are concurrent), and one invoked at that very time may be written after the read's
+#: completion: a probe holds it back until the history has moved past the read's completion
+RESOURCE_READ = "read-resource"
 
 #: kinds a probe tells *provisionally*: that the node's ops so far have no linearization is proven whatever follows
 #: (linearizability is prefix-closed), but the whole history's verdict may name it by a proof kind found later on
@@ -115,8 +125,9 @@ class OnlineChecker:
         self._rules = Rules.of(header)
         self._open: dict[str, list[Op]] = {}
         self._dirty: set[str] = set()
-        #: per open node, the findings a probe reported already: (kind, ops)
-        self._told: dict[str, set[tuple[str, tuple[int, ...]]]] = {}
+        #: per open node, the findings a probe reported already: (kind, ops, explanation) (two findings may cite the
+        #: same ops: a read that lists two entries nobody wrote)
+        self._told: dict[str, set[tuple[str, tuple[int, ...], str]]] = {}
         self._found = Findings()
         self._types: Counter[str] = Counter()
         self._nodes = 0
@@ -130,6 +141,8 @@ class OnlineChecker:
         #: some op of the history named an integer epoch: a node with none so far may still turn out fenced, and be
         #: judged by the other rules (a backend that fences some nodes only): its findings wait for its close
         self._fenced_seen = False
+        #: the latest time of an op read so far (a probe knows every op invoked before it)
+        self._latest = 0
 
     # ------------------------------------------------------------------ feeding
 
@@ -140,6 +153,9 @@ class OnlineChecker:
             nops = self._open[op.node] = []
         nops.append(op)
         self._dirty.add(op.node)
+        t = op.invoke_time if op.complete_time is None else op.complete_time
+        if t > self._latest:
+            self._latest = t
         if not self._fenced_seen and op.epoch.__class__ is int:
             self._fenced_seen = True
 
@@ -154,9 +170,14 @@ class OnlineChecker:
         if not dirty:
             return out
         flying: dict[str, list[Any]] = {}
+        now = self._latest
         for inv in self.in_flight.values():
+            now = max(now, inv.time)
             if inv.node in dirty:
                 flying.setdefault(inv.node, []).append(inv)
+        if self.nemesis:
+            now = max(now, self.nemesis[-1].time)
+        waiting: set[str] = set()
         for node in sorted(dirty):
             nops = self._open.get(node)
             if nops is None:
@@ -176,10 +197,10 @@ class OnlineChecker:
                     row.run(history, found)
             told = self._told.setdefault(node, set())
             for a in found.anomalies:
-                key = (a.kind, tuple(a.ops))
+                key = (a.kind, tuple(a.ops), a.explanation)
                 if a.kind in PROVISIONAL_KINDS:
-                    if (a.kind, ()) not in told:  # once per node: its verdict is the news
-                        told.add((a.kind, ()))
+                    if (a.kind, (), "") not in told:  # once per node: its verdict is the news
+                        told.add((a.kind, (), ""))
                         out.append(Proven(a, proof_time(a, nops), early=True, provisional=True))
                     continue
                 if a.kind not in STABLE_KINDS or key in told:
@@ -188,8 +209,12 @@ class OnlineChecker:
                 rewording = REWORDED_BY.get(a.kind, frozenset())
                 if any(inv.f in rewording and inv.time <= proof for inv in pending):
                     continue  # asked again once they complete (the node is dirty then)
+                if any(op.f == RESOURCE_READ and op.index in a.ops and (op.complete_time or now) >= now for op in nops):
+                    waiting.add(node)  # asked again at the next probe, until the history moved past the read
+                    continue
                 told.add(key)
                 out.append(Proven(a, proof, early=True))
+        self._dirty |= waiting
         return out
 
     # ------------------------------------------------------------------ judging
@@ -273,7 +298,8 @@ class OnlineChecker:
                 self._cited.update((op.index, op) for op in nops if op.index in wanted)
                 self._kept.extend(op for op in nops if op.index in wanted
                                   or (op.type == "ok" and op.f in ("claim", "commit")))
-                out.extend(Proven(a, proof_time(a, nops), early=False) for a in new if (a.kind, tuple(a.ops)) not in told)
+                out.extend(Proven(a, proof_time(a, nops), early=False) for a in new
+                           if (a.kind, tuple(a.ops), a.explanation) not in told)
         self._spent += time.monotonic() - began
         if self.windows is not None and judged:
             store, skewed = self._current_windows()

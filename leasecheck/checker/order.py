@@ -129,8 +129,8 @@ def _split(ops: list[Op]) -> tuple[list[Op], list[Op], list[Op]]:
     maybe_claims: list[Op] = []
     maybe_ends: list[Op] = []
     for op in ops:
-        if op.f == "effect" or op.type == "fail":
-            continue
+        if op.f == "effect" or op.f == "read-resource" or op.type == "fail":
+            continue  # the resource and its reads are judged apart; a failed op did not happen
         if op.type == "ok":
             if type(op.epoch) is not int:
                 raise Undecided(f"op {op.index} names no epoch")

@@ -11,7 +11,8 @@ A kind's class (does it prove ``non-linearizable``?) is declared once, with its
 name, in :mod:`leasecheck.histories.vocabulary`; the ``non-linearizable`` row
 reads it from there. Adding a kind: name it in the vocabulary, write its check
 (``check(node, found)``, in its family's module: :mod:`leasecheck.checker.kinds_stale`,
-:mod:`~leasecheck.checker.kinds_commits` or :mod:`~leasecheck.checker.kinds_timing`), add a row here.
+:mod:`~leasecheck.checker.kinds_commits`, :mod:`~leasecheck.checker.kinds_resource` (what a read of the
+protected resource proves) or :mod:`~leasecheck.checker.kinds_timing`), add a row here.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from leasecheck.checker import kinds_commits, kinds_stale, kinds_timing
+from leasecheck.checker import kinds_commits, kinds_resource, kinds_stale, kinds_timing
 from leasecheck.checker.findings import Findings, NodeHistory
 from leasecheck.checker.linearizability import non_linearizable
 from leasecheck.histories.vocabulary import LINEARIZABILITY_KINDS, AnomalyKind
@@ -63,6 +64,7 @@ CHECKS: tuple[Check, ...] = (
     Check(("stale-renew", "stale-commit", "stale-effect"), kinds_stale.grant_order, fenced=False),
     Check(("overlapping-lease",), kinds_timing.overlapping_unfenced, fenced=False, timed=True),
     Check(("duplicate-commit", "lost-commit"), kinds_commits.commits),
+    Check(("stale-effect", "fence-regression", "phantom-effect", "lost-effect"), kinds_resource.resource_reads),
     Check(("stuck-lease",), kinds_timing.stuck, timed=True),
     Check(("premature-expiry",), kinds_timing.premature_expiry, fenced=True, timed=True),
     Check(("non-linearizable",), non_linearizable, unless=LINEARIZABILITY_KINDS),

@@ -139,7 +139,10 @@ class Op(msgspec.Struct, gc=False, array_like=True):
 
 
 def named_epoch(f: str, type_: str, value: dict[str, Any], result: dict[str, Any]) -> Any:
-    """The epoch an op names: an ok claim or read returns it; every other op carries it."""
+    """The epoch an op names: an ok claim or read returns it; a read of the resource names none (its entries
+    have epochs of their own, judged by the resource kinds); every other op carries it."""
+    if f == "read-resource":
+        return None
     if f == "claim" or f == "read":
         return result.get("epoch") if type_ == "ok" else None
     return value.get("epoch")

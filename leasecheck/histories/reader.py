@@ -24,7 +24,14 @@ from typing import Any, BinaryIO, cast
 import msgspec
 
 from leasecheck.histories.format import NEMESIS, Event, Header, Op, named_epoch
-from leasecheck.histories.rules import HistoryError, check_completion_value, check_invoke_value, describe, parse_header
+from leasecheck.histories.rules import (
+    HistoryError,
+    check_completion_value,
+    check_invoke_value,
+    check_resource_value,
+    describe,
+    parse_header,
+)
 from leasecheck.histories.vocabulary import (
     CLIENT_FUNCTIONS,
     EPOCH_CARRIERS,
@@ -259,7 +266,11 @@ class HistoryReader:
                 if typ == "ok":
                     if v.__class__ is not dict:
                         raise error(lineno, cast(str, check_completion_value(ev, f)))
-                    if f == "claim" or f == "read":
+                    if f == "read-resource":
+                        if check_resource_value(v) is not None:
+                            raise error(lineno, cast(str, check_completion_value(ev, f)))
+                        epoch = None
+                    elif f == "claim" or f == "read":
                         if f == "claim":
                             bad = "epoch" not in v or ((ep := v["epoch"]) is not None and ep.__class__ is not int)
                         else:
@@ -277,13 +288,13 @@ class HistoryReader:
                 elif typ == "fail":
                     if v.__class__ is not dict or (r := v.get("reason")).__class__ is not str or r not in reasons:
                         raise error(lineno, cast(str, check_completion_value(ev, f)))
-                    epoch = None if f == "claim" or f == "read" else inv.value.get("epoch")
+                    epoch = None if f == "claim" or f == "read" or f == "read-resource" else inv.value.get("epoch")
                     done = t
                 else:  # info: any value, kept as an object
                     if v.__class__ is not dict:
                         ev.value = {"value": v}
                     retired.add(p)
-                    epoch = None if f == "claim" or f == "read" else inv.value.get("epoch")
+                    epoch = None if f == "claim" or f == "read" or f == "read-resource" else inv.value.get("epoch")
                     done = None
                 # the invoke's node was checked to be a non-empty str when it was read
                 yield Op(inv.index, p, f, inv.node, inv.value, typ, ev.value, inv.time, done, ev.index, epoch)

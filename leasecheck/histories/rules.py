@@ -158,4 +158,34 @@ def check_completion_value(ev: Event, f: str) -> str | None:
         e = v.get("epoch")
         if e is not None and not _is_int(e):
             return f'ok read "epoch" must be an integer or null, not {e!r}'
+    elif f == "read-resource":
+        return check_resource_value(v)
+    return None
+
+
+def check_resource_value(v: dict[str, Any]) -> str | None:
+    """What is wrong with an ok ``read-resource`` value (``{"fence": f, "accepted": [...]}``), or None.
+
+    The resource kinds compare every entry's epoch (or token) and payload with the effect ops, so an entry
+    the checker cannot read would be a guess: rejected, naming the entry.
+    """
+    fence = v.get("fence")
+    if fence is not None and not _is_int(fence):
+        return f'ok read-resource "fence" must be an integer or null, not {fence!r}'
+    if "accepted" not in v:
+        return 'ok read-resource lacks "accepted" (the effects the resource accepted, oldest first; [] for none)'
+    acc = v["accepted"]
+    if type(acc) is not list:
+        return f'ok read-resource "accepted" must be a list, not {acc!r}'
+    for i, entry in enumerate(acc):
+        if type(entry) is not dict:
+            return f"ok read-resource accepted[{i}] must be an object, not {entry!r}"
+        if "epoch" not in entry:
+            return f'ok read-resource accepted[{i}] lacks "epoch" (null for an unfenced backend)'
+        e = entry["epoch"]
+        if e is not None and not _is_int(e):
+            return f'ok read-resource accepted[{i}] "epoch" must be an integer or null, not {e!r}'
+        p = entry.get("payload")
+        if type(p) is not str:
+            return f'ok read-resource accepted[{i}] "payload" must be a string, not {p!r}'
     return None

@@ -18,10 +18,13 @@ from typing import Final, Literal, get_args
 # ------------------------------------------------------------------ operations
 
 #: client operations (docs/contracts/history-format.md, the table of ``f``)
-OpName = Literal["claim", "renew", "effect", "commit", "release", "read"]
+OpName = Literal["claim", "renew", "effect", "commit", "release", "read", "read-resource"]
 CLIENT_FUNCTIONS: frozenset[str] = frozenset(get_args(OpName))
 #: client operations whose invoke value carries the lease's epoch (or an unfenced token)
 EPOCH_CARRIERS: frozenset[str] = frozenset({"renew", "effect", "commit", "release"})
+#: a read of a node's protected resource (its fence and the effects it accepted, in order): it names no epoch of its
+#: own and changes nothing, so the lease model and its search leave it out; the resource kinds judge it
+READ_RESOURCE: Final = "read-resource"
 
 #: an event's ``type``: an invoke, then exactly one completion
 EventType = Literal["invoke", "ok", "fail", "info"]
@@ -63,6 +66,11 @@ ProofKind = Literal[
     "stale-effect",
     "duplicate-commit",
     "lost-commit",
+    # what a read of the protected resource shows (``read-resource``): a fence below what it already had or accepted,
+    # an accepted effect that no op can have written, an accepted effect gone missing
+    "fence-regression",
+    "phantom-effect",
+    "lost-effect",
 ]
 TimingKind = Literal["overlapping-lease", "stuck-lease", "premature-expiry"]
 NON_LINEARIZABLE: Final = "non-linearizable"

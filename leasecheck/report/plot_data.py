@@ -100,7 +100,7 @@ class FinalPhase:
 
     The history does not mark it (its reads are ops like any other), so it is
     recognised by what the runner does: its ops are the history's last ones,
-    all reads, by processes that never ran an op before it, and the first of
+    all reads (of the record or of the resource), by processes that never ran an op before it, and the first of
     them starts after every earlier op has completed. Its reads run back to
     back, one client and no contention (hundreds a second on SQLite, where the
     run makes tens), so the plots shade it and keep it off the run's scale.
@@ -120,7 +120,7 @@ def final_phase(cols: Columns) -> FinalPhase | None:
     """The final phase of ``cols`` (see :class:`FinalPhase`), or None: a run interrupted before it, a hand-made history."""
     n = cols.n
     f = column_view(cols.f, np.int8)
-    others = np.flatnonzero(f != F_NAMES.index("read"))
+    others = np.flatnonzero((f != F_NAMES.index("read")) & (f != F_NAMES.index("read-resource")))
     k0 = max(int(others[-1]) + 1 if len(others) else 0, 1)  # the trailing reads; at least one op of the run before them
     if k0 >= n:
         return None

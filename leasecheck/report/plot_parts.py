@@ -31,6 +31,7 @@ KIND_COLOURS: dict[str, str] = {
     "commit": "#ff7f0e",
     "release": "#8c564b",
     "read": "#17becf",
+    "read-resource": "#0e7c86",
 }
 #: one colour per fault kind, in catalogue order; bands are drawn translucent
 _FAULT_PALETTE = (
