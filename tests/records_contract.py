@@ -3,7 +3,8 @@
 One copy of the assertions, called by each store's test module with a fresh
 node on a real server: a fenced write is applied iff no larger fence wrote
 before (and raises the stored fence), an effect is guarded by the same fence
-that a claim lifts, and an unfenced write is plain, trusting the lock.
+that a claim lifts, and an unfenced write is plain, trusting the lock; the
+resource reads back (``resource``) with the record's fence, in one snapshot.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def fenced_effect_is_guarded_by_the_record_fence_that_a_claim_lifts(records: Rec
         {"token": "t2", "payload": "first", "fence": 2}, {"token": "t3", "payload": "second", "fence": 3},
     ]
     assert records.get(node) == Record("RUNNING", None, "t3", None, 3)
+    # read back in one snapshot: the record's fence with the entries, oldest first
+    assert records.resource(node) == (3, records.effects(node))  # type: ignore[attr-defined]
 
 
 def unfenced_writes_are_plain_and_trust_the_lock(records: Records, node: str) -> None:
@@ -39,3 +42,4 @@ def unfenced_writes_are_plain_and_trust_the_lock(records: Records, node: str) ->
     assert records.append_effect(node, "old", "zombie")
     assert records.get(node) == Record("SUCCEEDED", None, "a", "r", 9)
     assert records.effects(node) == [{"token": "old", "payload": "zombie", "fence": None}]
+    assert records.resource(node) == (9, [{"token": "old", "payload": "zombie", "fence": None}])  # type: ignore[attr-defined]

@@ -151,8 +151,8 @@ def new_node() -> str:
 
 
 HELLO = {
-    "go-redis-fenced": {"leasecheck": 1, "name": "go-redis-fenced", "fenced": True},
-    "node-trusts-queue": {"leasecheck": 1, "name": "node-trusts-queue", "fenced": True},
+    "go-redis-fenced": {"leasecheck": 1, "name": "go-redis-fenced", "fenced": True, "resource": True},
+    "node-trusts-queue": {"leasecheck": 1, "name": "node-trusts-queue", "fenced": True, "resource": True},
 }
 
 # ---------------------------------------------------------------- 1. the protocol, child by child
@@ -186,6 +186,9 @@ def test_go_fenced_lease_conversation(spawn: Any, commands: dict[str, list[str]]
         assert answer["ok"] is False and answer["reason"] == "stale", (op, answer)
 
     assert child.ask("effect", **lease2, payload="p2") == {"ok": True}
+    # the resource, read back: both accepted effects in order, the zombie's refused one absent, fenced at e2
+    assert child.ask("read_resource", node=n) == {
+        "ok": True, "fence": e2, "accepted": [{"epoch": e1, "payload": "p1"}, {"epoch": e2, "payload": "p2"}]}
     assert child.ask("commit", **lease2, result="r2") == {"ok": True}
     assert child.ask("read", node=n) == {"ok": True, "status": "SUCCEEDED", "epoch": e2, "owner": "w2", "result": "r2"}
     assert child.ask("claim", node=n, owner="w3", ttl_ms=LONG_TTL_MS) == {"ok": False, "reason": "terminal"}
@@ -216,7 +219,7 @@ def test_node_trusting_lease_conversation(spawn: Any, commands: dict[str, list[s
     """The broken lease answers every request, and grants what a fenced lease refuses: that is its bug."""
     child = spawn(commands["node-trusts-queue"], redis_server.url)
     hello = child.line()
-    assert {k: hello[k] for k in ("leasecheck", "name", "fenced")} == HELLO["node-trusts-queue"]
+    assert {k: hello[k] for k in ("leasecheck", "name", "fenced", "resource")} == HELLO["node-trusts-queue"]
     assert "overlapping-lease" in hello["expected"], hello
     n = new_node()
     assert child.ask("setup") == {"ok": True}
@@ -239,6 +242,9 @@ def test_node_trusting_lease_conversation(spawn: Any, commands: dict[str, list[s
     assert child.ask("effect", **lease2, payload="p2") == {"ok": True}
     assert child.ask("commit", **lease2, result="r2") == {"ok": True}
     assert child.ask("commit", **lease1, result="r1") == {"ok": True}  # duplicate, stale commit: accepted
+    # its resource keeps no fence (null) and holds both owners' writes, in the order they landed
+    assert child.ask("read_resource", node=n) == {
+        "ok": True, "fence": None, "accepted": [{"epoch": e1, "payload": "p1"}, {"epoch": e2, "payload": "p2"}]}
     assert child.ask("read", node=n) == {"ok": True, "status": "SUCCEEDED", "epoch": e2, "owner": "w2", "result": "r1"}
     # only a finished node is refused
     assert child.ask("claim", node=n, owner="w3", ttl_ms=LONG_TTL_MS) == {"ok": False, "reason": "terminal"}

@@ -435,7 +435,7 @@ def test_a_correct_child_is_valid_under_pause_and_kill(child: Path, tmp_path: Pa
     assert (code, results["valid"]) == (0, True), (results.get("reason"), results.get("anomalies"))
     run_dir = Path(str(results["run_dir"]))
     header, ops, reader = read_history(run_dir / "history.jsonl")
-    assert header.meta["exec"] == {"name": "sqlite-child", "fenced": True, "effect_fence": "lease"}
+    assert header.meta["exec"] == {"name": "sqlite-child", "fenced": True, "effect_fence": "lease", "resource": False}
     done = Counter((op.f, op.type) for op in ops)
     assert all(done[(f, "ok")] > 0 for f in ("claim", "renew", "effect", "commit", "read")), done
     assert {e.f for e in reader.nemesis} >= {"pause", "resume", "kill"}

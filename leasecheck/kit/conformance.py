@@ -18,7 +18,7 @@ This module is the table: each scenario by its name (the names a test
 parametrizes over and a failure report shows), and which ones restart the
 store. The scenarios live by the promise they test (:mod:`.scenarios_ownership`,
 :mod:`.scenarios_zombies`, :mod:`.scenarios_liveness`, :mod:`.scenarios_restarts`,
-:mod:`.scenarios_clocks`); what they find and how they word it in
+:mod:`.scenarios_clocks`, :mod:`.scenarios_resource`); what they find and how they word it in
 :mod:`.scenario_outcomes`; how they drive clients in :mod:`.scenario_clients`.
 """
 
@@ -30,6 +30,7 @@ from leasecheck.kit.scenario_outcomes import Result
 from leasecheck.kit.scenarios_clocks import skewed_client, skewed_renew
 from leasecheck.kit.scenarios_liveness import heartbeat_never_completes, stuck_lease
 from leasecheck.kit.scenarios_ownership import crash_takeover, duplicate_delivery, epochs_increase, race
+from leasecheck.kit.scenarios_resource import resource
 from leasecheck.kit.scenarios_restarts import durable_commit, expiry_across_restart
 from leasecheck.kit.scenarios_zombies import zombie, zombie_release
 
@@ -46,6 +47,7 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
     "expiry-across-restart": expiry_across_restart,
     "skewed-client": skewed_client,
     "skewed-renew": skewed_renew,
+    "resource": resource,
 }
 
 #: the scenarios that restart the store: they take the restart as their second argument

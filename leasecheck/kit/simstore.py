@@ -4,7 +4,8 @@ The property tests (``tests/sim.py``) and the benchmarks (``bench/gen.py``) both
 histories whose verdict is known without a checker. Both get them from a
 discrete-event simulation whose store is this one class: every operation takes
 effect at one linearization point strictly inside its (invoke, completion), and
-``SimStore.apply`` answers it there exactly as the lease model of docs/contracts/lease-model.md allows,
+``SimStore.apply`` answers it there exactly as the lease model of docs/contracts/lease-model.md allows
+(``read-resource`` too: the resource's fence and the log of the effects it accepted),
 plus the time rules of a real store (a lease ends ttl after its last claim or renew,
 misjudged by at most the clock uncertainty). One store for both means a fix to the
 ground truth reaches the tests and the benchmarks at once.
@@ -47,6 +48,7 @@ class SimNode:
     expires: int = 0  # harness ns at which the current lease runs out (the store's view)
     resource_max: int = 0  # the protected resource's fence: largest epoch accepted (or granted, under "lease")
     tokens: dict[str, int] = field(default_factory=dict)  # unfenced: token -> hidden epoch
+    accepted: list[dict[str, Any]] = field(default_factory=list)  # the resource's log: each accepted effect, in order
 
 
 class SimStore:
@@ -113,10 +115,16 @@ class SimStore:
             return self._claim(t, st, value["owner"])
         if f == "read":
             return "ok", read_value(st, self.fenced)
+        if f == "read-resource":  # fence and log at one point: the ground truth a correct store's read gives
+            return "ok", {"fence": st.resource_max if self.fenced else None, "accepted": [dict(e) for e in st.accepted]}
         # the epoch an op names: carried (fenced) or looked up by its token (unfenced)
         e = value["epoch"] if self.fenced else st.tokens.get(value.get("token"), -1)  # type: ignore[arg-type]
         if f == "effect":
-            return self._effect(st, e)
+            outcome = self._effect(st, e)
+            if outcome[0] == "ok":
+                entry = {"epoch": e} if self.fenced else {"epoch": None, "token": value.get("token")}
+                st.accepted.append({**entry, "payload": value.get("payload", "")})
+            return outcome
         return self._lease_op(t, st, f, e, value)
 
     def _claim(self, t: int, st: SimNode, owner: str) -> Outcome:

@@ -33,7 +33,7 @@ from typing import Any
 from leasecheck.errors import EnvironmentFailure
 from leasecheck.run.environment import Environment, prepare
 from leasecheck.rundir.files import remove_leftovers
-from leasecheck.targets.base import Lease, NodeState, Refused, Target
+from leasecheck.targets.base import Lease, NodeState, Refused, ResourceState, Target, reads_resource
 from leasecheck.targets.registry import TargetSpec, load, server_not_installed
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease
 
@@ -180,7 +180,7 @@ def try_methods(spec: TargetSpec, not_written: type[BaseException]) -> dict[str,
 
     A plain adapter's protocol methods are called in a lease's life (setup,
     add_node, try_claim, renew, effect, release, a second try_claim, commit,
-    read); a lock adapter's (:class:`LockLease`) library methods instead
+    read, and read_resource where the adapter has it); a lock adapter's (:class:`LockLease`) library methods instead
     (setup, acquire, extend, unlock). Building the client (``spec.make()``)
     is not caught: an adapter that cannot even be built fails every test with it.
     """
@@ -213,6 +213,8 @@ def _try_protocol(target: Target, calls: _Calls, node: str) -> None:
     lease = second if isinstance(second, Lease) else lease
     calls.call("commit", lambda: target.commit(lease, "result"), _OUTCOME, "None (ok) or a Refused")
     calls.call("read", lambda: target.read(node), (NodeState,), "a NodeState")
+    if reads_resource(target):  # optional: an adapter without it is run without resource reads
+        calls.call("read_resource", lambda: target.read_resource(node), (ResourceState,), "a ResourceState")
 
 
 def _try_lock(target: LockLease, calls: _Calls, node: str) -> None:

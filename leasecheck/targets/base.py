@@ -87,6 +87,62 @@ class NodeState:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """One effect the protected resource accepted: the lease it came with and its payload.
+
+    ``epoch`` is the epoch the resource checked it against; an unfenced backend
+    leaves it None and names the lease by ``token`` instead, so the checker can
+    match the entry to the effect op that wrote it (by payload) and tell whose it was.
+    """
+
+    epoch: int | None
+    payload: str
+    token: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"epoch": self.epoch, "payload": self.payload}
+        if self.token is not None:
+            out["token"] = self.token
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceState:
+    """A read of a node's protected resource: its fence and the effects it accepted, in order.
+
+    Why both in one object: the lasting damage of a zombie's write is in the
+    resource (an old epoch accepted after a newer one, a fence set back), and
+    only a fence and a log read in ONE snapshot can be compared: a correct
+    backend never shows an entry above the fence read with it. ``accepted`` is
+    oldest first, in the order the resource accepted the effects; ``fence`` is
+    the epoch below which it refuses effects (None: it keeps no fence, or the
+    adapter cannot read it; a field a read does not give is never compared).
+    """
+
+    accepted: tuple[Accepted, ...]
+    fence: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fence": self.fence, "accepted": [entry.to_json() for entry in self.accepted]}
+
+
+def reads_resource(target: Target | type[Target]) -> bool:
+    """Can ``target`` (a backend class or instance) read its protected resource back?
+
+    True when its class overrides :meth:`Target.read_resource`. An adapter written
+    before resource reads existed does not, and is run as before, with no
+    ``read-resource`` ops (the run says so). A backend that learns only at run time
+    whether it can (an ``exec:`` child declares it in its hello) says so through
+    a ``resource_readable`` property on its instances (its class alone, with no
+    child yet, then reads as False: nothing has declared it).
+    """
+    cls = target if isinstance(target, type) else type(target)
+    if getattr(cls, "read_resource", Target.read_resource) is Target.read_resource:
+        return False
+    return getattr(target, "resource_readable", True) is True
+
+
 #: ``None`` is ok for renew, effect, commit and release
 Outcome = Refused | None
 
@@ -221,6 +277,22 @@ class Target(ABC):
     @abstractmethod
     def read(self, node: str) -> NodeState:
         """The store's durable record of the node."""
+
+    def read_resource(self, node: str) -> ResourceState:
+        """The node's protected resource, fence and accepted effects read in one snapshot.
+
+        What the resource holds, as it holds it (a broken store's too): every
+        effect it accepted for ``node``, oldest first, with the epoch (or token)
+        it came with, and the fence it refuses effects below now. Read both in
+        ONE atomic step (a transaction, a script): a fence read apart from its
+        log could show an entry above it on a correct store. Raises
+        :class:`Unavailable` / :class:`Indeterminate` like any op (a read that
+        fails proves nothing).
+
+        Not abstract, so that adapters written before it keep working: they are
+        run without resource reads (:func:`reads_resource` says False).
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot read its protected resource")
 
     def close(self) -> None:
         """Release connections; the instance is not used afterwards."""

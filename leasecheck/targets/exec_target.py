@@ -3,8 +3,9 @@
 ``--target exec:COMMAND`` makes every worker start ``COMMAND`` (split like a
 shell command, run in the current directory) with ``LEASECHECK_URL`` (the run's
 store, possibly empty) and ``LEASECHECK_TTL_MS`` in its environment. The child
-first prints its hello, ``{"leasecheck": 1, "name": "acme", "fenced": true}``;
-then every operation is one request line on its stdin and one answer line on
+first prints its hello, ``{"leasecheck": 1, "name": "acme", "fenced": true}``
+(with ``"resource": true`` if it answers ``read_resource``, the read of a node's
+protected resource: otherwise that request is never sent); then every operation is one request line on its stdin and one answer line on
 its stdout, one at a time, each request with a larger ``id``::
 
     {"id": 7, "op": "claim", "node": "run-1/node-3", "owner": "w2", "ttl_ms": 1000}
@@ -59,7 +60,18 @@ import msgspec
 
 from leasecheck.histories.format import EFFECT_FENCES, EffectFence
 from leasecheck.histories.vocabulary import FAIL_REASONS, READ_STATUSES
-from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
+from leasecheck.targets.base import (
+    Accepted,
+    Indeterminate,
+    Lease,
+    NodeState,
+    Outcome,
+    Refused,
+    ResourceState,
+    Target,
+    TargetConfig,
+    Unavailable,
+)
 from leasecheck.targets.exec_child import Child, Deadline, Garbled, note
 
 #: ``--target exec:COMMAND``
@@ -88,6 +100,8 @@ class Hello:
     name: str
     fenced: bool
     effect_fence: EffectFence = "lease"
+    #: does the child answer ``read_resource``? Only then is the request sent (a child written before it never sees one)
+    resource: bool = False
 
     @classmethod
     def parse(cls, line: bytes) -> Hello:
@@ -109,7 +123,10 @@ class Hello:
             raise bad('no string "name" or no boolean "fenced"')
         if effect_fence not in EFFECT_FENCES:
             raise bad(f'"effect_fence" {effect_fence!r} is neither "lease" nor "token"')
-        return cls(name, fenced, effect_fence)
+        resource = obj.get("resource", False)
+        if not isinstance(resource, bool):
+            raise bad(f'"resource" {resource!r} is not a boolean')
+        return cls(name, fenced, effect_fence, resource)
 
 
 def parse_command(command: str) -> list[str]:
@@ -144,6 +161,22 @@ def _optional(answer: dict[str, Any], key: str, kind: type, what: str) -> Any:
 
 def _ok(answer: dict[str, Any]) -> None:
     return None
+
+
+def _resource(answer: dict[str, Any]) -> ResourceState:
+    """A ``read_resource`` answer: ``fence`` (an integer or null) and ``accepted``, each entry as an effect wrote it."""
+    if "fence" not in answer or not isinstance(answer.get("accepted"), list):
+        raise Garbled('a read_resource answer needs "fence" (null for none) and an "accepted" list')
+    fence = _optional(answer, "fence", int, "an integer")
+    entries = []
+    for entry in answer["accepted"]:
+        if not isinstance(entry, dict) or "epoch" not in entry or type(entry.get("payload")) is not str:
+            raise Garbled(f'accepted entry {entry!r} needs "epoch" (null when unfenced) and a string "payload"')
+        epoch, token = _optional(entry, "epoch", int, "an integer"), _optional(entry, "token", str, "a string")
+        if epoch is None and token is None:
+            raise Garbled(f"accepted entry {entry!r} has neither an epoch nor a token: no lease wrote it")
+        entries.append(Accepted(epoch, entry["payload"], token))
+    return ResourceState(tuple(entries), fence)
 
 
 class ExecTarget(Target):
@@ -322,6 +355,18 @@ class ExecTarget(Target):
             )
 
         state = self._call("read", {"node": node}, record, refusable=False)
+        assert not isinstance(state, Refused)  # refusable=False
+        return state
+
+    @property
+    def resource_readable(self) -> bool:
+        """Did the child declare ``"resource": true`` in its hello (:func:`~leasecheck.targets.base.reads_resource`)?"""
+        return self.hello is not None and self.hello.resource
+
+    def read_resource(self, node: str) -> ResourceState:
+        if not self.resource_readable:
+            raise NotImplementedError(f"exec child {self.command!r} did not declare \"resource\": true in its hello")
+        state = self._call("read_resource", {"node": node}, _resource, refusable=False)
         assert not isinstance(state, Refused)  # refusable=False
         return state
 

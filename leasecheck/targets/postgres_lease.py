@@ -8,7 +8,9 @@ decides races between workers; epochs come from the row (``epoch = epoch +
 never a worker's, so a worker whose clock is skewed cannot steal a live lease.
 The protected resource lives in the same database: a per-node fence (the
 largest epoch granted or accepted), lifted by each claim and checked and
-raised by the same statement that logs an effect.
+raised by the same statement that logs an effect; both are read back in one
+statement (:meth:`PostgresLease.read_resource`). ``setup`` is idempotent: a
+store made by an older leasecheck gains the log's index and keeps its rows.
 
 Failure handling follows the protocol's two exceptions: if no connection can be
 made, nothing was sent (:class:`Unavailable`); once a statement was sent, a
@@ -33,16 +35,23 @@ connection (Indeterminate, as any lost connection).
 
 from __future__ import annotations
 
-import os
-import socket
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED
-from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
+from leasecheck.targets.base import (
+    Accepted,
+    Indeterminate,
+    Lease,
+    NodeState,
+    Outcome,
+    Refused,
+    ResourceState,
+    Target,
+    TargetConfig,
+    Unavailable,
+)
+from leasecheck.targets.pg_watchdog import Watchdog, still_open
 
 if TYPE_CHECKING:  # psycopg is imported where it is used: listing the backends must not load it
     import psycopg
@@ -65,98 +74,11 @@ CREATE TABLE IF NOT EXISTS lease_effects (
     epoch bigint NOT NULL,
     payload text NOT NULL
 );
+CREATE INDEX IF NOT EXISTS lease_effects_by_node ON lease_effects (node, id);
 """
 
 #: serialises concurrent setup() calls: CREATE TABLE IF NOT EXISTS races on the catalog otherwise
 SETUP_LOCK_KEY = 0x1EA5EC4EC
-
-
-class Watchdog:
-    """Cuts a connection's socket when a statement outlives its deadline.
-
-    psycopg's synchronous calls wait for the server without limit, and a paused
-    (SIGSTOP) or partitioned server never answers — nor does it run its own
-    ``statement_timeout``. Shutting the socket down makes the waiting call fail,
-    which the caller reports as Indeterminate. One daemon thread per instance,
-    started lazily (and again after a fork, which keeps only the calling
-    thread), ended by :meth:`close`.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._fd: int | None = None
-        self._deadline = 0.0
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        #: did the last guarded statement run out of time (so its error is ours, not the server's)?
-        self.fired = False
-
-    @contextmanager
-    def guard(self, fd: int, seconds: float) -> Iterator[None]:
-        """Watch ``fd`` for ``seconds``; disarmed before the caller may close the connection."""
-        if self._thread is None or not self._thread.is_alive():
-            self._closed = False
-            self._thread = threading.Thread(target=self._run, name="postgres-lease-watchdog", daemon=True)
-            self._thread.start()
-        with self._cond:
-            self._fd, self._deadline, self.fired = fd, time.monotonic() + seconds, False
-            self._cond.notify()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._fd = None
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-
-    def _run(self) -> None:
-        with self._cond:
-            while not self._closed:
-                if self._fd is None:
-                    self._cond.wait()
-                    continue
-                remaining = self._deadline - time.monotonic()
-                if remaining > 0:
-                    self._cond.wait(remaining)
-                    continue
-                _shutdown(self._fd)
-                self._fd, self.fired = None, True
-
-
-def _shutdown(fd: int) -> None:
-    """Shut down the socket behind ``fd`` (through a duplicate, so the owner's fd stays valid)."""
-    try:
-        with socket.socket(fileno=os.dup(fd)) as sock:
-            sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
-def still_open(conn: psycopg.Connection[Any]) -> bool:
-    """Has the server not closed this idle connection (a restart, a crash)?
-
-    Between statements an autocommit connection has nothing to read; a socket
-    that reads end-of-file, a reset or unprompted bytes was closed by the
-    server. Looking before sending keeps the next op certain: it goes out on
-    a fresh connection, instead of on a dead one where its outcome would be
-    unknown (an ``info`` op that hides the rest of the node's history).
-    """
-    try:
-        probe = socket.socket(fileno=os.dup(conn.pgconn.socket))
-    except OSError:
-        return False
-    try:
-        probe.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        return True  # nothing to read: the server has not hung up
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return False  # end-of-file, or bytes nobody asked for: the server hung up
 
 
 class PostgresLease(Target):
@@ -386,6 +308,21 @@ class PostgresLease(Target):
             return NodeState(READY, 0)
         status, epoch, owner, result = rows[0]
         return NodeState(status, int(epoch), owner if status != READY else None, result)
+
+    def read_resource(self, node: str) -> ResourceState:
+        """The fence and the effects log in ONE statement, so one snapshot (READ COMMITTED takes one per statement).
+
+        The log's order is ``id``'s: an effect draws its id only once it holds the
+        node's fence row (the upsert before its insert), so ids follow the order
+        the fence accepted them. No fence row yet reads as 0: nothing is refused.
+        """
+        rows = self._run(
+            "SELECT (SELECT epoch FROM lease_fences WHERE node = %s),"
+            " (SELECT coalesce(json_agg(json_build_array(epoch, payload) ORDER BY id), '[]') FROM lease_effects WHERE node = %s)",
+            (node, node),
+        )
+        fence, log = rows[0]
+        return ResourceState(tuple(Accepted(int(epoch), payload) for epoch, payload in log), int(fence or 0))
 
     def close(self) -> None:
         self._drop()

@@ -11,7 +11,8 @@ share one hash tag, ``{node}``, so a script touches only keys of one cluster
 slot: ``state`` (a hash: status, epoch, owner, attempt, expires_ms, result),
 ``epoch`` (the counter INCR draws new epochs from, so they strictly increase
 whoever claims), ``fence`` (the protected resource's largest granted or
-accepted epoch) and ``effects`` (the log of accepted effects). A node name
+accepted epoch) and ``effects`` (the log of accepted effects, a list in the
+order they were accepted; both are read back by one script). A node name
 containing ``}`` still keeps its keys together: the tag ends at the first
 ``}``, the same one in all four.
 
@@ -46,18 +47,27 @@ replicas acknowledged is Indeterminate (a failover may lose it).
 
 from __future__ import annotations
 
-import urllib.parse
+import json
 from abc import abstractmethod
-from dataclasses import dataclass
 from string import Template
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leasecheck.histories.vocabulary import READY
-from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
-from leasecheck.targets.urls import hosts_of
+from leasecheck.targets.base import (
+    Accepted,
+    Indeterminate,
+    Lease,
+    NodeState,
+    Outcome,
+    Refused,
+    ResourceState,
+    Target,
+    TargetConfig,
+    Unavailable,
+)
+from leasecheck.targets.redis_address import RedisAddress, close_client
 
 if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
-    import redis
     from redis.commands.core import Script
 
 #: Lua: the server's clock in milliseconds. Every Redis backend here judges expiry by
@@ -157,68 +167,14 @@ READ = r"""
 return redis.call('HMGET', KEYS[1], 'status', 'epoch', 'owner', 'result')
 """
 
+# the protected resource, fence and log in one script (one snapshot); no fence yet is 0: nothing refused
+READ_RESOURCE = r"""
+return {tonumber(redis.call('GET', KEYS[3])) or 0, redis.call('LRANGE', KEYS[4], 0, -1)}
+"""
+
 
 #: error replies that refuse a script before it writes anything (Redis checks both before a script's first write)
 REFUSALS = ("NOREPLICAS", "READONLY")
-#: our scheme for a Sentinel deployment: ``redis+sentinel://H1:P1,H2:P2/SERVICE[?wait=N]``
-SENTINEL_SCHEME = "redis+sentinel"
-
-
-@dataclass(frozen=True)
-class RedisAddress:
-    """Where a Redis client connects: one server (a ``redis://`` URL) or a Sentinel deployment, and ``?wait=N``.
-
-    ``wait`` is ours, in either scheme: WAIT for N replicas after every write. It is taken
-    out of the URL redis-py reads: a plain ``redis://`` URL reaches redis-py as before.
-    """
-
-    url: str
-    sentinels: tuple[tuple[str, int], ...] = ()
-    service: str = ""
-    wait: int = 0
-
-    @classmethod
-    def parse(cls, url: str) -> RedisAddress:
-        parts = urllib.parse.urlsplit(url)
-        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        wait = int(next((value for key, value in query if key == "wait"), 0))
-        rest = urllib.parse.urlencode([(key, value) for key, value in query if key != "wait"])
-        plain = urllib.parse.urlunsplit(parts._replace(query=rest)) if "wait" in dict(query) else url
-        if parts.scheme.lower() != SENTINEL_SCHEME:
-            return cls(plain, wait=wait)
-        service = parts.path.strip("/")
-        if not service:
-            raise ValueError(f"{url!r}: a Sentinel address names its service: {SENTINEL_SCHEME}://HOST:PORT,.../SERVICE")
-        return cls(plain, tuple(hosts_of(url)), service, wait)
-
-    def connect(self, timeout_s: float) -> redis.Redis:
-        """redis-py's client, as its docs say (``Sentinel(...).master_for(service)`` for a Sentinel deployment).
-
-        Decoded replies, the same timeouts everywhere, no client-side retries (see
-        the module docstring); RESP2 makes the pool check a pooled connection is alive.
-        """
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-        from redis.sentinel import Sentinel
-
-        common: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": Retry(NoBackoff(), 0), "protocol": 2}
-        if not self.sentinels:
-            return redis.Redis.from_url(self.url, **common, decode_responses=True)
-        # a paused Sentinel costs each discovery its timeout: a short one, so the next Sentinel is asked in time
-        asking = {**common, "socket_timeout": min(timeout_s, 1.0), "socket_connect_timeout": min(timeout_s, 1.0)}
-        sentinel = Sentinel(list(self.sentinels), sentinel_kwargs=asking, **common)
-        return sentinel.master_for(self.service, **common, decode_responses=True)
-
-
-def close_client(client: redis.Redis) -> None:
-    """Close a client made by :meth:`RedisAddress.connect`, and its Sentinels' connections if it has any."""
-    client.close()
-    sentinels = getattr(client.connection_pool, "sentinel_manager", None)
-    if sentinels is not None:
-        sentinels.close()
-
-
 class RedisScripts(Target):
     """What every Redis backend here shares: a client, one Lua script per operation, and the error mapping.
 
@@ -240,7 +196,7 @@ class RedisScripts(Target):
     #: what the node's keys start with, unless the ``prefix`` option says otherwise
     DEFAULT_PREFIX: ClassVar[str] = "lc"
     #: the operations that write nothing (no WAIT after them)
-    READ_OPS: ClassVar[frozenset[str]] = frozenset({"read"})
+    READ_OPS: ClassVar[frozenset[str]] = frozenset({"read", "read_resource"})
 
     def __init__(self, config: TargetConfig) -> None:
         super().__init__(config)
@@ -370,6 +326,7 @@ class RedisLease(RedisScripts):
             "release": RELEASE,
             "effect": EFFECT.substitute(effect_guard=cls.EFFECT_GUARD),
             "read": READ,
+            "read_resource": READ_RESOURCE,
         }
 
     def add_node(self, node: str) -> None:
@@ -396,3 +353,9 @@ class RedisLease(RedisScripts):
         if status is None:
             return NodeState(READY, 0)
         return NodeState(status, int(epoch), owner if status != READY else None, result)
+
+    def read_resource(self, node: str) -> ResourceState:
+        """The fence and the effects list (RPUSH: in the order the script accepted them), read by one script."""
+        fence, log = self._run("read_resource", node)
+        entries = [json.loads(entry) for entry in log]
+        return ResourceState(tuple(Accepted(int(e["epoch"]), e["payload"]) for e in entries), int(fence))

@@ -12,7 +12,8 @@ backend's transaction), built on :class:`leasecheck.targets.redis_lease.RedisScr
 which it shares with the fenced reference (client, script loading, error
 mapping, the server clock). Per node two keys share the hash tag ``{node}``:
 ``state`` (a hash: status, token, owner, attempt, expires_ms, result) and
-``effects`` (the protected resource: the log of accepted effects). The claim
+``effects`` (the protected resource: the log of accepted effects, in the
+order they were accepted, read back as ``read-resource`` with no fence). The claim
 stores a fresh random token; renew, effect, commit and release each run only
 when their token is the node's current holder *and* the lease is unexpired by
 the server's clock (``TIME`` inside the script). The resource is coupled to the
@@ -37,12 +38,13 @@ variant differs by the one rule it gets wrong.
 
 from __future__ import annotations
 
+import json
 import secrets
 from string import Template
 from typing import ClassVar
 
 from leasecheck.histories.vocabulary import READY
-from leasecheck.targets.base import Lease, NodeState, Outcome, Refused
+from leasecheck.targets.base import Accepted, Lease, NodeState, Outcome, Refused, ResourceState
 from leasecheck.targets.redis_lease import NOW_MS, RedisScripts
 
 #: helpers every script starts with; KEYS are always state, effects
@@ -119,6 +121,11 @@ READ = r"""
 return redis.call('HMGET', KEYS[1], 'status', 'owner', 'result', 'token')
 """
 
+# the protected resource: no fence of its own (the lease guards it), the log in the order it was accepted
+READ_RESOURCE = r"""
+return redis.call('LRANGE', KEYS[2], 0, -1)
+"""
+
 
 class RedisTokenLease(RedisScripts):
     """Reference unfenced lease on Redis (a random token per claim, one Lua script per operation, server-clock expiry)."""
@@ -151,6 +158,7 @@ class RedisTokenLease(RedisScripts):
             "release": RELEASE.substitute(release_guard=cls.RELEASE_GUARD),
             "effect": EFFECT.substitute(held=cls.HELD),
             "read": READ,
+            "read_resource": READ_RESOURCE,
         }
 
     @staticmethod
@@ -189,3 +197,8 @@ class RedisTokenLease(RedisScripts):
         if status is None:
             return NodeState(READY, None)
         return NodeState(status, None, owner if status != READY else None, result, token)
+
+    def read_resource(self, node: str) -> ResourceState:
+        """The effects list, by one script: each entry names its lease by token; no fence (``null``), the lease is it."""
+        entries = [json.loads(entry) for entry in self._run("read_resource", node)]
+        return ResourceState(tuple(Accepted(None, e["payload"], e["token"]) for e in entries), None)

@@ -7,7 +7,10 @@ strictly increase per node whoever claims. Lease expiry is judged by the
 store's clock: for an embedded store that is the host's CLOCK_MONOTONIC, which
 every process on the machine shares and no nemesis skews — never a worker's
 wall clock. The protected resource lives in the same file: a per-node fence
-(the largest epoch granted or accepted) and the log of accepted effects.
+(the largest epoch granted or accepted) and the log of accepted effects, in
+the order they were accepted (``rowid``: SQLite gives each new row a larger
+one, and rows are never deleted), read back with the fence in one read
+transaction (:meth:`SqliteLease.read_resource`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,18 @@ from contextlib import contextmanager
 from typing import Any
 
 from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED
-from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig, Unavailable
+from leasecheck.targets.base import (
+    Accepted,
+    Indeterminate,
+    Lease,
+    NodeState,
+    Outcome,
+    Refused,
+    ResourceState,
+    Target,
+    TargetConfig,
+    Unavailable,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
@@ -33,6 +47,7 @@ CREATE TABLE IF NOT EXISTS nodes (
 );
 CREATE TABLE IF NOT EXISTS fences (node TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS effects (node TEXT NOT NULL, epoch INTEGER NOT NULL, payload TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS effects_by_node ON effects (node);
 """
 
 
@@ -175,6 +190,17 @@ class SqliteLease(Target):
             return NodeState(READY, 0)
         status, epoch, owner, result = row
         return NodeState(status, epoch, owner if status != READY else None, result)
+
+    def read_resource(self, node: str) -> ResourceState:
+        """The fence and the effects log in one read transaction (a WAL snapshot: both as of one commit).
+
+        No fence row yet (nothing claimed, nothing written) reads as fence 0: the
+        resource keeps a fence, and it refuses nothing yet.
+        """
+        with self._tx(writes=False) as db:
+            row = db.execute("SELECT epoch FROM fences WHERE node = ?", (node,)).fetchone()
+            rows = db.execute("SELECT epoch, payload FROM effects WHERE node = ? ORDER BY rowid", (node,)).fetchall()
+        return ResourceState(tuple(Accepted(epoch, payload) for epoch, payload in rows), int(row[0]) if row else 0)
 
     def close(self) -> None:
         self.db.close()

@@ -6,7 +6,8 @@
 // reference targets/redis_lease.py: every operation is one Lua script (see
 // scripts.go), epochs come from INCR of a per-node counter, expiry is judged
 // by the server's clock (TIME), and the protected resource has a per-node
-// fence that claims and accepted effects raise.
+// fence that claims and accepted effects raise, read back with its effect log
+// by one script (read_resource).
 //
 // Errors follow docs/contracts/exec-protocol.md: a store that cannot be reached before anything is
 // sent answers "unavailable" (definitely not applied); a timeout or a lost
@@ -191,6 +192,12 @@ func (l *lease) handle(ctx context.Context, r request) answer {
 			return failure(err)
 		}
 		return read(reply)
+	case "read_resource":
+		reply, err := l.run(ctx, "read_resource", r.Node)
+		if err != nil {
+			return failure(err)
+		}
+		return readResource(reply)
 	case "claim":
 		if ttl <= 0 {
 			return refused("error", "no ttl_ms in the request and no LEASECHECK_TTL_MS")
@@ -240,6 +247,30 @@ func read(reply []any) answer {
 	return ok(answer{"status": status, "epoch": epoch, "owner": owner, "result": reply[3]})
 }
 
+// entry is one effect the resource accepted, as the effect script logged it.
+type entry struct {
+	Epoch   int64  `json:"epoch"`
+	Payload string `json:"payload"`
+}
+
+// readResource answers [fence, log]: the fence and every accepted effect, oldest first.
+func readResource(reply []any) answer {
+	fence, isInt := reply[0].(int64)
+	log, isList := reply[1].([]any)
+	if !isInt || !isList {
+		return answer{"error": "indeterminate", "message": fmt.Sprintf("bad resource reply: %v", reply)}
+	}
+	accepted := make([]entry, 0, len(log))
+	for _, raw := range log {
+		var e entry
+		if s, isString := raw.(string); !isString || json.Unmarshal([]byte(s), &e) != nil {
+			return answer{"error": "indeterminate", "message": fmt.Sprintf("bad entry in the effect log: %v", raw)}
+		}
+		accepted = append(accepted, e)
+	}
+	return ok(answer{"fence": fence, "accepted": accepted})
+}
+
 func main() {
 	url := os.Getenv("LEASECHECK_URL")
 	if url == "" {
@@ -273,7 +304,7 @@ func main() {
 			os.Exit(1) // leasecheck closed our stdout: nobody to answer
 		}
 	}
-	send(answer{"leasecheck": 1, "name": name, "fenced": true})
+	send(answer{"leasecheck": 1, "name": name, "fenced": true, "resource": true})
 
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 64*1024), 16*1024*1024)

@@ -94,4 +94,9 @@ return {'ok'}
 	"read": `
 return redis.call('HMGET', KEYS[1], 'status', 'epoch', 'owner', 'result')
 `,
+	// the protected resource, fence and effect log in one script (one snapshot);
+	// no fence yet is 0: nothing is refused
+	"read_resource": `
+return {tonumber(redis.call('GET', KEYS[3])) or 0, redis.call('LRANGE', KEYS[4], 0, -1)}
+`,
 }

@@ -231,6 +231,9 @@ redis.call('HDEL', KEYS[1], 'owner', 'expires_ms')
 return {'ok'}`,
   read: `
 return redis.call('HMGET', KEYS[1], 'status', 'epoch', 'owner', 'result')`,
+  // the effect log as the resource holds it, oldest first (RPUSH); it keeps no fence, so the answer's is null
+  read_resource: `
+return redis.call('LRANGE', KEYS[3], 0, -1)`,
 };
 
 function keys(node) {
@@ -294,6 +297,11 @@ class TrustingLease {
         if (status === null) return { ok: true, status: 'READY', epoch: 0, owner: null, result: null };
         return { ok: true, status, epoch: Number(epoch), owner: status === 'READY' ? null : owner, result };
       }
+      case 'read_resource': {
+        const log = await this.run('read_resource', req.node);
+        const accepted = log.map((entry) => JSON.parse(entry)).map(({ epoch, payload }) => ({ epoch, payload }));
+        return { ok: true, fence: null, accepted };
+      }
       default:
         return refused(['error', `unknown op ${JSON.stringify(req.op)}`]);
     }
@@ -332,7 +340,7 @@ async function main() {
   }
   const lease = new TrustingLease(redis, ttlMs);
 
-  send({ leasecheck: 1, name: NAME, fenced: true, bug: BUG, expected: EXPECTED });
+  send({ leasecheck: 1, name: NAME, fenced: true, resource: true, bug: BUG, expected: EXPECTED });
   const lines = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
   for await (const line of lines) {
     let req;

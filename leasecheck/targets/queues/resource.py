@@ -23,11 +23,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from leasecheck.targets.base import Accepted, ResourceState
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS executions (job TEXT PRIMARY KEY, n INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS fences (job TEXT PRIMARY KEY, fence INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS effects (seq INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL,
-                                    execution TEXT NOT NULL, epoch INTEGER, payload TEXT NOT NULL);
+                                    execution TEXT NOT NULL, epoch INTEGER, payload TEXT NOT NULL, token TEXT);
+CREATE INDEX IF NOT EXISTS effects_by_job ON effects (job, seq);
 """
 
 
@@ -60,8 +63,11 @@ class Resource:
             (n,) = db.execute("SELECT n FROM executions WHERE job = ?", (job,)).fetchone()
         return int(n)
 
-    def append(self, job: str, execution: str, epoch: int | None, payload: str, fenced: bool) -> bool:
-        """Write one effect; fenced: only if ``epoch`` is at least the job's fence (then the fence is ``epoch``)."""
+    def append(self, job: str, execution: str, epoch: int | None, payload: str, fenced: bool, token: str | None = None) -> bool:
+        """Write one effect; fenced: only if ``epoch`` is at least the job's fence (then the fence is ``epoch``).
+
+        ``token`` names the execution's lease where it has no epoch (the history's token), so a read of the
+        resource can say whose each entry was."""
         db = self._db()
         with _immediate(db):
             if fenced:
@@ -71,8 +77,8 @@ class Resource:
                     return False
                 db.execute("INSERT INTO fences (job, fence) VALUES (?, ?) ON CONFLICT (job) DO UPDATE SET fence = ?",
                            (job, epoch, epoch))
-            db.execute("INSERT INTO effects (job, execution, epoch, payload) VALUES (?, ?, ?, ?)",
-                       (job, execution, epoch, payload))
+            db.execute("INSERT INTO effects (job, execution, epoch, payload, token) VALUES (?, ?, ?, ?, ?)",
+                       (job, execution, epoch, payload, token))
         return True
 
     def fence(self, job: str) -> int | None:
@@ -84,6 +90,23 @@ class Resource:
         """The job's accepted effects, oldest first (for tests and post-mortems)."""
         rows = self._db().execute("SELECT execution, epoch, payload FROM effects WHERE job = ? ORDER BY seq", (job,))
         return [{"execution": x, "epoch": e, "payload": p} for x, e, p in rows]
+
+    def read(self, job: str) -> ResourceState:
+        """The job's resource as a ``read-resource`` op reports it: fence and accepted effects, in one read transaction.
+
+        Oldest first (``seq``); each entry with its attempt number, or its token where the
+        library gives none. The fence is the largest attempt accepted by a fenced write
+        (``effect_fence: "token"``); None in the documented mode, whose writes keep none.
+        """
+        db = self._db()
+        db.execute("BEGIN")
+        try:
+            row = db.execute("SELECT fence FROM fences WHERE job = ?", (job,)).fetchone()
+            rows = db.execute("SELECT epoch, payload, token FROM effects WHERE job = ? ORDER BY seq", (job,)).fetchall()
+        finally:
+            db.execute("COMMIT")
+        accepted = tuple(Accepted(epoch, payload, None if epoch is not None else token) for epoch, payload, token in rows)
+        return ResourceState(accepted, int(row[0]) if row is not None else None)
 
 
 class _immediate:

@@ -170,9 +170,11 @@ class _Execution:
         return steps(self.run.plan, self.job, n, heartbeat)
 
     def effect(self, payload: str) -> None:
+        payload = f"{self.key}:{payload}"  # unique: a read of the resource names the op that wrote each entry
         self.event("invoke", "effect", {**self.lease, "payload": payload})
         try:
-            accepted = self.run.resource.append(self.job, self.key, self.identity.epoch, payload, self.fenced)
+            accepted = self.run.resource.append(self.job, self.key, self.identity.epoch, payload, self.fenced,
+                                                self.identity.token)
         except Exception as e:  # a write that may have landed
             self.event("info", "effect", {"reason": "error", "message": f"{type(e).__name__}: {e}"})
             raise

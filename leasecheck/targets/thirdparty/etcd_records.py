@@ -245,5 +245,19 @@ class EtcdRecords:
         found.sort(key=lambda item: item[1].create_revision)
         return [json.loads(value) for value, _ in found]
 
+    def resource(self, node: str) -> tuple[int | None, list[dict[str, Any]]]:
+        """The record's fence and the node's effects from ONE transaction of two ranges (one revision of the store)."""
+        etcd3 = _etcd3()
+        client = self.conn.client
+        prefix = f"{PREFIX}effect/{node}/"
+        with etcd_errors("resource"):
+            _, (record, found) = client.transaction(compare=[], success=[
+                client.transactions.get(self.key(node)),
+                client.transactions.get(prefix, etcd3.utils.increment_last_byte(etcd3.utils.to_bytes(prefix))),
+            ], failure=[])
+        fence = json.loads(record[0][0]).get("fence") if record else None
+        found.sort(key=lambda item: item[1].create_revision)
+        return fence, [json.loads(value) for value, _ in found]
+
     def close(self) -> None:
         self.conn.close()

@@ -99,6 +99,15 @@ class FileRecords(Records):
         except FileNotFoundError:
             return []
 
+    def resource(self, node: str) -> tuple[int | None, list[dict[str, Any]]]:
+        """The effects log in one read of the file; no fence (filelock gives none). A last line without its
+        newline is an append still being written: not accepted yet, so not listed."""
+        try:
+            text = self._effects(node).read_text()
+        except FileNotFoundError:
+            return None, []
+        return None, [json.loads(line) for line in text.split("\n")[:-1]]
+
     def close(self) -> None:
         pass
 

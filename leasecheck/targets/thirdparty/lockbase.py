@@ -28,7 +28,8 @@ lock is let go) and marks the node RUNNING; ``renew`` is the library's own
 extension or liveness check (in a fenced mode also a conditional write of the
 record: the store says whether a newer fence exists); ``effect`` appends to the resource; ``commit``
 marks the node SUCCEEDED and lets go; ``release`` marks it READY and lets go;
-``read`` reads the record. A failure after the lock was taken lets the lock go
+``read`` reads the record; ``read_resource`` reads the resource's entries back
+(with the record's fence). A failure after the lock was taken lets the lock go
 before it is reported, so a library without expiry is never left locked.
 """
 
@@ -39,7 +40,17 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED, Status
-from leasecheck.targets.base import Indeterminate, Lease, NodeState, Outcome, Refused, Target, TargetConfig
+from leasecheck.targets.base import (
+    Accepted,
+    Indeterminate,
+    Lease,
+    NodeState,
+    Outcome,
+    Refused,
+    ResourceState,
+    Target,
+    TargetConfig,
+)
 from leasecheck.targets.thirdparty.audit import AuditPlan
 
 
@@ -64,8 +75,12 @@ class Records(Protocol):
     written and it returns False. ``append_effect`` is the same for one entry
     of the node's resource, guarded by the same fence (a claim lifts it, as
     docs/contracts/anomaly-kinds.md's ``effect_fence: "lease"`` says); ``effects`` reads the entries
-    back, oldest first, as ``{"token", "payload", "fence"}`` (for tests and
-    post-mortems).
+    back, oldest first, as ``{"token", "payload", "fence"}``.
+
+    A store that can also read the resource's fence *with* its entries in one
+    snapshot has ``resource(node) -> (fence, entries)`` (:class:`ResourceRecords`):
+    :meth:`LockLease.read_resource` uses it when there, and ``effects`` alone
+    (no fence) when not, so a store written before it still works.
     """
 
     def setup(self) -> None: ...
@@ -75,6 +90,18 @@ class Records(Protocol):
     def append_effect(self, node: str, token: str, payload: str, fence: int | None = None) -> bool: ...
     def effects(self, node: str) -> list[dict[str, Any]]: ...
     def close(self) -> None: ...
+
+
+class ResourceRecords(Records, Protocol):
+    """:class:`Records` that read the protected resource's fence and entries in ONE snapshot.
+
+    ``resource`` returns the node's record fence (what the resource refuses
+    below; None where no fenced write ever happened) and its effects as
+    :meth:`Records.effects` gives them, oldest first, both from one
+    transaction (or a read retried until nothing changed under it).
+    """
+
+    def resource(self, node: str) -> tuple[int | None, list[dict[str, Any]]]: ...
 
 
 @dataclass
@@ -196,6 +223,22 @@ class LockLease(Target):
         if self.fenced:
             return NodeState(record.status, record.fence, owner, record.result)
         return NodeState(record.status, None, owner, record.result, record.token)
+
+    def read_resource(self, node: str) -> ResourceState:
+        """The records' resource: each entry with the lease it came with (its fence, or its token when unfenced).
+
+        The fence is the record's (a claim lifts it, an effect checks it): read
+        with the entries in one snapshot where the store can
+        (:class:`ResourceRecords`), 0 when no fenced write happened yet, and None
+        for an unfenced adapter, whose resource keeps no fence, or a store that
+        cannot read both at once.
+        """
+        snapshot = getattr(self.records, "resource", None)
+        fence, entries = snapshot(node) if snapshot is not None else (None, self.records.effects(node))
+        if not self.fenced:
+            return ResourceState(tuple(Accepted(None, e["payload"], e["token"]) for e in entries), None)
+        kept = None if snapshot is None else int(fence or 0)
+        return ResourceState(tuple(Accepted(e.get("fence"), e["payload"]) for e in entries), kept)
 
     def close(self) -> None:
         for held in list(self._held.values()):

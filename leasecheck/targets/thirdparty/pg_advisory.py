@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from leasecheck.histories.vocabulary import READY, AnomalyKind
 from leasecheck.targets.base import Indeterminate, TargetConfig, Unavailable
-from leasecheck.targets.postgres_lease import Watchdog, still_open
+from leasecheck.targets.pg_watchdog import Watchdog, still_open
 from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Record, Records
 
@@ -54,6 +54,8 @@ SCHEMA = (
     " owner text, token text, result text, fence bigint)",
     "CREATE TABLE IF NOT EXISTS dlock_effects (id bigserial PRIMARY KEY, node text NOT NULL, token text NOT NULL,"
     " payload text NOT NULL, fence bigint)",
+    # reading one node's resource back (read-resource) without a scan; added to a store made before it too
+    "CREATE INDEX IF NOT EXISTS dlock_effects_by_node ON dlock_effects (node, id)",
 )
 #: serialises concurrent setup() calls (CREATE TABLE IF NOT EXISTS races on the catalog); an advisory lock, fittingly
 SETUP_KEY = 0x5AD10C4
@@ -251,6 +253,16 @@ class SqlRecords(Records):
         """The node's effects, oldest first (for tests and post-mortems)."""
         rows = self._run("SELECT token, payload, fence FROM dlock_effects WHERE node = :node ORDER BY id", {"node": node})
         return [{"token": r[0], "payload": r[1], "fence": r[2]} for r in rows]
+
+    def resource(self, node: str) -> tuple[int | None, list[dict[str, Any]]]:
+        """The row's fence and the node's effects in ONE statement (one snapshot), effects in ``id`` order."""
+        rows = self._run(
+            "SELECT (SELECT fence FROM dlock_nodes WHERE node = :node), (SELECT coalesce(json_agg(json_build_object("
+            "'token', token, 'payload', payload, 'fence', fence) ORDER BY id), '[]') FROM dlock_effects WHERE node = :node)",
+            {"node": node},
+        )
+        fence, entries = rows[0]
+        return (int(fence) if fence is not None else None), list(entries)
 
     def close(self) -> None:
         self.db.close(self._conn)

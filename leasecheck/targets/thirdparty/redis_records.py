@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, Unavailable
-from leasecheck.targets.redis_lease import RedisAddress, close_client
+from leasecheck.targets.redis_address import RedisAddress, close_client
 from leasecheck.targets.thirdparty.lockbase import Record
 
 if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
@@ -66,7 +66,7 @@ def redis_client(url: str, timeout_s: float) -> redis.Redis:
     out) could turn a granted lock into a reported ``held``, so the adapters
     retry nothing; RESP2 makes the pool check a pooled connection is alive
     before handing it out. The reference lease's client exactly
-    (:class:`~leasecheck.targets.redis_lease.RedisAddress`): a
+    (:class:`~leasecheck.targets.redis_address.RedisAddress`): a
     ``redis+sentinel://`` URL gives redis-py's ``Sentinel(...).master_for``, as
     its docs say. ``?wait=N`` is not applied here: a lock library sends its own
     commands and WAITs for nothing, so on ``redis-sentinel-wait`` only the
@@ -161,10 +161,20 @@ class RedisRecords:
             return True
 
     def effects(self, node: str) -> list[dict[str, Any]]:
-        """The resource's accepted effects, oldest first (for tests and forensics)."""
+        """The resource's accepted effects, oldest first (RPUSH keeps the order they were accepted in)."""
         with mapped_errors(self.client, "effects"):
             entries: list[str] = self.client.lrange(self.keys(node)[1], 0, -1)  # type: ignore[assignment]
         return [json.loads(entry) for entry in entries]
+
+    def resource(self, node: str) -> tuple[int | None, list[dict[str, Any]]]:
+        """The record's fence and the effects list in one MULTI/EXEC (Redis runs it as one step)."""
+        record, effects = self.keys(node)
+        with mapped_errors(self.client, "resource"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hget(record, "fence")
+            pipe.lrange(effects, 0, -1)
+            fence, entries = pipe.execute()
+        return (int(fence) if fence is not None else None), [json.loads(entry) for entry in entries]
 
     def close(self) -> None:
         close_client(self.client)

@@ -30,6 +30,8 @@ from leasecheck.targets.thirdparty.lockbase import Record
 from leasecheck.targets.urls import hosts_of, store_endpoint
 
 ROOT = "/leasecheck"
+#: how many times a resource read is tried before it gives up on a resource that keeps changing under it
+RESOURCE_TRIES = 20
 #: kazoo's connection retry backs off up to an hour by default; after a partition or a
 #: store restart the client must be back within a lease, as a tuned production client is
 RECONNECT = {"max_tries": None, "delay": 0.05, "backoff": 2, "max_delay": 0.5}
@@ -267,6 +269,46 @@ class ZkRecords:
         with zk_errors("effects", single=False):
             names = sorted(self.conn.request("get_children", folder))
             return [json.loads(self.conn.request("get", f"{folder}/{name}")[0]) for name in names]
+
+    def resource(self, node: str) -> tuple[int | None, list[dict[str, Any]]]:
+        """The record's fence and the effects, as one snapshot: read twice around the entries until nothing moved.
+
+        ZooKeeper has no multi-key read, so this is a double collect: the
+        record's version and the effects folder's child version, read before
+        and after the entries. Equal both times, the record was this one and the
+        folder held these entries (which never change once made) at one moment.
+        """
+        folder = self.effects_path(node)
+        for _ in range(RESOURCE_TRIES):
+            before = self._resource_versions(node, folder)
+            with zk_errors("resource", single=False):
+                names = sorted(self._children(folder))
+                entries = [json.loads(self.conn.request("get", f"{folder}/{name}")[0]) for name in names]
+            after = self._resource_versions(node, folder)
+            if before == after:
+                fields = after[0]
+                return (fields or {}).get("fence"), entries
+        raise Indeterminate(f"resource of {node!r}: still changing after {RESOURCE_TRIES} reads")
+
+    def _resource_versions(self, node: str, folder: str) -> tuple[dict[str, Any] | None, int, int]:
+        """The record's fields and version, and the effects folder's child version (-1: no folder yet)."""
+        from kazoo.exceptions import NoNodeError
+
+        fields, version = self._load(node)
+        with zk_errors("resource"):
+            try:
+                _, stat = self.conn.request("get_children", folder, include_data=True)
+            except NoNodeError:
+                return fields, version, -1
+        return fields, version, stat.cversion
+
+    def _children(self, folder: str) -> list[str]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            return list(self.conn.request("get_children", folder))
+        except NoNodeError:
+            return []
 
     def close(self) -> None:
         self.conn.close()
