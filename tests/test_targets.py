@@ -28,7 +28,8 @@ BROKEN = {
     "sqlite-ttl-only", "sqlite-non-atomic-claim", "postgres-fence-in-memory",
     "postgres-client-clock", "redis-queue-as-authority", "redis-no-increment",
     "sqlite-swallowed-heartbeat", "sqlite-release-any-epoch", "sqlite-fence-at-commit", "sqlite-cached-read",
-    "postgres-grace-after-failover", "sqlite-renew-worker-clock",
+    "postgres-grace-after-failover", "sqlite-renew-worker-clock", "sqlite-check-then-write-effect",
+    "sqlite-fence-follows-writes", "sqlite-write-behind-effects", "sqlite-stamped-by-node",
 }
 #: adapters of third-party lock libraries, each with its published audit (targets/thirdparty, AUDITS.md)
 AUDITED = {

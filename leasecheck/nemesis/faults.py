@@ -127,8 +127,10 @@ def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
 
 
 def make_kill(ctx: FaultContext, rng: random.Random) -> KillProcess | None:
-    """The catalogue's ``kill``: one ready worker, killed (the runner starts its replacement)."""
-    victim = ctx.pick_worker(rng, lambda w: w.pid is not None)
+    """The catalogue's ``kill``: one ready worker, killed (the runner starts its replacement); one that holds a
+    lease if any does: its lease is left to expire and be taken over, and a kill of an idle worker tests nothing (a
+    short run whose kills all missed is ``unknown``)."""
+    victim = ctx.pick_holder(rng, lambda w: w.pid is not None)
     return KillProcess(victim.process, victim.pid) if victim is not None and victim.pid is not None else None
 
 

@@ -8,6 +8,11 @@ execution that worker ever ran (the attribution then asks which of them the
 fault's window overlapped), so an anomaly of a paused worker's job is the
 pause's.
 
+After every worker stopped, the harness reads each job's protected resource once
+(:class:`ResourceRead`, process :data:`RESOURCE_READER`): its fence and the effects it
+accepted, in order, as a ``read-resource`` op, the lasting damage of an execution that
+wrote after another had taken the job over.
+
 Each execution's ops are its own events, with two bounds the harness proves:
 
 * its ``claim`` is invoked when the job was enqueued: the library cannot have
@@ -32,6 +37,8 @@ from leasecheck.queue_run.watcher import Read
 
 #: the watcher's history process number (worker slots are below it)
 READER = 999
+#: the process number of the harness's reads of each job's protected resource, after the run
+RESOURCE_READER = 998
 #: the first execution's history process number
 FIRST_EXECUTION = 1000
 
@@ -49,8 +56,18 @@ class Entry:
     value: Any
 
 
+@dataclass(frozen=True)
+class ResourceRead:
+    """One read of a job's protected resource: when it was asked and answered (CLOCK_MONOTONIC ns), what it showed."""
+
+    job: str
+    invoked: int
+    completed: int
+    value: dict[str, Any]
+
+
 def assemble(enqueued: dict[str, int], events: Iterable[dict[str, Any]], reads: Sequence[Read],
-             nemesis: Sequence[tuple[int, str, dict[str, Any]]]) -> list[Entry]:
+             nemesis: Sequence[tuple[int, str, dict[str, Any]]], resources: Sequence[ResourceRead] = ()) -> list[Entry]:
     """The history's events in time order (see the module's docstring)."""
     out: list[Entry] = []
     seq = iter(range(1 << 62))
@@ -102,6 +119,9 @@ def assemble(enqueued: dict[str, int], events: Iterable[dict[str, Any]], reads: 
         emit(read.invoked, READER, "invoke", "read", read.job, {})
         emit(read.completed, READER, "ok", "read", read.job, value)
 
+    for r in resources:
+        emit(r.invoked, RESOURCE_READER, "invoke", "read-resource", r.job, {})
+        emit(r.completed, RESOURCE_READER, "ok", "read-resource", r.job, r.value)
     for t, f, value in nemesis:
         emit(t, "nemesis", "info", f, None, _name_executions(value, of_slot))
     return sorted(out)

@@ -33,7 +33,7 @@ from leasecheck.nemesis.catalogue import FaultKind, lookup
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
-from leasecheck.queue_run.assemble import assemble
+from leasecheck.queue_run.assemble import ResourceRead, assemble
 from leasecheck.queue_run.history import read_events, write_history
 from leasecheck.queue_run.options import QueueOptions, QueueResult
 from leasecheck.queue_run.watcher import Watcher
@@ -303,12 +303,22 @@ class QueueRun:
         opts = self.opts
         assert self.watcher is not None
         entries = assemble(self.enqueued, read_events(self.queue_dir / EVENTS_DIR), self.watcher.reads,
-                           self.nemesis_events)
+                           self.nemesis_events, self._read_resources())
         header = Header(opts.ttl_ms, 50, {"target": f"queue:{opts.library}", "library": self.cls.library,
                                           "mode": opts.mode, "seed": opts.seed, "run_id": self.run_id,
                                           "nemesis": list(opts.nemesis), "workers": opts.workers},
                         effect_fence=effect_fence(opts.mode), lease_expiry="queue")
         return write_history(self.run_dir / "history.jsonl", header, entries, self.start_ns)
+
+    def _read_resources(self) -> list[ResourceRead]:
+        """Each job's protected resource, read once every worker stopped (in the order the jobs were enqueued)."""
+        resource = Resource(self.queue_dir / RESOURCE_FILE)
+        out = []
+        for job in self.enqueued:
+            invoked = time.monotonic_ns()
+            state = resource.read(job)
+            out.append(ResourceRead(job, invoked, time.monotonic_ns(), state.to_json()))
+        return out
 
     def _judge(self, history: Path) -> QueueResult:
         opts = self.opts

@@ -171,6 +171,8 @@ def print_run(console: Console, result: Any, coverage_counts: bool = False) -> N
         table.add_row("interrupted", Text(f"by {interrupted}", style="bold yellow"))
     if s.get("stopped_at_first_anomaly"):
         table.add_row("stopped", "at the first proven anomaly (--fail-fast)")
+    if s.get("resource_read") is False:
+        table.add_row("resource", Text("never read back: the target has no read_resource (docs/extending.md)", style="yellow"))
     reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(s.get("fail_reasons", {}).items()))
     table.add_row("refusals", reasons or "none")
     if "deliveries" in s:

@@ -12,8 +12,9 @@ goes into the history through the merge (stamped under its lock, so in time
 order), the checker that follows the run (:mod:`leasecheck.run.following`) judges
 the node once that read is in and drops its ops, and the harness forgets it.
 
-The read is the node's last op, as the final phase's would have been: the
-offline checker sees an ordinary read and judges the node the same way.
+The reads (its protected resource, then its record: :func:`~leasecheck.run.final_reads.last_reads`)
+are the node's last ops, as the final phase's would have been: the offline
+checker sees ordinary reads and judges the node the same way.
 Whatever the closer had not read when the run ends is read by the final phase.
 """
 
@@ -24,9 +25,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from leasecheck.run.deliveries import Deliveries
+from leasecheck.run.final_reads import last_reads
 from leasecheck.run.following import Following
 from leasecheck.run.merge import Merge
 from leasecheck.run.takeovers import Takeovers
@@ -107,6 +110,9 @@ class Closer:
 
     # ------------------------------------------------------------------ the closer's thread
 
+    def _emit(self, process: int, node: str, typ: str, f: str, value: dict[str, Any]) -> None:
+        self.merge.harness_op(process, typ, f, node, value)
+
     def _read(self) -> None:
         reader: Target | None = None
         process = -1
@@ -115,15 +121,11 @@ class Closer:
                 if reader is None:
                     reader, process = self.spec.make(), self.new_process()
                 self.following.close_after(node, process)  # before the read: the checker must know it when it sees it
-                self.merge.harness_op(process, "invoke", "read", node, {})
-                try:
-                    state = reader.read(node)
-                except Exception as e:  # its process is retired; the node is closed all the same (the read was its last op)
-                    self.merge.harness_op(process, "info", "read", node, {"error": f"{type(e).__name__}: {e}"})
+
+                emit = partial(self._emit, process, node)
+                if not last_reads(reader, node, emit):  # its process is retired; the node is closed all the same
                     reader.close()
                     reader = None
-                else:
-                    self.merge.harness_op(process, "ok", "read", node, state.to_json())
                 self.closed += 1
                 self._done.put(node)
         except BaseException as e:  # a bug of ours: nodes are left to the final phase, the run goes on

@@ -83,9 +83,10 @@ class Following(threading.Thread):
     # ----------------------------------------------------------------- the caller's side
 
     def close_after(self, node: str, process: int) -> None:
-        """``node`` gets no op after the read ``process`` is about to do of it: judge it and drop it once that read is in.
+        """``node`` gets no op after the read (``f`` ``read``) ``process`` is about to do of it: judge it and drop it once
+        that read is in (its protected resource is read first, by the same process).
 
-        Called before the read is invoked, so the thread knows it before it can see the read."""
+        Called before the reads are invoked, so the thread knows it before it can see the read."""
         self._awaited[node, process] = True
 
     def finish(self, timeout: float = 600.0) -> Verdict | None:
@@ -135,7 +136,7 @@ class Following(threading.Thread):
             for op in reader.ops(open_ops=checker.in_flight):
                 with lock:
                     checker.add(op)
-                if awaited and awaited.pop((op.node, op.process), False):
+                if awaited and op.f == "read" and awaited.pop((op.node, op.process), False):
                     with lock:
                         proofs = checker.close(op.node)
                     self._tell(proofs)

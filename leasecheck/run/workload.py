@@ -17,6 +17,11 @@ an event, not a sleep. A worker woken from a real pause (SIGSTOP) past its
 lease, or refused a heartbeat, becomes such a zombie too (or, as a careful worker
 would, stops). Every choice comes from the worker's seeded RNG.
 
+Now and then a worker reads one of the nodes it claimed lately: its record, and
+(when the target can: :func:`~leasecheck.targets.base.reads_resource`) its
+protected resource, whose fence and log of accepted effects the checker holds
+against the ops (a read mid-run proves when an entry was not there yet).
+
 Every operation is recorded without a round trip, by the worker's end of its pipe
 to the harness (:mod:`leasecheck.run.worker_pipe`).
 """
@@ -40,7 +45,7 @@ from leasecheck.run.slots import SEEN_NODES
 from leasecheck.run.takeovers import PHASES
 from leasecheck.run.worker_pipe import Hub, Recording
 from leasecheck.servers.base import die_with_parent
-from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, Target, Unavailable
+from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, ResourceState, Target, Unavailable, reads_resource
 from leasecheck.targets.registry import TargetSpec
 
 #: what a zombie may try in a phase, in the order a seeded shuffle starts from
@@ -73,6 +78,10 @@ class Workload:
     zombie_wait_ttls: float = 4.0
     #: share of loop iterations that also read a node
     read_rate: float = 0.15
+    #: share of loop iterations that also read the protected resource of a node, and of granted claims followed by a
+    #: read of it (when the target can: its fence and the effects it accepted, in order; drawn from a random stream of
+    #: its own, so the rest of the workload's is as before)
+    resource_read_rate: float = 0.15
     #: how many of the nodes it last claimed a worker keeps to read one now and then (the recorder keeps the same
     #: list: a node is closed mid-run only once no worker keeps it, :mod:`leasecheck.run.closing`)
     seen_nodes: int = SEEN_NODES
@@ -91,7 +100,7 @@ def _value_of(out: Any) -> tuple[str, dict[str, Any]]:
         return "fail", out.to_json()
     if isinstance(out, Lease):
         return "ok", out.to_json() if out.epoch is not None else {"epoch": None, "token": out.token}
-    if isinstance(out, NodeState):
+    if isinstance(out, NodeState | ResourceState):
         return "ok", out.to_json()
     return "ok", {}
 
@@ -147,6 +156,7 @@ class Worker:
         self.client = Client(hub, spec, self.owner)
         self.ttl = spec.config.ttl_ms / 1000.0  # the lease the store grants: one source of truth
         self.seen: list[str] = []
+        self.resource_rng = random.Random(f"{seed}/worker/{slot}/resource") if reads_resource(self.client.target) else None
 
     def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any], wait: bool = False) -> tuple[str, Any]:
         typ, out = self.client.op(f, node, value, call, wait)
@@ -173,6 +183,9 @@ class Worker:
             if self.seen and self.rng.random() < self.w.read_rate:
                 other = self.rng.choice(self.seen)
                 self.op("read", other, {}, partial(self.client.target.read, other))
+            if self.resource_rng is not None and self.seen and self.resource_rng.random() < self.w.resource_read_rate:
+                other = self.resource_rng.choice(self.seen)
+                self.op("read-resource", other, {}, partial(self.client.target.read_resource, other))
             self.execute(node, racing)
 
     def execute(self, node: str, racing: bool = False) -> None:
@@ -184,6 +197,11 @@ class Worker:
             return
         granted = time.monotonic()
         self.seen = (self.seen + [node])[-self.w.seen_nodes:]  # the recorder keeps the same list (Slot.seen)
+        # the fence this claim lifted, seen before any write of it: an older lease's entry that shows up later
+        # landed after the takeover, even when its effect op was in flight across the claim
+        reads = self.resource_rng is not None and self.resource_rng.random() < self.w.resource_read_rate
+        if reads and self.op("read-resource", node, {}, partial(t.read_resource, node))[0] == "info":
+            return
         carried = lease.to_json()
         rng, ttl, w = self.rng, self.ttl, self.w
         duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < w.long_rate else rng.uniform(0.05, 0.8) * ttl
