@@ -13,12 +13,15 @@ checking, printing) against the Go binary (reading and parsing included).
 
 Valid rows: ``bench.gen``'s default shape (100 nodes per run) at 1k-1M ops; one
 hot node contended by 5-50 workers; and histories shaped like real ``leasecheck
-run`` output (``--shape real``) at 10k-1M ops. Invalid rows: one planted anomaly
-of each kind (``bench.plant``) in a hot-node and in real-shaped histories; there
+run`` output (``--shape real``) at 10k-1M ops. Resource rows: the same shapes
+with ``read-resource`` ops (``bench.gen --resource-reads 0.15``, the workload's
+rate), so both tools check the observable resource register too, and the three
+resource kinds planted in them. Invalid rows: one planted anomaly of each kind
+(``bench.plant``) in a hot-node and in real-shaped histories; there
 leasecheck must report the planted kind and Porcupine must say ``illegal``,
-except for the two time bounds (``overlapping-lease``, ``stuck-lease``), which
-are no linearizability violations: the lease model has no clock, so Porcupine
-rightly says ``ok``.
+except for the three time bounds (``overlapping-lease``, ``stuck-lease``,
+``premature-expiry``), which are no linearizability violations: the lease model
+has no clock, so Porcupine rightly says ``ok``.
 
 Porcupine is run with two encodings of a crashed (info) op, both following its
 documented advice (return at time infinity, output unknown, result unchecked):
@@ -27,9 +30,9 @@ documented advice (return at time infinity, output unknown, result unchecked):
 crashed op when legal (not taking effect = being linearized at the end); the
 invalid rows run ``porcupine`` alone.
 
-Usage: python -m bench.bench_porcupine [--rows size,contention,real,invalid] [--timeout 120] [--mem-gb 16]
+Usage: python -m bench.bench_porcupine [--rows size,contention,real,resource,invalid] [--timeout 120] [--mem-gb 16]
        [--repeat 3] [--no-det] [--max-ops N] [--hot-invalid-ops 10000] [--real-invalid-ops 10000,100000,1000000]
-       [--kinds K1,K2] [--lc-args "--jobs 2"]
+       [--resource-ops 10000,100000,1000000] [--kinds K1,K2] [--lc-args "--jobs 2"]
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.gen import Config, GenStats
 from bench.harness import (
     BENCH_DIR,
+    OUT,
     Measured,
     cached_history,
     cached_planted,
@@ -55,7 +59,7 @@ from bench.harness import (
     seconds,
     table,
 )
-from bench.plant import KINDS, TIMING_KINDS, Planted
+from bench.plant import KINDS, RESOURCE_KINDS, TIMING_KINDS, Planted
 
 GO_DIR = BENCH_DIR / "porcupine"
 GO_BIN = GO_DIR / "bin" / "porcupine-lease"
@@ -79,7 +83,21 @@ def hot_config(ops: int) -> Config:
 
 
 REAL_ROWS = [real_config(n) for n in (10_000, 100_000, 1_000_000)]
-GROUPS = ("size", "contention", "real", "invalid")
+GROUPS = ("size", "contention", "real", "resource", "invalid")
+
+#: how often the resource rows' workers read a node's protected resource (leasecheck run's workload's rate)
+RESOURCE_READ_RATE = 0.15
+
+
+def with_resource_reads(cfg: Config) -> Config:
+    """``cfg`` with ``read-resource`` ops (after a claim, and before a worker's next node)."""
+    return replace(cfg, resource_read_rate=RESOURCE_READ_RATE)
+
+
+def history_dir(cfg: Config) -> Path:
+    """Where ``cfg``'s history is cached: the harness's names predate the resource reads,
+    so histories with them get a folder of their own per rate."""
+    return OUT / f"resource-reads-{cfg.resource_read_rate:g}" if cfg.resource_read_rate else OUT
 
 
 def go_binary() -> str:
@@ -107,8 +125,10 @@ class Row:
     @property
     def shape(self) -> str:
         if self.cfg.shape == "real":
-            return "real"
-        return "hot node" if self.cfg.nodes == 1 else f"{self.cfg.nodes}/run"
+            shape = "real"
+        else:
+            shape = "hot node" if self.cfg.nodes == 1 else f"{self.cfg.nodes}/run"
+        return shape + (" +rr" if self.cfg.resource_read_rate else "")
 
 
 def lc_verdict(m: Measured) -> str:
@@ -198,9 +218,9 @@ def run_row(cfg: Config, lim: Limits, det: bool, kind: str | None = None) -> Row
     """Both tools on the history of ``cfg`` (with one ``kind`` planted, if given)."""
     planted = None
     if kind is None:
-        path, gen = cached_history(cfg)
+        path, gen = cached_history(cfg, history_dir(cfg))
     else:
-        path, gen, planted = cached_planted(cfg, kind)
+        path, gen, planted = cached_planted(cfg, kind, history_dir(cfg))
     # a margin over the tools' own deadlines, for start-up and parsing
     deadline = lim.timeout + 60
     lc = median_run(leasecheck_check_cmd(path, lim.timeout, lim.lc_args), lim.repeat, deadline, lim.mem)
@@ -301,6 +321,10 @@ def plan(a: argparse.Namespace) -> list[tuple[Config, str | None]]:
     rows += [(c, None) for c in SIZE_ROWS if "size" in groups]
     rows += [(c, None) for c in CONTENTION_ROWS if "contention" in groups]
     rows += [(c, None) for c in REAL_ROWS if "real" in groups]
+    if "resource" in groups:
+        bases = [with_resource_reads(real_config(n)) for n in _sizes(a.resource_ops)]
+        rows += [(c, None) for c in [with_resource_reads(hot_config(n)) for n in _sizes(a.hot_invalid_ops)] + bases]
+        rows += [(c, k) for c in bases for k in kinds if k in RESOURCE_KINDS]
     if "invalid" in groups:
         bases = [hot_config(n) for n in _sizes(a.hot_invalid_ops)] + [real_config(n) for n in _sizes(a.real_invalid_ops)]
         rows += [(c, k) for c in bases for k in kinds]
@@ -318,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hot-invalid-ops", default="10000", help="sizes of the hot-node histories anomalies are planted in")
     p.add_argument("--real-invalid-ops", default="10000,100000,1000000",
                    help="sizes of the real-shaped histories anomalies are planted in")
+    p.add_argument("--resource-ops", default="10000,100000,1000000",
+                   help="sizes of the real-shaped histories with resource reads (valid, and the resource kinds planted)")
     p.add_argument("--kinds", default=None, help="planted kinds, comma-separated (default: every kind)")
     p.add_argument("--lc-args", default="", help='more options for `leasecheck check`, e.g. "--jobs 2"')
     a = p.parse_args(argv)

@@ -32,10 +32,23 @@ gives histories shaped like real ``leasecheck run`` output instead, from the sam
 store (``bench.realshape``): leasecheck's workload over an at-least-once queue,
 7-9 ops per node, nodes retired as their run finishes, a final read of every node.
 
+``--resource-reads RATE`` (default 0: none) also reads nodes' protected resource
+(``read-resource``: the fence and the log of accepted effects, as the correct store
+answers at the op's linearization point), as ``leasecheck run``'s workload does
+against a target that can: with probability RATE right after a granted claim, and
+before a worker takes its next node (one of the nodes it held lately; "runs": any
+node of the run); "real" also reads every node's resource in its final phase. Its
+choices come from a random stream of their own (seeded ``SEED/resource``), and the
+header names the rate only when it is not 0, so at 0 the bytes are the same as
+without the option (GEN_VERSION unchanged; a benchmark keeps such histories apart,
+``bench_porcupine`` in a folder of their own). Mind that a read lists the node's
+whole log: on one hot node a history grows quadratically with it.
+
 Usage::
 
     python -m bench.gen --ops 1000000 --workers 16 --nodes 100 --crash-rate 0.01 --seed 1 -o h.jsonl
     python -m bench.gen --shape real --ops 1000000 -o real.jsonl    # 16 workers, 20 nodes per run
+    python -m bench.gen --shape real --ops 100000 --resource-reads 0.15 -o rr.jsonl   # with read-resource ops
 """
 
 from __future__ import annotations
@@ -107,6 +120,9 @@ class Config:
     clock_uncertainty_ms: int = 0
     #: "real" ignores ``commit_rate``: its leases end as leasecheck's workload's do
     shape: Shape = "runs"
+    #: how often a worker reads a node's protected resource (``read-resource``); 0: never
+    #: (the bytes are then those of a history made before the option existed)
+    resource_read_rate: float = 0.0
 
 
 @dataclass(slots=True)
@@ -211,6 +227,8 @@ class Simulation:
         self.run_nodes: list[str] = []
         self.open_nodes: list[str] = []  # not yet SUCCEEDED: what the queue still hands out
         self.open_pos: dict[str, int] = {}
+        # read-resource choices: a stream of their own, so that without them the bytes stay the same
+        self.resource_rng = random.Random(f"{cfg.seed}/resource") if cfg.resource_read_rate else None
         self._new_run()
 
     # -- the queue -----------------------------------------------------------
@@ -270,8 +288,11 @@ class Simulation:
 
     # -- what a worker does next ------------------------------------------------
 
+    def _reads_resource(self) -> bool:
+        return self.resource_rng is not None and self.resource_rng.random() < self.cfg.resource_read_rate
+
     def _plan(self) -> list[str]:
-        """The steps of one lease, last first: effects (some followed by a renew), read, end."""
+        """The steps of one lease, last first: (a read of the resource,) effects (some followed by a renew), read, end."""
         rng = self.rng
         steps: list[str] = []
         for _ in range(1 + self._rand(3)):
@@ -281,6 +302,8 @@ class Simulation:
         steps.append("read")
         steps.append("commit" if rng.random() < self.cfg.commit_rate else "release")
         steps.reverse()
+        if self._reads_resource():  # the fence this claim lifted, before any write of it
+            steps.append("read-resource")
         return steps
 
     def _next_op(self, w: Worker) -> tuple[str, str, dict[str, Any]]:
@@ -288,13 +311,17 @@ class Simulation:
             f = w.steps.pop()
             node = w.node
             assert node is not None
-            if f == "read":
+            if f in ("read", "read-resource"):
                 return f, node, {}
             if f == "effect":
                 return f, node, {"epoch": w.epoch, "payload": f"p{w.epoch}.{len(w.steps)}"}
             if f == "commit":
                 return f, node, {"epoch": w.epoch, "result": f"r{w.epoch}"}
             return f, node, {"epoch": w.epoch}
+        if self._reads_resource():
+            assert self.resource_rng is not None
+            nodes = self.run_nodes
+            return "read-resource", nodes[int(self.resource_rng.random() * len(nodes))], {}
         if self.rng.random() < _READ_RATE:
             nodes = self.run_nodes
             return "read", nodes[self._rand(len(nodes))], {}
@@ -365,7 +392,7 @@ class Simulation:
                 w.node, w.epoch, w.steps = op.node, op.result["epoch"], self._plan()
             else:
                 w.backoff = op.result["reason"] == "held"
-        elif op.f != "read":  # a step of the lease it holds (a read changes no plan)
+        elif op.f not in ("read", "read-resource"):  # a step of the lease it holds (a read changes no plan)
             if not op.ok:
                 w.drop_lease()  # fenced off or expired: give the node up
             elif not w.steps:
@@ -383,8 +410,17 @@ def header(cfg: Config) -> dict[str, Any]:
         "effect_fence": EFFECT_FENCE,
         "target": "bench-sim",
         "seed": cfg.seed,
-        "generator": {"name": "bench.gen", "version": GEN_VERSION, **asdict(cfg)},
+        "generator": {"name": "bench.gen", "version": GEN_VERSION, **generator_args(cfg)},
     }
+
+
+def generator_args(cfg: Config) -> dict[str, Any]:
+    """The header's record of ``cfg``: every field, but ``resource_read_rate`` only when
+    not 0 (the bytes of a history without resource reads stay what they were)."""
+    args = asdict(cfg)
+    if not cfg.resource_read_rate:
+        del args["resource_read_rate"]
+    return args
 
 
 def generate_config(path: str | Path, cfg: Config) -> GenStats:
@@ -408,7 +444,8 @@ def generate_config(path: str | Path, cfg: Config) -> GenStats:
 
 def generate(path: str | Path, ops: int, workers: int, nodes: int, crash_rate: float, seed: int, **options: Any) -> GenStats:
     """Write a valid history of ``ops`` operations to ``path`` (see :class:`Config`
-    for ``options``: ``commit_rate``, ``ttl_ms``, ``clock_uncertainty_ms``, ``shape``)."""
+    for ``options``: ``commit_rate``, ``ttl_ms``, ``clock_uncertainty_ms``, ``shape``,
+    ``resource_read_rate``)."""
     return generate_config(path, Config(ops, workers, nodes, crash_rate, seed, **options))
 
 
@@ -425,12 +462,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commit-rate", type=float, default=0.8, help="a lease ends in commit (else release)")
     p.add_argument("--ttl-ms", type=int, default=1000)
     p.add_argument("--clock-uncertainty-ms", type=int, default=None, help="stated in the header (runs: 0; real: 10)")
+    p.add_argument("--resource-reads", type=float, default=0.0,
+                   help="probability of a read-resource after a claim and before a worker's next node (0: none)")
     p.add_argument("-o", "--output", required=True, help="history file to write")
     a = p.parse_args(argv)
     dflt = SHAPE_DEFAULTS[a.shape]
     nodes = dflt["nodes"] if a.nodes is None else a.nodes
     uncertainty = dflt["clock_uncertainty_ms"] if a.clock_uncertainty_ms is None else a.clock_uncertainty_ms
-    cfg = Config(a.ops, a.workers, nodes, a.crash_rate, a.seed, a.commit_rate, a.ttl_ms, uncertainty, a.shape)
+    if not 0 <= a.resource_reads <= 1:
+        p.error("--resource-reads: a probability in [0, 1]")
+    cfg = Config(a.ops, a.workers, nodes, a.crash_rate, a.seed, a.commit_rate, a.ttl_ms, uncertainty, a.shape,
+                 a.resource_reads)
     stats = generate_config(a.output, cfg)
     print(json.dumps(asdict(stats)), file=sys.stderr)
     return 0

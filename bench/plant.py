@@ -19,7 +19,10 @@ planted ops claim it, so that nothing but the planted kind is wrong with it),
 else a fresh node: a
 ``stuck-lease`` cannot be proved on a node with an ``info`` claim or renew
 (docs/contracts/anomaly-kinds.md: it may take effect at any later time), so on a hot node with
-crashed ops it goes to a node of its own.
+crashed ops it goes to a node of its own. The resource kinds (``fence-regression``,
+``phantom-effect``, ``lost-effect``) always get a node of their own: a read of a
+history node's resource would have to list every effect that node's resource took,
+which the facts kept here do not know (nor, with ``info`` effects, the history).
 
 Usage: python -m bench.plant --kind stale-commit HISTORY -o OUT [--seed 1]
 """
@@ -48,6 +51,10 @@ KINDS: tuple[str, ...] = vocabulary.KINDS
 #: the kinds that are time bounds, not linearizability violations: the lease
 #: model has no clock, so a linearizability checker (Porcupine) rightly says "ok"
 TIMING_KINDS: frozenset[str] = vocabulary.TIMING_KINDS
+
+#: the kinds only a read of the protected resource (``read-resource``) shows; their
+#: planters append the read themselves, so they need no resource reads in the history
+RESOURCE_KINDS: frozenset[str] = frozenset({"fence-regression", "phantom-effect", "lost-effect"})
 
 #: the node a planter uses when no node of the history fits
 FRESH_NODE = "planted/node-0"
@@ -348,6 +355,44 @@ def plant_non_linearizable(pl: Planter) -> tuple[str, int]:
     return node, pl.op("read", node, {}, "ok", seen)
 
 
+def _fresh_resource_node(pl: Planter) -> tuple[str, int]:
+    """A node of its own (the history's reads of a node's resource would each have to
+    agree with the planted ones): a claim of epoch 1 ok, by a fresh process. (node, process)."""
+    node, p = FRESH_NODE, pl.process()
+    pl.claim(node, pl.node(node).max_epoch + 1, process=p)
+    return node, p
+
+
+def _resource(fence: int | None, entries: list[tuple[int, str]]) -> dict[str, Any]:
+    return {"fence": fence, "accepted": [{"epoch": e, "payload": p} for e, p in entries]}
+
+
+def plant_fence_regression(pl: Planter) -> tuple[str, int]:
+    """A read of the resource shows a fence below an epoch it lists itself (and below the
+    claim's, under ``"lease"``)."""
+    node, p = _fresh_resource_node(pl)
+    e = pl.node(node).max_epoch
+    payload = f"w{p}:{node}:fence"
+    pl.op("effect", node, {"epoch": e, "payload": payload}, "ok", process=p)
+    return node, pl.op("read-resource", node, {}, "ok", _resource(e - 1, [(e, payload)]))
+
+
+def plant_phantom_effect(pl: Planter) -> tuple[str, int]:
+    """A read of the resource lists an effect (at the current epoch, not above the fence)
+    that no effect op wrote."""
+    node, p = _fresh_resource_node(pl)
+    e = pl.node(node).max_epoch
+    return node, pl.op("read-resource", node, {}, "ok", _resource(e, [(e, f"w{p}:{node}:ghost")]))
+
+
+def plant_lost_effect(pl: Planter) -> tuple[str, int]:
+    """An effect is acknowledged (ok), and a read of the resource invoked after it does not list it."""
+    node, p = _fresh_resource_node(pl)
+    e = pl.node(node).max_epoch
+    pl.op("effect", node, {"epoch": e, "payload": f"w{p}:{node}:lost"}, "ok", process=p)
+    return node, pl.op("read-resource", node, {}, "ok", _resource(e, []))
+
+
 PLANTERS: dict[str, Callable[[Planter], tuple[str, int]]] = {
     "duplicate-epoch": plant_duplicate_epoch,
     "epoch-regression": plant_epoch_regression,
@@ -356,6 +401,9 @@ PLANTERS: dict[str, Callable[[Planter], tuple[str, int]]] = {
     "stale-effect": plant_stale_effect,
     "duplicate-commit": plant_duplicate_commit,
     "lost-commit": plant_lost_commit,
+    "fence-regression": plant_fence_regression,
+    "phantom-effect": plant_phantom_effect,
+    "lost-effect": plant_lost_effect,
     "overlapping-lease": plant_overlapping_lease,
     "stuck-lease": plant_stuck_lease,
     "premature-expiry": plant_premature_expiry,

@@ -21,6 +21,13 @@ as the correct store answers there, so the history is valid by construction
 (no anomaly kind of docs/contracts/anomaly-kinds.md, the time-based ones included: see ``bench.gen``).
 A worker's script is a generator that yields the op it invokes next (and gets
 its completion back) or how long it sleeps, so it reads like the real worker.
+
+With ``Config.resource_read_rate`` (the workload's ``resource_read_rate``, 0.15, for a
+target that can read its resource; 0 here unless asked) a worker also reads a
+node's protected resource as the real one does: right after a granted claim, and
+before its next node, one of the nodes it held lately; the final phase reads every
+node's resource before its record. Those choices come from a stream of their own
+(``SEED/resource``), as the workload's, so at rate 0 nothing else changes.
 """
 
 from __future__ import annotations
@@ -186,6 +193,11 @@ class RealShapeSimulation:
         self.heap: list[tuple[int, int, int, int]] = []
         self.seq = 0
         self.now = 0
+        rate = cfg.resource_read_rate
+        self.resource_rng = random.Random(f"{cfg.seed}/resource") if rate else None
+
+    def _reads_resource(self) -> bool:
+        return self.resource_rng is not None and self.resource_rng.random() < self.cfg.resource_read_rate
 
     def _push(self, t: int, kind: int, wid: int) -> None:
         self.seq += 1
@@ -270,23 +282,26 @@ class RealShapeSimulation:
         self._push(t + self._rand(_THINK_NS), _RESUME, w.wid)
 
     def _final_reads(self) -> None:
-        """The run's final phase: once every lease can have expired, one client reads every node."""
+        """The run's final phase: once every lease can have expired, one client reads every node
+        (its protected resource first, when the workload reads resources)."""
         t = self.now + self.ttl + self.cfg.clock_uncertainty_ms * MS + MS
         process = self.next_process
         self.next_process += 1
         self.stats.processes += 1
+        reads = ("read-resource", "read") if self.resource_rng is not None else ("read",)
         for r in range(1, self.queue.runs + 1):
             for i in range(self.cfg.nodes):
                 node = f"run-{r}/node-{i}"
-                self.sink.emit(t, process, "invoke", "read", node, {})
-                t += 1 + self._rand(_LATENCY_NS)
-                _, value = self.store.apply(t, "read", node, {})
-                t += 1 + self._rand(_LATENCY_NS)
-                self.sink.emit(t, process, "ok", "read", node, value)
-                self.stats.ops += 1
-                self.stats.ok += 1
-                self.stats.final_reads += 1
-                t += self._rand(_THINK_NS)
+                for f in reads:
+                    self.sink.emit(t, process, "invoke", f, node, {})
+                    t += 1 + self._rand(_LATENCY_NS)
+                    _, value = self.store.apply(t, f, node, {})
+                    t += 1 + self._rand(_LATENCY_NS)
+                    self.sink.emit(t, process, "ok", f, node, value)
+                    self.stats.ops += 1
+                    self.stats.ok += 1
+                    self.stats.final_reads += 1
+                    t += self._rand(_THINK_NS)
         self.now = t
 
     # -- the worker's script (leasecheck.run.workload.Worker, in simulated time) -------
@@ -297,6 +312,9 @@ class RealShapeSimulation:
             node = self.queue.next(self.now)
             if w.seen and rng.random() < _READ_RATE:
                 yield ("read", rng.choice(w.seen), {})
+            if w.seen and self._reads_resource():
+                assert self.resource_rng is not None
+                yield ("read-resource", self.resource_rng.choice(w.seen), {})
             yield from self._execute(w, node)
 
     def _execute(self, w: RealWorker, node: str) -> Script:
@@ -310,6 +328,9 @@ class RealShapeSimulation:
         granted = self.now
         queue.touch(node, self.now)
         w.seen = [*w.seen[-49:], node]
+        # the fence this claim lifted, seen before any write of it (as the workload reads it)
+        if self._reads_resource() and (yield ("read-resource", node, {}))[0] == "info":
+            return
         carried = {"epoch": res["epoch"]}
         long = rng.random() < _LONG_RATE
         duration = (rng.uniform(1.2, 2.5) if long else rng.uniform(0.05, 0.8)) * ttl

@@ -23,7 +23,10 @@ from audits import assert_published
 from leasecheck.nemesis.processes import working_in
 from leasecheck.queue_run.runner import QueueOptions, QueueRun
 from leasecheck.rundir.storedir import FAULTS_FILE
+from leasecheck.servers.base import LocalServer
+from leasecheck.targets.queues.base import QueueConfig
 from leasecheck.targets.queues.registry import QUEUES
+from leasecheck.targets.queues.rq import RQ
 
 #: one (audit target, fault) per library: the first fault of its first plan, and huey's fenced mode (valid)
 CASES = [
@@ -51,6 +54,72 @@ def test_audit_is_as_published(target: str, nemesis: str, tmp_path: Path) -> Non
     result = assert_published(target, nemesis, tmp_path)
     if result.verdict == "invalid":  # the proof is a stale execution's op, cited by index in the history
         assert result.proof is not None and all(isinstance(i, int) for i in result.proof["ops"])
+
+
+#: a job whose first run outlives RQ's job timeout (the horse's alarm ends it, and the horse retries the job);
+#: every run leaves a line, so the test counts the runs
+_RQ_JOB = """
+import os, time
+def job(path):
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    if sum(1 for _ in open(path)) == 1:
+        time.sleep(5)
+"""
+
+#: ``python -m rq.cli``, its worker kept off the CPU for 1.5 s each time it has reaped a work-horse (a loaded
+#: machine, made certain): RQ's monitor alarm (``job_monitoring_interval``) goes off in that gap if it is shorter
+_RQ_PREEMPTED = """
+import os, runpy, sys, time
+_wait4 = os.wait4
+def wait4(pid, options):
+    answer = _wait4(pid, options)
+    time.sleep(1.5)
+    return answer
+os.wait4 = wait4
+runpy.run_module("rq.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(("interval", "runs"), [("1", 3), ("adapter's", 2)])
+def test_rq_retries_a_timed_out_job_twice_if_its_worker_loses_the_horse_and_the_audit_keeps_that_out(
+        tmp_path: Path, redis_server: LocalServer, interval: str, runs: int) -> None:
+    """The flaky ``rq@documented-none`` (invalid beside load: duplicate-commit, lost-commit), made certain.
+
+    A worker that its monitor alarm interrupts after ``os.wait4`` reaped the horse loses the horse's exit status,
+    finds the job (which the horse's timeout handling already put back on the queue) neither finished nor failed,
+    logs "Work-horse terminated unexpectedly; waitpid returned None" and retries it again: the job runs twice after
+    its timeout (``--job-monitoring-interval 1``, which the audit ran with). The adapter's interval (RQ's default,
+    30 s) never goes off while a horse of the run ends, so the same worker runs the job once after its timeout."""
+    from redis import Redis
+    from rq import Queue, Retry
+
+    (tmp_path / "rq_race_job.py").write_text(_RQ_JOB)
+    (tmp_path / "rq_preempted.py").write_text(_RQ_PREEMPTED)
+    library = RQ(QueueConfig(redis_server.url, 1000, run_id=f"race{interval[0]}"))
+    command = library.worker_command(0)
+    assert command[1:3] == ["-m", "rq.cli"]
+    at = command.index("--job-monitoring-interval") + 1
+    if interval == "adapter's":  # far longer than the horse (1 s timeout) and the gap after it (1.5 s)
+        assert int(command[at]) >= 30
+    else:
+        command[at] = interval
+    ran = tmp_path / "runs.txt"
+    with Redis.from_url(redis_server.url) as redis:
+        Queue(library.queue_name, connection=redis).enqueue("rq_race_job.job", str(ran), job_timeout=1,
+                                                            retry=Retry(max=5))
+    worker = subprocess.run([sys.executable, str(tmp_path / "rq_preempted.py"), *command[3:], "--burst"],
+                            cwd=tmp_path, env=_with_path(tmp_path), capture_output=True, text=True, timeout=120)
+    log = worker.stdout + worker.stderr
+    assert worker.returncode == 0, log[-3000:]
+    assert len(ran.read_text().splitlines()) == runs, log[-3000:]
+    assert ("waitpid returned None" in log) == (runs == 3), log[-3000:]
+
+
+def _with_path(folder: Path) -> dict[str, str]:
+    import os
+
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)}
 
 
 def _alive(pid: int) -> bool:

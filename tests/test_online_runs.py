@@ -44,7 +44,7 @@ def test_fail_fast_stops_a_broken_variant_at_its_first_anomaly_with_the_proof_on
     first = said[0]
     listed = {(a["kind"], a["node"], tuple(a["ops"]), a["explanation"]) for a in results["anomalies"]}
     assert (first["kind"], first["node"], tuple(first["ops"]), first["explanation"]) in listed
-    assert first["kind"] in {"stale-effect", "stale-commit"} and first["said_s"] >= first["proof_s"]
+    assert first["kind"] in {"stale-effect", "stale-commit", "fence-regression"} and first["said_s"] >= first["proof_s"]
     # the proof's ops are in the history, completed by the time it was said
     _, ops, _ = read_history(run_dir / "history.jsonl")
     cited = [op for op in ops if op.index in first["ops"]]

@@ -115,10 +115,19 @@ type rawEvent struct {
 
 // rawValue holds every field that any invoke or completion value may carry.
 type rawValue struct {
-	Owner  *string `json:"owner"`
-	Epoch  *int64  `json:"epoch"`
-	Result *string `json:"result"`
-	Status string  `json:"status"`
+	Owner    *string    `json:"owner"`
+	Epoch    *int64     `json:"epoch"`
+	Result   *string    `json:"result"`
+	Status   string     `json:"status"`
+	Payload  string     `json:"payload"`  // effect
+	Fence    *int64     `json:"fence"`    // read-resource
+	Accepted []rawEntry `json:"accepted"` // read-resource
+}
+
+// rawEntry is one accepted effect a read-resource lists.
+type rawEntry struct {
+	Epoch   *int64 `json:"epoch"`
+	Payload string `json:"payload"`
 }
 
 type pendingCall struct {
@@ -146,7 +155,7 @@ func readHistory(path string) ([]porcupine.Operation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s:1: %w", path, err)
 	}
-	p := pairer{open: make(map[int64]pendingCall), leaseFence: leaseFence}
+	p := pairer{open: make(map[int64]pendingCall), leaseFence: leaseFence, readKeys: make(map[string]bool)}
 	err = decodeEvents(r, func(lineno int, ev *rawEvent) error {
 		if err := p.add(ev); err != nil {
 			return fmt.Errorf("%s:%d: %w", path, lineno, err)
@@ -187,6 +196,10 @@ type pairer struct {
 	open       map[int64]pendingCall
 	ops        []porcupine.Operation
 	leaseFence bool // effect_fence "lease": effects act on their node's own object
+	// the objects an ok read-resource reads: only their effects keep a log, and
+	// only their crashed effects under "lease" are kept (crashedEffects until the end)
+	readKeys       map[string]bool
+	crashedEffects []porcupine.Operation
 }
 
 func (p *pairer) add(ev *rawEvent) error {
@@ -212,28 +225,42 @@ func (p *pairer) add(ev *rawEvent) error {
 	delete(p.open, proc)
 	switch ev.Type {
 	case "ok":
-		p.ops = append(p.ops, operation(proc, call, makeOutput(call.input.kind, &ev.Value), ev.Time))
+		out, err := makeOutput(call.input.kind, &ev.Value)
+		if err != nil {
+			return err
+		}
+		if call.input.kind == opReadResource {
+			p.readKeys[call.input.key] = true
+		}
+		p.ops = append(p.ops, operation(proc, call, out, ev.Time))
 	case "info":
 		p.addCrashed(proc, call)
 	}
 	return nil
 }
 
-// addCrashed adds an op whose outcome is unknown. A crashed read or renew is
-// left out: neither changes the modelled state, so with no output to check it
-// constrains nothing, and leaving it out spares the search a pending op. So is
-// a crashed effect on a node's object (effect_fence "lease"): taking effect
-// would only raise the fence, which never lets anything else happen, and it
-// would otherwise be a pending op on the node's own, busiest partition.
+// addCrashed adds an op whose outcome is unknown. A crashed read, renew or
+// read-resource is left out: none changes the modelled state, so with no output
+// to check it constrains nothing, and leaving it out spares the search a pending
+// op. So is a crashed effect on a node's object (effect_fence "lease") that no
+// read-resource reads: taking effect would only raise the fence, which never
+// lets anything else happen, and it would otherwise be a pending op on the
+// node's own, busiest partition. Where a read-resource reads the object, the
+// fence and the log it may have appended to are observed: finish keeps it.
 func (p *pairer) addCrashed(proc int64, call pendingCall) {
-	if call.input.kind == opRead || call.input.kind == opRenew || call.input.kind == opLeaseEffect {
+	switch call.input.kind {
+	case opRead, opRenew, opReadResource:
+		return
+	case opLeaseEffect:
+		p.crashedEffects = append(p.crashedEffects, operation(proc, call, output{unknown: true}, math.MaxInt64))
 		return
 	}
 	p.ops = append(p.ops, operation(proc, call, output{unknown: true}, math.MaxInt64))
 }
 
 // finish adds the ops that never completed: crashed, like info. They go in
-// invoke order, so that every run hands Porcupine the same history.
+// invoke order, so that every run hands Porcupine the same history. Then the
+// objects some read-resource reads keep a log (see model.go).
 func (p *pairer) finish() []porcupine.Operation {
 	procs := make([]int64, 0, len(p.open))
 	for proc := range p.open {
@@ -242,6 +269,21 @@ func (p *pairer) finish() []porcupine.Operation {
 	sort.Slice(procs, func(i, j int) bool { return p.open[procs[i]].call < p.open[procs[j]].call })
 	for _, proc := range procs {
 		p.addCrashed(proc, p.open[proc])
+	}
+	if len(p.readKeys) == 0 {
+		return p.ops
+	}
+	for _, op := range p.crashedEffects {
+		if p.readKeys[op.Input.(input).key] {
+			p.ops = append(p.ops, op)
+		}
+	}
+	for i := range p.ops {
+		in := p.ops[i].Input.(input)
+		if (in.kind == opEffect || in.kind == opLeaseEffect) && p.readKeys[in.key] {
+			in.logged = true
+			p.ops[i].Input = in
+		}
 	}
 	return p.ops
 }
@@ -363,11 +405,14 @@ func makeInput(ev *rawEvent, leaseFence bool) (input, error) {
 		return input{}, fmt.Errorf("unknown f %q", ev.F)
 	}
 	in := input{key: ev.Node, kind: kind}
-	if kind == opEffect {
+	if kind == opEffect || kind == opReadResource {
 		if leaseFence {
-			in.kind = opLeaseEffect // one object with its node's lease: a claim lifts the fence
+			if kind == opEffect {
+				in.kind = opLeaseEffect // one object with its node's lease: a claim lifts the fence
+			}
 		} else {
 			in.key = ev.Node + "\x00resource" // "token": the protected resource is its own object
+			in.token = kind == opReadResource
 		}
 	}
 	if ev.Value.Owner != nil {
@@ -382,11 +427,27 @@ func makeInput(ev *rawEvent, leaseFence bool) (input, error) {
 		}
 		in.epoch = *ev.Value.Epoch
 	}
+	if kind == opEffect {
+		in.entry = logEntry(in.epoch, ev.Value.Payload)
+	}
 	return in, nil
 }
 
-func makeOutput(kind opKind, v *rawValue) output {
+func makeOutput(kind opKind, v *rawValue) (output, error) {
 	out := output{}
+	if kind == opReadResource {
+		if v.Fence != nil {
+			out.fence, out.hasFence = *v.Fence, true
+		}
+		out.log = emptyLog
+		for _, e := range v.Accepted {
+			if e.Epoch == nil {
+				return output{}, errors.New("unfenced histories (epoch null) are not supported")
+			}
+			out.log = appendLog(out.log, logEntry(*e.Epoch, e.Payload))
+		}
+		return out, nil
+	}
 	if v.Epoch != nil {
 		out.epoch = *v.Epoch
 	}
@@ -399,5 +460,5 @@ func makeOutput(kind opKind, v *rawValue) output {
 			out.result = *v.Result
 		}
 	}
-	return out
+	return out, nil
 }

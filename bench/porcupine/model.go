@@ -33,6 +33,17 @@ import (
 // effect e is legal iff e >= fence and e >= the least possible epoch, and it
 // bounds the unknown epoch from above (ceil = e: the claim's epoch was <= e),
 // which a later pin must respect.
+//
+// The protected resource is observable (read-resource): its fence and its log of
+// accepted (epoch, payload), oldest first. The state keeps the log as a 64-bit
+// hash chain (logHash), so it stays a small comparable value: a read is legal iff
+// the hash of the log it shows is the state's (exact but for a 64-bit hash
+// collision). The fence is kept as its least possible value: a read may show any
+// fence at or above it (a real resource may sit higher), and from then on the
+// fence is what it showed (it never goes down). An ok effect appends to the log; a
+// crashed one may have (two next states, as for any crashed op). Only the
+// objects some read-resource reads keep a log (input.logged): elsewhere nothing
+// observes it, and leaving it out keeps their states, and the search, as before.
 
 type opKind uint8
 
@@ -44,16 +55,18 @@ const (
 	opRelease
 	opRead
 	opLeaseEffect // an effect under effect_fence "lease": on the node's own object
+	opReadResource
 )
 
 var kinds = map[string]opKind{
 	"claim": opClaim, "renew": opRenew, "effect": opEffect,
 	"commit": opCommit, "release": opRelease, "read": opRead,
+	"read-resource": opReadResource,
 }
 
-var kindNames = [...]string{"claim", "renew", "effect", "commit", "release", "read", "effect"}
+var kindNames = [...]string{"claim", "renew", "effect", "commit", "release", "read", "effect", "read-resource"}
 
-func carriesEpoch(k opKind) bool { return k != opClaim && k != opRead }
+func carriesEpoch(k opKind) bool { return k != opClaim && k != opRead && k != opReadResource }
 
 type nodeStatus uint8
 
@@ -75,6 +88,11 @@ type input struct {
 	epoch  int64  // renew, effect, commit, release
 	owner  string // claim
 	result string // commit
+	// effect: the hash of its log entry (logEntry), and whether the object keeps
+	// a log (some read-resource reads it)
+	entry  uint64
+	logged bool
+	token  bool // read-resource under effect_fence "token": the resource's own object
 }
 
 // output is what an ok completion said; unknown marks a crashed op.
@@ -84,6 +102,10 @@ type output struct {
 	status  nodeStatus
 	owner   string
 	result  string
+	// read-resource: the fence it showed (hasFence false: null) and the hash of the log
+	fence    int64
+	hasFence bool
+	log      uint64
 }
 
 // state of one object. A comparable struct, so Porcupine's default == works.
@@ -95,11 +117,36 @@ type state struct {
 	owner  string
 	result string
 	// effect_fence "lease": the largest epoch of the granted claims and accepted
-	// effects, leaving out an unpinned claim's unknown epoch (see above)
+	// effects (or the fence a read showed), leaving out an unpinned claim's unknown epoch (see above)
 	fence int64
+	// the resource's log of accepted effects, as a hash chain (emptyLog: none yet)
+	logHash uint64
 }
 
-var initial = state{status: statusReady, pinned: true, ceil: math.MaxInt64, fence: math.MinInt64}
+var initial = state{status: statusReady, pinned: true, ceil: math.MaxInt64, fence: math.MinInt64, logHash: emptyLog}
+
+// emptyLog is the hash of an empty log; appendLog chains one entry onto a log's hash.
+const emptyLog uint64 = 0x9e3779b97f4a7c15
+
+func appendLog(h, entry uint64) uint64 { return mix64(h*0xbf58476d1ce4e5b9 ^ entry) }
+
+// logEntry hashes one accepted (epoch, payload).
+func logEntry(epoch int64, payload string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(payload); i++ {
+		h = (h ^ uint64(payload[i])) * 1099511628211
+	}
+	return mix64(h ^ mix64(uint64(epoch)))
+}
+
+// mix64 is splitmix64's finalizer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
 
 func leaseModel() porcupine.Model {
 	return porcupine.Model{
@@ -146,10 +193,15 @@ func step(s state, in input, out output) (bool, state) {
 		ok := in.epoch >= s.epoch
 		if ok {
 			s.epoch = in.epoch
+			if in.logged {
+				s.logHash = appendLog(s.logHash, in.entry)
+			}
 		}
 		return ok || out.unknown, s
 	case opLeaseEffect:
 		return leaseEffect(s, in, out)
+	case opReadResource:
+		return readResource(s, in, out)
 	default:
 		return fenced(s, in, out)
 	}
@@ -161,14 +213,14 @@ func claim(s state, in input, out output) (bool, state) {
 	}
 	if out.unknown {
 		// the new unknown epoch is above the old one, so the fence may leave the old one out too
-		return true, state{status: statusRunning, pinned: false, epoch: s.epoch + 1, ceil: math.MaxInt64, owner: in.owner, fence: s.fence}
+		return true, state{status: statusRunning, pinned: false, epoch: s.epoch + 1, ceil: math.MaxInt64, owner: in.owner, fence: s.fence, logHash: s.logHash}
 	}
 	// an unpinned s.epoch is a lower bound of the real epoch e0: some e0 in
 	// [s.epoch, out.epoch) exists iff out.epoch > s.epoch, as for a pinned one
 	if out.epoch <= s.epoch {
 		return false, s
 	}
-	return true, state{status: statusRunning, pinned: true, epoch: out.epoch, ceil: math.MaxInt64, owner: in.owner, fence: max(s.fence, out.epoch)}
+	return true, state{status: statusRunning, pinned: true, epoch: out.epoch, ceil: math.MaxInt64, owner: in.owner, fence: max(s.fence, out.epoch), logHash: s.logHash}
 }
 
 // leaseEffect is an effect under effect_fence "lease": accepted iff its epoch
@@ -183,6 +235,38 @@ func leaseEffect(s state, in input, out output) (bool, state) {
 	s.fence = e
 	if !s.pinned && e < s.ceil {
 		s.ceil = e
+	}
+	if in.logged {
+		s.logHash = appendLog(s.logHash, in.entry)
+	}
+	return true, s
+}
+
+// readResource: the log must be the state's; the fence, when shown, at least
+// its least possible value, which it then becomes. Under "lease" (the node's own
+// object) an unpinned claim's unknown epoch e0 is at most the fence shown (ceil),
+// as for an effect; under "token" (the resource's object) the fence is epoch.
+func readResource(s state, in input, out output) (bool, state) {
+	if out.log != s.logHash {
+		return false, s
+	}
+	if !out.hasFence {
+		return true, s
+	}
+	f := out.fence
+	if in.token {
+		if f < s.epoch {
+			return false, s
+		}
+		s.epoch = f
+		return true, s
+	}
+	if f < s.fence || (!s.pinned && f < s.epoch) {
+		return false, s
+	}
+	s.fence = f
+	if !s.pinned && f < s.ceil {
+		s.ceil = f
 	}
 	return true, s
 }
@@ -247,6 +331,7 @@ func hashState(s state) uint64 {
 	mix(uint64(s.epoch))
 	mix(uint64(s.ceil))
 	mix(uint64(s.fence))
+	mix(s.logHash)
 	for i := 0; i < len(s.owner); i++ {
 		mix(uint64(s.owner[i]))
 	}
@@ -265,6 +350,8 @@ func describeOperation(in, out interface{}) string {
 		res = fmt.Sprintf("%s e%d %s %s", statusNames[o.status], o.epoch, o.owner, o.result)
 	} else if i.kind == opClaim {
 		res = fmt.Sprintf("e%d", o.epoch)
+	} else if i.kind == opReadResource {
+		res = fmt.Sprintf("fence %d (%t) log %x", o.fence, o.hasFence, o.log)
 	}
 	return fmt.Sprintf("%s(e%d %s%s) -> %s", kindNames[i.kind], i.epoch, i.owner, i.result, res)
 }

@@ -123,12 +123,13 @@ class FenceAtCommitSqlite(SqliteLease):
     done, older writers may no longer touch it"); neither a claim nor an
     accepted effect does. A zombie's effects after a takeover and before the
     new holder's commit are all accepted: ``stale-effect`` (the lease rule: a
-    newer epoch was granted before the effect was sent).
+    newer epoch was granted before the effect was sent). A read of the resource
+    shows a fence below the epochs it accepted: ``fence-regression``.
     """
 
     name = "sqlite-fence-at-commit"
     bug = "the resource's fence is raised by commits only, not by claims or accepted effects"
-    expected = ("stale-effect",)
+    expected = ("stale-effect", "fence-regression")
     exposed_by = ("pause",)
 
     @staticmethod

@@ -24,9 +24,27 @@ The horse calls ``os.setpgrp()``: it is in no process group of the worker's,
 so a ``killpg`` of the worker's group misses it (the nemesis signals the
 process tree, which does include it).
 
+A job whose horse has already handled its own failure can be retried a second
+time by the worker (``monitor_work_horse``, ``rq/worker/worker_classes.py``): the
+worker waits for its horse under ``signal.alarm(job_monitoring_interval)``
+(``HorseMonitorTimeoutException``). If that alarm goes off after ``os.wait4`` has
+reaped the horse but before the worker has its answer (the worker was not on a CPU
+when the horse exited: a loaded machine), the answer is lost, the next ``wait4``
+finds no child (``(None, None, None)``), and with ``ret_val`` None the worker
+reads the job's status: the horse's own timeout handling has already put it back
+on the queue (QUEUED, or STARTED elsewhere), not FINISHED or FAILED, so it logs
+"Work-horse terminated unexpectedly; waitpid returned None" and retries the job
+again. The job is then on the queue twice and runs twice, both results stored (the
+second replaces the first), sometimes at once. This needs the monitor's alarm to
+fall at a horse's end; a horse that timed out ends at the timeout.
+
 So the adapter sets ``job_timeout`` to the ttl (whole seconds: ``signal.alarm``),
-``Retry(max=5)``, and each worker's ``--job-monitoring-interval 1``,
-``--maintenance-interval 1`` and ``--worker-ttl 16`` (an idle worker's dequeue
+``Retry(max=5)``, and each worker's ``--job-monitoring-interval`` to RQ's default,
+30 s, or 3 ttl if that is longer (:func:`monitoring_interval_s`): longer than any
+horse of the run lives (the timeout, then its failure handling), so the monitor's
+alarm never goes off while a horse ends, and the double retry above stays out of
+the audit of the stalled task (AUDITS.md publishes it apart, with its condition).
+Also ``--maintenance-interval 1`` and ``--worker-ttl 16`` (an idle worker's dequeue
 wakes every ``worker_ttl - 15`` s, and runs maintenance then).
 
 Identity: RQ 3 makes an :class:`rq.executions.Execution` for every run of a job
@@ -56,6 +74,18 @@ if TYPE_CHECKING:
 RETRIES = 5
 #: how long RQ keeps a job's results and failures (a run is far shorter)
 KEEP_S = 3600
+#: RQ's own ``job_monitoring_interval`` (``rq/defaults.py``: ``DEFAULT_JOB_MONITORING_INTERVAL``)
+RQ_MONITORING_S = 30
+
+
+def monitoring_interval_s(ttl_ms: int) -> int:
+    """The workers' ``--job-monitoring-interval``: RQ's default, or 3 ttl if longer (the module's docstring).
+
+    The worker's alarm then never goes off while a horse of the run ends (a horse lives at most the job
+    timeout, the ttl, and its failure handling), so the worker never loses a horse's exit status and retries
+    a job its horse already retried. An execution's registry entry still outlives its horse:
+    ``get_heartbeat_ttl`` gives it ``min(timeout, interval) + 60`` s at the start, the timeout + 60."""
+    return max(RQ_MONITORING_S, 3 * ttl_ms // 1000)
 
 
 def run_job(name: str) -> str:
@@ -80,10 +110,13 @@ def run_job(name: str) -> str:
 #: the advice the audit's finding ends with (AUDITS.md)
 FIX = (
     "RQ ends an overdue execution itself (signal.alarm in the work-horse raises at the job_timeout), so "
-    "a stalled task never wakes to write. Not published, because not every seed shows it: a worker paused "
-    "past the timeout can handle the timed-out job twice when it resumes (the horse's timeout and the "
-    "parent's 'work-horse terminated'), each with a retry, and two workers then run the job at once (2 of "
-    "7 runs under pause). Fence every write with a number your own store hands out per execution."
+    "a stalled task never wakes to write. But a job that timed out can be retried twice, and then runs twice "
+    "(sometimes at once), the second result replacing the first: the worker waits for its work-horse under "
+    "its own alarm (job_monitoring_interval), and if that alarm goes off as the horse ends (a worker kept off "
+    "the CPU: load, or a pause past the timeout), the worker loses the horse's exit status and retries the job "
+    "the horse had already retried ('Work-horse terminated unexpectedly; waitpid returned None'). Keep "
+    "job_monitoring_interval (RQ's default: 30 s) well above your job timeouts, and fence every write with a "
+    "number your own store hands out per execution."
 )
 
 
@@ -151,7 +184,8 @@ class RQ(QueueLibrary):
     def worker_command(self, slot: int) -> list[str]:
         return [sys.executable, "-m", "rq.cli", "worker", "--url", self.config.url,
                 "--name", f"lc-{self.config.run_id}-w{slot}",
-                "--job-monitoring-interval", "1", "--maintenance-interval", "1", "--worker-ttl", "16",
+                "--job-monitoring-interval", str(monitoring_interval_s(self.config.ttl_ms)),
+                "--maintenance-interval", "1", "--worker-ttl", "16",
                 "--results-ttl", str(KEEP_S), self.queue_name]
 
     def enqueue(self, jobs: list[str]) -> None:
