@@ -113,7 +113,7 @@ FIX = (
     "a stalled task never wakes to write. But a job that timed out can be retried twice, and then runs twice "
     "(sometimes at once), the second result replacing the first: the worker waits for its work-horse under "
     "its own alarm (job_monitoring_interval), and if that alarm goes off as the horse ends (a worker kept off "
-    "the CPU: load, or a pause past the timeout), the worker loses the horse's exit status and retries the job "
+    "the CPU by load; likely also one paused past the timeout), the worker loses the horse's exit status and retries the job "
     "the horse had already retried ('Work-horse terminated unexpectedly; waitpid returned None'). Keep "
     "job_monitoring_interval (RQ's default: 30 s) well above your job timeouts, and fence every write with a "
     "number your own store hands out per execution."
