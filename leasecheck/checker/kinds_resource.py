@@ -31,6 +31,7 @@ it tells of the whole (:mod:`leasecheck.checker.online`).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -175,9 +176,12 @@ def _accepted_below_fence(reads: list[_Read], effects: _Effects, claims: MaxBefo
     """1b: an entry a later read lists and an earlier read (completed before it) did not, although that earlier read
     proves the fence was above the entry's epoch. One finding per payload: the first later read by index, then the
     first earlier read by index."""
+    provers = _possible_provers(reads, claims)
+    if not provers:
+        return
     told: set[str] = set()
     for r2 in reads:
-        earlier = [r1 for r1 in reads if _done(r1.op) < r2.op.invoke_time]
+        earlier = [r1 for r1 in provers if _done(r1.op) < r2.op.invoke_time]
         if not earlier:
             continue
         for e, p, _ in r2.entries:
@@ -204,6 +208,35 @@ def _accepted_below_fence(reads: list[_Read], effects: _Effects, claims: MaxBefo
                     f'never goes down and the resource refuses epochs below it (effect_fence "{effect_fence}").',
                 )
                 break
+
+
+def _possible_provers(reads: list[_Read], claims: MaxBefore | None) -> list[_Read]:
+    """The reads that can be the earlier read of a 1b finding, in index order; the others are left out of its search.
+
+    A read proves an entry stale only if it does not list the entry's payload although it proves the fence above the
+    entry's epoch (:func:`_fence_above`: its fence, an epoch it lists, or a claim granted before it). A read that lists
+    every payload any read lists with an epoch below that level proves nothing, which is every read of a correct
+    resource: so the search, quadratic in reads times entries, runs only where something is wrong (a hot node with
+    hundreds of reads of a long log is checked in linear time)."""
+    least: dict[str, int] = {}  # payload -> the least epoch any read lists it with
+    for r in reads:
+        for e, p, _ in r.entries:
+            if type(e) is int and (p not in least or e < least[p]):
+                least[p] = e
+    ordered = sorted(least.values())
+    out = []
+    for r in reads:
+        level = r.level
+        if claims is not None:
+            best, c = claims.query(r.op.invoke_time)
+            if c is not None and (level is None or best > level):
+                level = best
+        if level is None:
+            continue
+        below = bisect_left(ordered, level)  # payloads listed somewhere with an epoch below the level
+        if below and sum(1 for q in r.first if q in least and least[q] < level) < below:
+            out.append(r)
+    return out
 
 
 def _fence_above(r1: _Read, e: int, claims: MaxBefore | None) -> tuple[str | None, Op | None]:
@@ -321,7 +354,7 @@ def _lost(reads: list[_Read], effects: _Effects, ops: Sequence[Op]) -> Iterator[
                        f"the resource's log; {_SNAPSHOT}).")
                 break
     told: set[str] = set()
-    for r2 in reads:
+    for r2 in _missing_something(reads):
         for r1 in reads:
             if not _done(r1.op) < r2.op.invoke_time:
                 continue
@@ -336,3 +369,22 @@ def _lost(reads: list[_Read], effects: _Effects, ops: Sequence[Op]) -> Iterator[
                        f"{describe(r1.op)} lists {_entry(e, p)} and completed at {at(r1.op.complete_time)}, before "
                        f"{describe(r2.op)} was invoked at {at(r2.op.invoke_time)}, yet that read does not list it "
                        "(real-time order: the resource's log of accepted effects only grows).")
+
+
+def _missing_something(reads: list[_Read]) -> list[_Read]:
+    """The reads that miss a payload some read completed before them listed, in index order: the only ones the
+    second rule of :func:`_lost` can find anything in (none, for a correct resource; so its search, quadratic in reads
+    times entries, runs only where something is wrong)."""
+    first_done: dict[str, int] = {}  # payload -> the earliest completion of a read listing it
+    for r in reads:
+        for p in r.first:
+            if p not in first_done or _done(r.op) < first_done[p]:
+                first_done[p] = _done(r.op)
+    ordered = sorted(first_done.values())
+    out = []
+    for r in reads:
+        t = r.op.invoke_time
+        before = bisect_left(ordered, t)  # payloads a read completed before this one was invoked listed
+        if before and sum(1 for p in r.first if first_done[p] < t) < before:
+            out.append(r)
+    return out
