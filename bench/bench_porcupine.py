@@ -32,7 +32,7 @@ invalid rows run ``porcupine`` alone.
 
 Usage: python -m bench.bench_porcupine [--rows size,contention,real,resource,invalid] [--timeout 120] [--mem-gb 16]
        [--repeat 3] [--no-det] [--max-ops N] [--hot-invalid-ops 10000] [--real-invalid-ops 10000,100000,1000000]
-       [--resource-ops 10000,100000,1000000] [--kinds K1,K2] [--lc-args "--jobs 2"]
+       [--hot-resource-ops 2000,5000] [--resource-ops 10000,100000,1000000] [--kinds K1,K2] [--lc-args "--jobs 2"]
 """
 
 from __future__ import annotations
@@ -323,7 +323,7 @@ def plan(a: argparse.Namespace) -> list[tuple[Config, str | None]]:
     rows += [(c, None) for c in REAL_ROWS if "real" in groups]
     if "resource" in groups:
         bases = [with_resource_reads(real_config(n)) for n in _sizes(a.resource_ops)]
-        rows += [(c, None) for c in [with_resource_reads(hot_config(n)) for n in _sizes(a.hot_invalid_ops)] + bases]
+        rows += [(c, None) for c in [with_resource_reads(hot_config(n)) for n in _sizes(a.hot_resource_ops)] + bases]
         rows += [(c, k) for c in bases for k in kinds if k in RESOURCE_KINDS]
     if "invalid" in groups:
         bases = [hot_config(n) for n in _sizes(a.hot_invalid_ops)] + [real_config(n) for n in _sizes(a.real_invalid_ops)]
@@ -342,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hot-invalid-ops", default="10000", help="sizes of the hot-node histories anomalies are planted in")
     p.add_argument("--real-invalid-ops", default="10000,100000,1000000",
                    help="sizes of the real-shaped histories anomalies are planted in")
+    p.add_argument("--hot-resource-ops", default="2000,5000",
+                   help="sizes of the hot-node histories with resource reads (each read lists the node's whole log)")
     p.add_argument("--resource-ops", default="10000,100000,1000000",
                    help="sizes of the real-shaped histories with resource reads (valid, and the resource kinds planted)")
     p.add_argument("--kinds", default=None, help="planted kinds, comma-separated (default: every kind)")
