@@ -345,8 +345,11 @@ def test_go_fenced_lease_is_valid_under_pause_kill_and_partition(commands: dict[
     result = run_exec(tmp_path, commands["go-redis-fenced"], nemesis=("pause", "kill", "partition"), seed=21,
                       time_limit=10.0, evidence_wait_s=EVIDENCE_WAIT_S)
     assert result.verdict.valid is True, (result.reason, [a.to_json() for a in result.verdict.anomalies[:5]])
-    _, ops, reader = read_history(result.run_dir / "history.jsonl")
+    header, ops, reader = read_history(result.run_dir / "history.jsonl")
     assert {e.f for e in reader.nemesis} >= {"pause", "resume", "kill", "partition", "heal"}
+    # its hello says "resource": true, so its protected resource was read back, by the workers and the final phase
+    assert header.meta["resource_read"] is True and result.stats["resource_read"] is True
+    assert sum(op.f == "read-resource" and op.type == "ok" for op in ops) >= len({op.node for op in ops if op.f == "claim"})
     cut_off = [op for op in ops if op.type == "info" or op.result.get("reason") == "unavailable"]
     assert cut_off, "no op of the Go child ever met the partition"
     assert "started " + str(commands["go-redis-fenced"][0]) in (result.run_dir / "exec.log").read_text()

@@ -436,6 +436,8 @@ def test_a_correct_child_is_valid_under_pause_and_kill(child: Path, tmp_path: Pa
     run_dir = Path(str(results["run_dir"]))
     header, ops, reader = read_history(run_dir / "history.jsonl")
     assert header.meta["exec"] == {"name": "sqlite-child", "fenced": True, "effect_fence": "lease", "resource": False}
+    assert header.meta["resource_read"] is False and results["run"]["resource_read"] is False  # it never declared it
+    assert not any(op.f == "read-resource" for op in ops)
     done = Counter((op.f, op.type) for op in ops)
     assert all(done[(f, "ok")] > 0 for f in ("claim", "renew", "effect", "commit", "read")), done
     assert {e.f for e in reader.nemesis} >= {"pause", "resume", "kill"}

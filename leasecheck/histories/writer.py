@@ -41,6 +41,8 @@ class HistoryWriter:
         fsync: bool = False,
     ) -> None:
         self.path = Path(path)
+        #: the header it wrote first (what the run told the checker: ttl, effect fence, its metadata)
+        self.header = header
         self._clock = clock
         self._start = clock() if start_ns is None else start_ns
         self._fsync = fsync

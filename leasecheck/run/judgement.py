@@ -28,7 +28,6 @@ from leasecheck.run.following import Following
 from leasecheck.run.interrupts import Interrupts
 from leasecheck.run.options import RunOptions
 from leasecheck.rundir.storedir import write_json
-from leasecheck.targets.base import reads_resource
 from leasecheck.verdict.attribution import fault_victims
 from leasecheck.verdict.run_verdict import fault_windows, run_verdict
 from leasecheck.verdict.tails import HistoryTail
@@ -135,7 +134,7 @@ def run_stats(run: Any, seconds: float) -> dict[str, Any]:
         "duplicate_deliveries": run.deliveries.duplicated, "runs": run.deliveries.runs,
         "faults": run.nemesis.started if hasattr(run, "nemesis") else 0,
         "worker_processes": run.pool.spawned if run.pool is not None else 0,
-        "resource_read": reads_resource(run.target_cls),
+        "resource_read": run.writer.header.meta.get("resource_read", False) if getattr(run, "writer", None) else False,
         **({"stopped_at_first_anomaly": True} if run.stopped_early else {}),
         **({"checker_cpu_s": round(run.following.cpu_s, 3)} if run.following is not None and run.following.cpu_s else {}),
         **({"nodes_closed_while_running": run.closer.closed} if getattr(run, "closer", None) is not None else {}),

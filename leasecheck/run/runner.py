@@ -53,7 +53,7 @@ from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, sa
 from leasecheck.rundir.worker_logs import WORKERS_DIR, Journal
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.store_network import StoreNetwork
-from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
+from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable, reads_resource
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.targets.registry import TargetSpec
 from leasecheck.verdict.run_verdict import coverage_json
@@ -190,7 +190,8 @@ class Run:
         cluster = self.env.cluster if self.env is not None else None  # its members and their addresses, for the report
         meta = {
             "target": opts.target, "seed": self.seed, "run_id": self.run_id, "nemesis": list(opts.nemesis),
-            "concurrency": opts.concurrency, "store": self.target_cls.store, **({"cluster": cluster.describe()} if cluster else {}),
+            "concurrency": opts.concurrency, "store": self.target_cls.store, "resource_read": reads_resource(producer),
+            **({"cluster": cluster.describe()} if cluster else {}),
         }
         effect_fence = self.target_cls.effect_fence
         if isinstance(producer, ExecTarget) and producer.hello is not None:  # an exec: child says it in its hello
