@@ -21,7 +21,7 @@ class CheckThenWriteSqlite(SqliteLease):
 
     The effect asks the store "is my lease still the newest?" (and lifts the
     fence), then does the write a round trip later (the ``think_s`` option,
-    300 ms by default: a call to the service that holds the data), without
+    500 ms by default: a call to the service that holds the data), without
     asking again. A worker paused between the two writes after another worker
     took the node over and wrote: the resource lists the older epoch's entry
     after the newer one (``stale-effect``, proven by the read alone: the effect
@@ -35,7 +35,7 @@ class CheckThenWriteSqlite(SqliteLease):
 
     def __init__(self, config: TargetConfig) -> None:
         super().__init__(config)
-        self.think_s = float(config.options.get("think_s", 0.3))
+        self.think_s = float(config.options.get("think_s", 0.5))
 
     def effect(self, lease: Lease, payload: str) -> Outcome:
         with self._tx() as db:
