@@ -121,9 +121,10 @@ class Closer:
                 if reader is None:
                     reader, process = self.spec.make(), self.new_process()
                 self.following.close_after(node, process)  # before the read: the checker must know it when it sees it
-
                 emit = partial(self._emit, process, node)
-                if not last_reads(reader, node, emit):  # its process is retired; the node is closed all the same
+                # a read that failed retires its process; the node is forgotten all the same (if its record was never
+                # read, the checker judges it with the rest at the end)
+                if not last_reads(reader, node, emit):
                     reader.close()
                     reader = None
                 self.closed += 1
