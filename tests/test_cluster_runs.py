@@ -29,7 +29,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cluster members run i
 
 #: what a write lost at failover, or a lease a failover forgot, shows as
 LOST = {"duplicate-epoch", "epoch-regression", "lost-commit", "overlapping-lease", "stale-effect", "stale-commit", "stale-renew",
-        "duplicate-commit", "non-linearizable", "premature-expiry"}  # a renew the failover forgot: the lease ends early
+        "duplicate-commit", "non-linearizable", "premature-expiry",  # a renew the failover forgot: the lease ends early
+        "lost-effect", "fence-regression"}  # the resource's log and fence, read back after the failover forgot them
 MEMBER_FAULTS = {name for name, kind in FAULTS.items() if Need.CLUSTER in kind.needs}
 
 
