@@ -7,9 +7,11 @@ one pass over the ops with :class:`~leasecheck.checker.precedence.MaxBefore`
 answering "the largest epoch observed before this invoke" (epochs are the
 version order, the way Elle uses unique writes, so no search is needed).
 Unfenced nodes (``"epoch": null``) are judged by grant order instead: claims
-ordered by real time, tokens naming the lease. Every kind here proves the node
-has no linearization; the epoch-order decision (:mod:`leasecheck.checker.order`)
-explains a stale effect in the same words.
+ordered by real time, tokens naming the lease. A fenced node whose epochs repeat
+or go back is judged by both (:mod:`leasecheck.checker.kinds_grant`), in the
+same pass, and each explanation names the order it used. Every kind here proves
+the node has no linearization; the epoch-order decision
+(:mod:`leasecheck.checker.order`) explains a stale effect in the same words.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from collections.abc import Iterable, Iterator
 
 from leasecheck.checker.explain import at, describe
 from leasecheck.checker.findings import Findings, NodeHistory
-from leasecheck.checker.leases import TokenLeases, int_epoch
+from leasecheck.checker.kinds_grant import epoch_order_note, grant_order_explanation, non_increasing_since, stale_by_grant
+from leasecheck.checker.leases import GrantLeases, TokenLeases, int_epoch
 from leasecheck.checker.model import freeze
 from leasecheck.checker.precedence import MaxBefore
 from leasecheck.histories import Op
@@ -105,11 +108,15 @@ def epoch_order(n: NodeHistory, out: Findings) -> None:
     before each invoke (one :class:`MaxBefore`) answer all five. Under
     ``effect_fence: "lease"`` an effect is judged in that same pass, exactly like
     a commit; under ``"token"`` only against the effects the resource accepted.
+    On a node whose epochs do not increase, an op epoch order does not call stale
+    is also judged by grant order (:mod:`leasecheck.checker.kinds_grant`): one
+    finding per op and kind, in op order.
     """
     node = n.node
     ok = [op for op in n.ops if op.type == "ok" and int_epoch(op)]
+    claims = [o for o in ok if o.f == "claim"]
     first_claim: dict[int, Op] = {}
-    for op in sorted((o for o in ok if o.f == "claim"), key=lambda o: o.index):
+    for op in sorted(claims, key=lambda o: o.index):
         e = op.epoch
         if e in first_claim:
             c = first_claim[e]
@@ -123,29 +130,32 @@ def epoch_order(n: NodeHistory, out: Findings) -> None:
     fence = n.effect_fence
     judged = ("claim", "renew", "commit", "effect") if fence == "lease" else ("claim", "renew", "commit")
     seen = MaxBefore(ok, key=lambda o: o.epoch)
+    since = non_increasing_since(claims, seen)
+    grants = None if since is None else GrantLeases(claims)
     for op in ok:
         if op.f not in judged:
             continue
         best, x = seen.query(op.invoke_time)
-        if x is None:
-            continue
         e = op.epoch
-        if op.f == "claim" and best >= e:
+        if x is not None and op.f == "claim" and best >= e:
             out.add(
                 "epoch-regression", node, [x, op],
                 f"{describe(op)} was granted epoch {e} at {at(op.complete_time)}, but it was invoked at "
                 f"{at(op.invoke_time)}, after {describe(x)} {_observed(x)} at {at(x.complete_time)}: "
                 f"epochs must only grow.",
             )
-        elif op.f == "effect" and best > e:
-            out.add("stale-effect", node, [x, op], stale_effect_explanation(x, op, fence))
-        elif op.f != "claim" and best > e:
+        elif x is not None and op.f == "effect" and best > e:
+            out.add("stale-effect", node, [x, op], stale_effect_explanation(x, op, fence) + epoch_order_note(op, since))
+        elif x is not None and op.f != "claim" and best > e:
             out.add(
                 STALE_KINDS[op.f], node, [x, op],
                 f"{describe(op)} was invoked at {at(op.invoke_time)}, after {describe(x)} {_observed(x)} "
                 f"at {at(x.complete_time)}; yet the store accepted the {op.f} with the older epoch {e} "
-                f"(completed at {at(op.complete_time)}).",
+                f"(completed at {at(op.complete_time)}).{epoch_order_note(op, since)}",
             )
+        elif grants is not None and op.f != "claim" and (stale := stale_by_grant(op, grants)) is not None:
+            lease, newer = stale
+            out.add(STALE_KINDS[op.f], node, [lease, newer, op], grant_order_explanation(lease, newer, op))
     if fence == "token":
         for x, op in token_stale_effects(ok):
             out.add("stale-effect", node, [x, op], stale_effect_explanation(x, op, fence))
