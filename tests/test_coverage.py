@@ -166,7 +166,10 @@ def test_unfenced_leases_are_newer_by_grant_order_and_token() -> None:
     assert zombie_counts(unfenced(200 * MS, "b")) == {"zombie-commit-before-new-effect": 1}
     assert zombie_counts(unfenced(10 * MS, "b")) == {}  # invoked when lease "a" was granted: not after it
     assert zombie_counts(unfenced(10 * MS + 1, "b")) == {"zombie-commit-before-new-effect": 1}
-    assert zombie_counts(unfenced(200 * MS, "a")) == {}  # the same token
+    # a token shared by two workers: a lease is named by its grant, so the other worker's claim replaced it
+    assert zombie_counts(unfenced(200 * MS, "a")) == {"zombie-commit-before-new-effect": 1}
+    again = History().claim(1, 0, 10 * MS, token="a").claim(1, 200 * MS, 201 * MS, token="a")
+    assert zombie_counts(again.of(1, "commit", 202 * MS, 203 * MS, None, token="a")) == {}  # one worker's reused token
 
 
 # ---------------------------------------------------------------- claims
@@ -414,12 +417,15 @@ def test_the_member_faults_require_their_situations() -> None:
 
 def test_the_vocabulary_and_the_catalogue_agree() -> None:
     assert SITUATIONS[:15] == tuple(ZOMBIES) and len(WORKLOAD_SITUATIONS) == 18
-    assert SITUATIONS[18:] == ("lease-expires-during-store-fault", "lease-held-by-skewed-worker",
+    assert SITUATIONS[18:21] == ("zombie-op-while-new-lapsed", "op-in-flight-across-claim",
+                                 "lagging-clock-claim-on-recent-node")
+    assert SITUATIONS[21:] == ("lease-expires-during-store-fault", "lease-held-by-skewed-worker",
                                "lease-granted-before-primary-lost", "lease-renewed-across-failover",
                                "claim-during-member-partition")
     for kind in CATALOGUE:
         assert set(kind.situations) <= set(SITUATIONS), kind.name
-    assert applicable(lookup(["pause", "partition"])) == [*WORKLOAD_SITUATIONS, "lease-expires-during-store-fault"]
+    assert applicable(lookup(["pause", "partition"])) == [*WORKLOAD_SITUATIONS, "zombie-op-while-new-lapsed",
+                                                          "op-in-flight-across-claim", "lease-expires-during-store-fault"]
     assert applicable(()) == list(WORKLOAD_SITUATIONS)
 
 
@@ -433,7 +439,10 @@ def test_coverage_helpers() -> None:
     assert cov.summary(["claim-after-expiry"]) == "coverage: 1/1 situations reached"
     obj = coverage_json(cov, lookup(["pause", "latency"]))
     assert list(obj["counts"]) == list(SITUATIONS) and obj["counts"]["claim-after-expiry"] == 1
-    assert obj["applicable"] == list(WORKLOAD_SITUATIONS) and obj["required"] == {"pause": ["claim-after-expiry"], "latency": []}
+    assert obj["applicable"] == [*WORKLOAD_SITUATIONS, "zombie-op-while-new-lapsed", "op-in-flight-across-claim"]
+    assert obj["required"] == {"pause": ["claim-after-expiry"], "latency": []}
+    assert obj["sought"] == {"pause": ["zombie-op-while-new-lapsed", "op-in-flight-across-claim"],
+                             "latency": ["op-in-flight-across-claim"]}
     assert "claim-after-expiry" not in obj["missing"] and "claim-race-ready" in obj["missing"]
 
 
@@ -518,3 +527,70 @@ def test_a_deadline_reads_the_evidence_as_the_history_grows(tmp_path: Path) -> N
     end = Deadline(path, lookup(["pause"]), (), time_limit=100, evidence_wait_s=10, now=0)
     assert not end.passed(0.5)
     assert end.tail.evidence.ok["claim"] == 2 and end.tail.evidence.takeovers == 1
+
+
+# ---------------------------------------------------------------- the windows of issue 25
+
+
+def test_a_zombie_op_while_the_newer_lease_lapsed() -> None:
+    """Lease 2 granted at 201 ms (ttl 100, uncertainty 10): lapsed strictly after 311 ms, while nothing renews or ends it."""
+    def lapsed(h: History) -> int:
+        return h.coverage()["zombie-op-while-new-lapsed"]
+
+    assert lapsed(takeover().of(1, "effect", 312 * MS, 313 * MS, 1)) == 1
+    assert lapsed(takeover().of(1, "commit", 312 * MS, 313 * MS, 1, typ="fail")) == 1  # whatever its outcome
+    assert lapsed(takeover().of(1, "effect", 311 * MS, 313 * MS, 1)) == 0  # one bound: not strictly past G + ttl + u
+    assert lapsed(takeover().of(1, "read", 312 * MS, 313 * MS, None)) == 0  # a read carries no lease
+    renewed = takeover().of(2, "renew", 249 * MS, 250 * MS, 2)
+    assert lapsed(renewed.of(1, "effect", 312 * MS, 313 * MS, 1)) == 0  # renewed until 360 ms
+    assert lapsed(renewed.of(1, "effect", 361 * MS, 362 * MS, 1)) == 1
+    pending = takeover().of(2, "renew", 300 * MS, None, 2, typ="info")
+    assert lapsed(pending.of(1, "effect", 312 * MS, 313 * MS, 1)) == 0  # a renew that may yet land
+    ended = takeover(new_end=("release", 250 * MS, 251 * MS, "ok"))
+    assert lapsed(ended.of(1, "effect", 312 * MS, 313 * MS, 1)) == 0  # given back: nothing lapsed
+    reclaimed = takeover().claim(3, 304 * MS, 305 * MS, epoch=3)
+    assert lapsed(reclaimed.of(1, "effect", 312 * MS, 313 * MS, 1)) == 0  # re-claimed: the newest lease is fresh
+
+
+def test_a_zombie_of_a_repeated_epoch_is_named_by_its_grant() -> None:
+    """A store that grants epoch 1 twice: the first holder's ops after the second grant are still a zombie's."""
+    h = History().claim(1, 0, 1 * MS, epoch=1).claim(2, 200 * MS, 201 * MS, epoch=1)
+    assert zombie_counts(h.of(1, "effect", 202 * MS, 203 * MS, 1)) == {"zombie-effect-before-new-effect": 1}
+    assert zombie_counts(History().claim(1, 0, 1 * MS, epoch=1).claim(2, 200 * MS, 201 * MS, epoch=1)
+                         .of(2, "effect", 202 * MS, 203 * MS, 1)) == {}  # the new holder's own
+    back = History().claim(1, 0, 1 * MS, epoch=7).claim(2, 200 * MS, 201 * MS, epoch=5)  # an epoch that went back
+    assert zombie_counts(back.of(1, "commit", 202 * MS, 203 * MS, 7)) == {"zombie-commit-before-new-effect": 1}
+    assert History().claim(1, 0, 1 * MS, epoch=1).claim(2, 200 * MS, 201 * MS, epoch=1).of(
+        1, "effect", 312 * MS, 313 * MS, 1).coverage()["zombie-op-while-new-lapsed"] == 1
+
+
+def test_an_effect_or_commit_in_flight_across_a_claim() -> None:
+    def across(f: str, end: int | None, typ: str = "ok", claim_typ: str = "ok") -> int:
+        h = History().claim(1, 0, 1 * MS, epoch=1).of(1, f, 150 * MS, end, 1, typ=typ)
+        return h.claim(2, 200 * MS, 201 * MS, epoch=2, typ=claim_typ).coverage()["op-in-flight-across-claim"]
+
+    assert across("effect", 250 * MS) == 1
+    assert across("commit", 250 * MS, typ="fail") == 1  # refused or not: it was in flight
+    assert across("effect", 201 * MS) == 0  # completed as the claim did: not across it
+    assert across("effect", 201 * MS + 1) == 1
+    assert across("effect", None, typ="info") == 0  # never completed: not known to have been in flight then
+    assert across("renew", 250 * MS) == 0
+    assert across("effect", 250 * MS, claim_typ="fail") == 0  # a refused claim grants nothing
+
+
+def test_a_lagging_clock_claim_on_a_recent_node() -> None:
+    def lagging(delta_ms: float, claim_at: int, claimer: int = 2) -> int:
+        h = History().claim(1, 0, 1 * MS, epoch=1).claim(claimer, claim_at, claim_at + MS, typ="fail")
+        h.nemesis(150 * MS, "clock-skew", fault="clock-bump", victims=[2], delta_ms=delta_ms)
+        h.nemesis(400 * MS, "clock-reset", fault="clock-bump", victims=[2])
+        return h.coverage()["lagging-clock-claim-on-recent-node"]
+
+    assert lagging(-500, 200 * MS) == 1
+    assert lagging(500, 200 * MS) == 0  # a clock ahead is not behind
+    assert lagging(-500, 301 * MS) == 1  # 3 ttl after the grant at 1 ms: within
+    assert lagging(-500, 302 * MS) == 0
+    assert lagging(-500, 120 * MS) == 0  # before the skew
+    assert lagging(-500, 200 * MS, claimer=3) == 0  # not the skewed worker
+    own = History().claim(2, 0, 1 * MS, epoch=1).claim(2, 200 * MS, 201 * MS, typ="fail")
+    own.nemesis(150 * MS, "clock-skew", fault="clock-bump", victims=[2], delta_ms=-500)
+    assert own.coverage()["lagging-clock-claim-on-recent-node"] == 0  # its own lease: no other worker held the node

@@ -73,7 +73,7 @@ def test_a_full_run_says_each_anomaly_when_proven_and_goes_on(tmp_path: Path) ->
 def test_nodes_nobody_can_touch_are_closed_while_the_run_goes(tmp_path: Path) -> None:
     """With a short list of nodes a worker may read again, done nodes are read, judged and forgotten mid-run; the
     verdict is still leasecheck check's (LEASECHECK_CROSSCHECK), and no closed node is read again at the end."""
-    result = run(RunOptions(target="sqlite", seed=5, time_limit=6, store=str(tmp_path / "store"), workload=Workload(seen_nodes=2)))
+    result = run(RunOptions(target="sqlite", seed=5, time_limit=10, store=str(tmp_path / "store"), workload=Workload(seen_nodes=2)))
     assert result.verdict.valid is True
     closed = result.stats["nodes_closed_while_running"]
     assert closed > 5

@@ -29,6 +29,11 @@ def _claim(t: Takeovers, process: int, node: str, epoch: int) -> None:
     t.complete(process, "ok", {"epoch": epoch})
 
 
+def _wake(t: Takeovers, node: str, key: Any, phase: Any, process: int | None = None, now: int = 0, lapse: int = 10**9) -> Any:
+    """``t.wake`` for the zombie of lease ``key`` (its process: the epoch's claimer in these tests, epoch - 1)."""
+    return t.wake(node, key, key - 1 if process is None else process, phase, now, lapse)
+
+
 def _op(t: Takeovers, process: int, f: str, node: str, epoch: int, typ: str = "ok") -> None:
     t.invoke(process, f, node, {"epoch": epoch})
     t.complete(process, typ, {})
@@ -37,20 +42,20 @@ def _op(t: Takeovers, process: int, f: str, node: str, epoch: int, typ: str = "o
 def test_a_zombie_is_woken_in_each_phase_of_the_takeover_and_told_when_it_missed_one() -> None:
     t = Takeovers()
     _claim(t, 0, "n", 1)
-    assert t.wake("n", 1, "before-new-effect") is None, "no takeover yet: keep waiting"
+    assert _wake(t, "n", 1, "before-new-effect") is None, "no takeover yet: keep waiting"
     _claim(t, 1, "n", 2)
-    assert t.wake("n", 1, "before-new-effect") == "reached"
-    assert t.wake("n", 1, "while-new-runs") is None
+    assert _wake(t, "n", 1, "before-new-effect") == "reached"
+    assert _wake(t, "n", 1, "while-new-runs") is None
     t.invoke(1, "effect", "n", {"epoch": 2, "payload": "p"})  # invoked is enough: the new holder runs
-    assert t.wake("n", 1, "before-new-effect") == "passed"
-    assert t.wake("n", 1, "while-new-runs") == "reached"
+    assert _wake(t, "n", 1, "before-new-effect") == "passed"
+    assert _wake(t, "n", 1, "while-new-runs") == "reached"
     t.complete(1, "ok", {})
     t.invoke(1, "commit", "n", {"epoch": 2, "result": "r"})
-    assert t.wake("n", 1, "while-new-runs") == "passed", "the end is in flight: no longer 'while it runs'"
-    assert t.wake("n", 1, "after-new-ends") is None, "not ended until the commit completed ok"
+    assert _wake(t, "n", 1, "while-new-runs") == "passed", "the end is in flight: no longer 'while it runs'"
+    assert _wake(t, "n", 1, "after-new-ends") is None, "not ended until the commit completed ok"
     t.complete(1, "ok", {})
-    assert t.wake("n", 1, "after-new-ends") == "reached"
-    assert t.wake("n", 2, "before-new-effect") is None, "the newest lease has no newer one"
+    assert _wake(t, "n", 1, "after-new-ends") == "reached"
+    assert _wake(t, "n", 2, "before-new-effect") is None, "the newest lease has no newer one"
 
 
 def test_a_failed_end_does_not_end_the_lease_and_an_unfenced_lease_is_named_by_its_token() -> None:
@@ -62,7 +67,7 @@ def test_a_failed_end_does_not_end_the_lease_and_an_unfenced_lease_is_named_by_i
     a = lease_key({"epoch": None, "token": "a"})
     t.invoke(1, "release", "n", {"epoch": None, "token": "b"})
     t.complete(1, "fail", {"reason": "unavailable"})
-    assert t.wake("n", a, "after-new-ends") is None
+    assert _wake(t, "n", a, "after-new-ends", process=0) is None
     assert t.holders() == set(), "an end was invoked: the holder is not fair game for a pause"
 
 
@@ -157,5 +162,7 @@ def test_a_default_run_reaches_every_situation_and_stays_valid(tmp_path: Path, t
     coverage = _coverage(result.run_dir)
     assert result.verdict.valid is True, (result.reason, [a.kind for a in result.verdict.anomalies])
     assert coverage["missing"] == [], coverage
-    zombies = {k: n for k, n in coverage["counts"].items() if k.startswith("zombie-")}
+    zombies = {k: n for k, n in coverage["counts"].items() if k.startswith("zombie-") and k != "zombie-op-while-new-lapsed"}
     assert len(zombies) == 15 and all(n >= 1 for n in zombies.values()), zombies
+    # the windows pause seeks (issue 25), required here like the rest: each reached
+    assert coverage["counts"]["zombie-op-while-new-lapsed"] >= 1 and coverage["counts"]["op-in-flight-across-claim"] >= 1

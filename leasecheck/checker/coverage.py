@@ -16,23 +16,39 @@ definitions and the counts; a lease as the situations see it is
 
 Definitions (times are the history's ``time``, ns; "before t" is ``< t``):
 
-* a *lease* is an ok claim, named by its epoch (fenced) or its token
-  (unfenced); an op belongs to the latest lease of its node with the epoch /
-  token of its invoke value whose claim completed before the op's invoke; a
-  ``read`` belongs to the latest lease its own process claimed on the node
-  before the read's invoke. A lease *ends* when a commit or release of it is
-  invoked (whatever its outcome).
+* a *lease* is an ok claim, named by its grant: an op belongs to the latest
+  lease of its node with the epoch / token of its invoke value whose claim
+  completed before the op's invoke, of those its own process was granted if
+  any, else of all; a ``read`` belongs to the latest lease its own process
+  claimed on the node before the read's invoke. A lease *ends* when a commit or
+  release of it is invoked (whatever its outcome).
+* a node is *ordered by epoch* when its leases all have epochs, no two the same,
+  and no claim invoked after a lease's grant got an epoch no larger than that
+  lease's; otherwise (unfenced, or a duplicate-epoch / epoch-regression) it is
+  *ordered by grant*.
 * *newer lease* of a lease L at t: a lease of L's node whose claim completed
-  before t and that has a larger epoch (fenced), or was invoked after L's claim
-  completed with another token (unfenced); the newest such one (largest epoch;
-  unfenced: latest completion) is L'. An op of L invoked at t with a newer
+  before t and that has a larger epoch (ordered by epoch), or was invoked after
+  L's claim completed and has another token or another claimer (ordered by
+  grant); the newest such one (largest epoch; by grant: latest completion) is
+  L'. An op of L invoked at t with a newer
   lease is a *zombie op*, in phase ``before-new-effect`` (no effect, commit or
   release of L' invoked before t), ``while-new-runs`` (an effect of L' but no
   commit or release invoked before t) or ``after-new-ends`` (an ok commit or
   release of L' completed before t); one invoked while L''s end is in flight
   is in none. Every zombie op counts, whatever its outcome.
+* ``zombie-op-while-new-lapsed``: a zombie op (renew, effect, commit or
+  release) invoked at t when L' has *lapsed*: not ended before t, no renew of
+  L' invoked before t is ``info`` or completes at or after t, and t > G + ttl +
+  uncertainty, G the latest completion among L''s ok claim and ok renews
+  (completed before t); L' being the newest lease, no later claim was granted.
+* ``op-in-flight-across-claim``: an ``ok`` or ``fail`` effect or commit with an
+  ok claim of its node completed strictly between its invoke and its completion.
+* ``lagging-clock-claim-on-recent-node``: a claim invoked at t by a victim of a
+  worker-clock fault window that set clocks behind (a negative ``delta_ms``)
+  and is on at t, while a lease of another process was granted in
+  [t - 3 ttl, t).
 * the *latest lease* of a node at t is its newest lease whose claim completed
-  before t (largest epoch; unfenced: latest completion). The node is READY at
+  before t (largest epoch; by grant: latest completion). The node is READY at
   t when it has none, or an ok release of it completed before t.
 * ``claim-race-ready``: a claim invoked before an earlier-invoked claim of its
   node completed, the node READY at that earlier claim's invoke; each later
@@ -139,7 +155,7 @@ def node_coverage(header: Header, nodes: Iterable[list[Op]], store_faults: Seque
                 count_small_node(nops, ttl, uncertainty, store_faults, skewed_workers, counts)
                 continue
             node = IndexedNode(nops)
-            count_zombies(node, counts)
+            count_zombies(node, counts, ttl, uncertainty)
             count_claims(node, ttl, uncertainty, counts)
             count_fault_situations(node.leases, ttl, store_faults, skewed_workers, counts,
                                    [op for op in nops if op.f == "claim"])

@@ -10,14 +10,18 @@ are written once, here; the definitions are :mod:`leasecheck.checker.coverage`'s
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from leasecheck.checker.windows import INF, MEMBER_PARTITION, PRIMARY_LOST, Window
+from leasecheck.checker.windows import CLOCK_BEHIND, INF, MEMBER_PARTITION, PRIMARY_LOST, Window
 from leasecheck.histories import Op
 from leasecheck.histories.vocabulary import ZOMBIE_FUNCTIONS, ZOMBIE_PHASES, Situation
+
+#: how recent a grant makes its node "recently claimed" (``lagging-clock-claim-on-recent-node``), in ttls
+RECENT_TTLS = 3
 
 #: the situation of a zombie op, by its ``f`` and its phase (an index into ZOMBIE_PHASES)
 ZOMBIE_SITUATION: dict[tuple[str, int], Situation] = {
@@ -87,6 +91,100 @@ def zombie_phase(new: CoveredLease, t: int) -> int | None:
     return 1 if new.effect_at < t else 0
 
 
+def epochs_increase(leases: Sequence[CoveredLease]) -> bool:
+    """Do the node's epochs name its leases in grant order? False when none has an epoch, or when two leases share
+    one, or a claim invoked after a lease's grant got an epoch no larger (a duplicate-epoch / epoch-regression): such
+    a node's leases are ordered by grant, as unfenced ones are, so that its takeovers are still seen (the leases here
+    are by grant)."""
+    epochs = [lease.epoch for lease in leases]
+    if not epochs or any(e is None for e in epochs) or len(set(epochs)) < len(epochs):
+        return False
+    grants = [lease.granted for lease in leases]
+    best: list[int] = []
+    for lease in leases:
+        best.append(max(best[-1], cast(int, lease.epoch)) if best else cast(int, lease.epoch))
+    for lease in leases:
+        i = bisect_left(grants, lease.claim.invoke_time)  # leases[:i] were granted before this claim was invoked
+        if i and best[i - 1] >= cast(int, lease.epoch):
+            return False
+    return True
+
+
+def owner_among(candidates: Sequence[CoveredLease], process: int) -> CoveredLease | None:
+    """Of the leases an op's epoch or token names (by grant, all granted before the op's invoke), the one it belongs
+    to: the latest its own process was granted, else the latest (a lease is named by its grant, not only its epoch)."""
+    for lease in reversed(candidates):
+        if lease.claim.process == process:
+            return lease
+    return candidates[-1] if candidates else None
+
+
+def replaces(other: CoveredLease, lease: CoveredLease) -> bool:
+    """Under grant order, may ``other`` (granted later, its claim invoked after ``lease``'s grant) be a newer lease of
+    ``lease``? Yes unless both carry one token from one process (a library that reuses a client id as its token)."""
+    return other.key != lease.key or other.claim.process != lease.claim.process
+
+
+def lapsed_scan(new: CoveredLease, t: int, ttl: float, uncertainty: float) -> bool:
+    """Had ``new`` lapsed by t: not ended before t, no renew pending at t, and t past its latest grant + ttl + u?"""
+    if new.end_at < t:
+        return False
+    g: float = new.granted
+    for r in new.renews:
+        if r.invoke_time < t:
+            done = r.complete_time
+            if r.type == "info" or done is None or done >= t:
+                return False
+            if r.type == "ok" and done > g:
+                g = done
+    return t > g + ttl + uncertainty
+
+
+def lapsed_indexed(new: CoveredLease, t: int, ttl: float, uncertainty: float) -> bool:
+    """:func:`lapsed_scan` on a lease whose renews were indexed (:meth:`CoveredLease.index_renews`)."""
+    if new.end_at < t:
+        return False
+    g: float = new.granted
+    k = bisect_left(new.renew_invokes, t)
+    if k:
+        if new.renew_blocks[k - 1] >= t:
+            return False
+        g = max(g, new.renew_oks[k - 1])
+    return t > g + ttl + uncertainty
+
+
+def count_in_flight(ops: Sequence[Op], grants: Sequence[int], counts: Counter[str]) -> None:
+    """``op-in-flight-across-claim``: each effect or commit (ok or fail) with a grant (sorted ``grants``) strictly
+    between its invoke and its completion; its own lease was granted before its invoke, so that grant is another's."""
+    if len(grants) < 2:
+        return
+    for op in ops:
+        if op.f in ("effect", "commit") and op.type != "info" and op.complete_time is not None:
+            i = bisect_right(grants, op.invoke_time)
+            if i < len(grants) and grants[i] < op.complete_time:
+                counts["op-in-flight-across-claim"] += 1
+
+
+def count_lagging_claims(claims: Sequence[Op], leases: Sequence[CoveredLease], ttl: float, skewed: Sequence[Window],
+                         counts: Counter[str]) -> None:
+    """``lagging-clock-claim-on-recent-node``: each claim invoked by a victim of a window that set clocks behind, while
+    it was on, with a lease of another process granted within :data:`RECENT_TTLS` ttl before (``leases`` by grant)."""
+    behind = [w for w in skewed if CLOCK_BEHIND in w.roles]
+    if not behind or not leases:
+        return
+    grants = [lease.granted for lease in leases]
+    for c in claims:
+        t = c.invoke_time
+        if not any(c.process in w.victims and w.start <= t < w.until for w in behind):
+            continue
+        i = bisect_left(grants, t)
+        while i and grants[i - 1] >= t - RECENT_TTLS * ttl:
+            i -= 1
+            if leases[i].claim.process != c.process:
+                counts["lagging-clock-claim-on-recent-node"] += 1
+                break
+
+
 def lease_deadline(lease: CoveredLease, ttl: float) -> float:
     """G + ttl, G the latest completion among the ok claim and the ok renews completed before that deadline."""
     g: float = lease.granted
@@ -113,6 +211,7 @@ def count_fault_situations(leases: Sequence[CoveredLease], ttl: float, store: Se
             held_until = min(lease.end_at, lease_deadline(lease, ttl))
             if any(p in w.victims and lease.granted < w.until and held_until > w.start for w in skewed):
                 counts["lease-held-by-skewed-worker"] += 1
+    count_lagging_claims(claims, leases, ttl, skewed, counts)
     count_cluster_situations(leases, ttl, store, counts, claims)
 
 

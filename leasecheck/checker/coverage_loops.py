@@ -19,7 +19,11 @@ from leasecheck.checker.coverage_leases import (
     CoveredLease,
     attach,
     count_fault_situations,
+    count_in_flight,
+    epochs_increase,
+    lapsed_scan,
     lease_key,
+    replaces,
     zombie_phase,
 )
 from leasecheck.checker.windows import INF, Window
@@ -61,7 +65,8 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
     grants = [lease.granted for lease in leases]
     keys = [lease.key for lease in leases]
     latest: list[CoveredLease | None] = []
-    if any(lease.epoch is not None for lease in leases):  # fenced
+    fenced = epochs_increase(leases)  # else by grant, as unfenced leases are
+    if fenced:
         best: CoveredLease | None = None
         best_epoch: float = -INF
         for lease in leases:
@@ -81,12 +86,14 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
             owner: CoveredLease | None = None
             i = bisect_left(grants, t)  # leases[:i] were granted before t: the owner is the last of them naming op's lease
             if f in EPOCH_CARRIERS:
-                key = lease_key(op)
-                while i:
+                key, p = lease_key(op), op.process
+                while i:  # named by its grant: the latest lease of its key its own process got, else the latest
                     i -= 1
                     if keys[i] == key:
-                        owner = leases[i]
-                        break
+                        owner = owner or leases[i]
+                        if leases[i].claim.process == p:
+                            owner = leases[i]
+                            break
                 if owner is not None:
                     attach(op, owner)
                     owned.append((op, owner))
@@ -102,10 +109,10 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
         for op, lease in owned:
             t = op.invoke_time
             new: CoveredLease | None = None
-            if lease.epoch is not None:
+            if fenced:
                 i = bisect_left(grants, t)
                 newest = latest[i - 1] if i else None
-                if newest is not None and newest.epoch is not None and newest.epoch > lease.epoch:
+                if newest is not None and newest.epoch is not None and lease.epoch is not None and newest.epoch > lease.epoch:
                     new = newest
             else:
                 for other in reversed(leases):
@@ -113,13 +120,16 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
                         continue
                     if other.granted <= lease.granted:
                         break
-                    if other.claim.invoke_time > lease.granted and other.key != lease.key:
+                    if other.claim.invoke_time > lease.granted and replaces(other, lease):
                         new = other
                         break
             if new is not None:
                 phase = zombie_phase(new, t)
                 if phase is not None:
                     counts[ZOMBIE_SITUATION[op.f, phase]] += 1
+                if op.f in EPOCH_CARRIERS and lapsed_scan(new, t, ttl, uncertainty):
+                    counts["zombie-op-while-new-lapsed"] += 1
+    count_in_flight(ops, grants, counts)
     if claims:
         claims.sort(key=_by_invoke)
         open_until = -INF

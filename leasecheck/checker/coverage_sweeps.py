@@ -13,7 +13,17 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from typing import Any
 
-from leasecheck.checker.coverage_leases import ZOMBIE_SITUATION, CoveredLease, attach, lease_key, zombie_phase
+from leasecheck.checker.coverage_leases import (
+    ZOMBIE_SITUATION,
+    CoveredLease,
+    attach,
+    count_in_flight,
+    epochs_increase,
+    lapsed_indexed,
+    lease_key,
+    replaces,
+    zombie_phase,
+)
 from leasecheck.checker.windows import INF
 from leasecheck.histories import Op
 from leasecheck.histories.vocabulary import EPOCH_CARRIERS
@@ -35,7 +45,7 @@ class IndexedNode:
         granted = sorted((op for op in ops if op.f == "claim" and op.type == "ok" and op.complete_time is not None),
                          key=lambda op: (op.complete_time, op.index))
         self.leases = [CoveredLease(op, lease_key(op), op.epoch, op.complete_time) for op in granted if op.complete_time is not None]
-        self.fenced = any(lease.epoch is not None for lease in self.leases)
+        self.fenced = epochs_increase(self.leases)  # else by grant, as unfenced leases are
         self.granted_at = [lease.granted for lease in self.leases]
         # the latest lease among the first i+1 grants: largest epoch (fenced), else the last
         self.latest: list[CoveredLease | None] = []
@@ -48,16 +58,20 @@ class IndexedNode:
             self.latest.append(best)
         # leases by their name in an op, and by the process that claimed them: (grant times, leases), by grant
         by_key: dict[Any, tuple[list[int], list[CoveredLease]]] = defaultdict(lambda: ([], []))
+        by_own_key: dict[Any, tuple[list[int], list[CoveredLease]]] = defaultdict(lambda: ([], []))
         by_process: dict[int, tuple[list[int], list[CoveredLease]]] = defaultdict(lambda: ([], []))
         for lease in self.leases:
-            for index in (by_key[lease.key], by_process[lease.claim.process]):
+            own = (lease.key, lease.claim.process)
+            for index in (by_key[lease.key], by_own_key[own], by_process[lease.claim.process]):
                 index[0].append(lease.granted)
                 index[1].append(lease)
         #: every op that belongs to a lease and may be a zombie op, with its lease
         self.owned: list[tuple[Op, CoveredLease]] = []
         for op in ops:
-            if op.f in EPOCH_CARRIERS:
-                owner = _granted_before(by_key.get(lease_key(op)), op.invoke_time)
+            if op.f in EPOCH_CARRIERS:  # named by its grant: the latest lease of its key its own process got, else the latest
+                key = lease_key(op)
+                owner = (_granted_before(by_own_key.get((key, op.process)), op.invoke_time)
+                         or _granted_before(by_key.get(key), op.invoke_time))
                 if owner is not None:
                     attach(op, owner)
                     self.owned.append((op, owner))
@@ -75,15 +89,15 @@ class IndexedNode:
 
     def newer(self, lease: CoveredLease, t: int) -> CoveredLease | None:
         """The newest lease that replaced ``lease`` before t (see :mod:`leasecheck.checker.coverage`'s definitions), or None."""
-        if lease.epoch is not None:
+        if self.fenced:
             newest = self.latest_before(t)
-            if newest is not None and newest.epoch is not None and newest.epoch > lease.epoch:
+            if newest is not None and newest.epoch is not None and lease.epoch is not None and newest.epoch > lease.epoch:
                 return newest
             return None
         i = bisect_left(self.granted_at, t) - 1
         while i >= 0 and self.leases[i].granted > lease.granted:
             other = self.leases[i]
-            if other.claim.invoke_time > lease.granted and other.key != lease.key:
+            if other.claim.invoke_time > lease.granted and replaces(other, lease):
                 return other
             i -= 1
         return None
@@ -93,7 +107,7 @@ class IndexedNode:
         return latest is None or latest.released_ok_at < t
 
 
-def count_zombies(node: IndexedNode, counts: Counter[str]) -> None:
+def count_zombies(node: IndexedNode, counts: Counter[str], ttl: float = INF, uncertainty: float = 0.0) -> None:
     for op, lease in node.owned:
         t = op.invoke_time
         new = node.newer(lease, t)
@@ -102,6 +116,9 @@ def count_zombies(node: IndexedNode, counts: Counter[str]) -> None:
         phase = zombie_phase(new, t)
         if phase is not None:
             counts[ZOMBIE_SITUATION[op.f, phase]] += 1
+        if op.f in EPOCH_CARRIERS and lapsed_indexed(new, t, ttl, uncertainty):
+            counts["zombie-op-while-new-lapsed"] += 1
+    count_in_flight(node.ops, node.granted_at, counts)
 
 
 def count_claims(node: IndexedNode, ttl: float, uncertainty: float, counts: Counter[str]) -> None:

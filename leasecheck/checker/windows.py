@@ -22,6 +22,8 @@ INF = math.inf
 PRIMARY_LOST = "primary-lost"
 #: a window's role: links between the cluster's members were cut throughout it
 MEMBER_PARTITION = "member-partition"
+#: a window's role: it set its victims' clocks behind the host's (a worker-clock fault with a negative delta)
+CLOCK_BEHIND = "clock-behind"
 
 
 @dataclass(frozen=True, slots=True)

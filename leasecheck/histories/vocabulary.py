@@ -96,7 +96,7 @@ STALE_KINDS: Mapping[str, AnomalyKind] = {
 # defined on the history alone (:mod:`leasecheck.checker.coverage` counts them;
 # docs/coverage.md tells them apart). A *zombie* op belongs to a lease that a
 # newer lease of its node has replaced; its phase is where the new holder was.
-# The workload reaches the first ones by itself; the last two need a fault.
+# The workload reaches the first ones by itself; the others need a fault (some a fault only makes likely).
 # The order of declaration is the order reports list them in.
 
 WorkloadSituation = Literal[
@@ -138,6 +138,13 @@ WorkloadSituation = Literal[
     "claim-after-expiry",
 ]
 FaultSituation = Literal[
+    # an op of a replaced lease (renew, effect, commit, release) while the newer lease has lapsed (its holder silent
+    # past ttl + uncertainty, no renew pending, not ended) and no later claim of the node was granted
+    "zombie-op-while-new-lapsed",
+    # an effect or commit (ok or fail) in flight when another worker's claim of its node was granted
+    "op-in-flight-across-claim",
+    # a claim by a worker whose clock a clock fault set behind, on a node another worker was granted within 3 ttl
+    "lagging-clock-claim-on-recent-node",
     # a lease, not ended, whose deadline falls while a store-side fault is active
     "lease-expires-during-store-fault",
     # a lease held by a worker whose clock a clock-bump or clock-strobe skews

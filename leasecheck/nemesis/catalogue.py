@@ -73,6 +73,8 @@ class FaultKind:
     factory: Factory | Lazy
     #: the situations (``leasecheck.histories.vocabulary.SITUATIONS``) a run with this fault must reach to count
     situations: tuple[str, ...] = ()
+    #: the situations this fault makes likely and a run with it should reach, reported when it did not, not required
+    seeks: tuple[str, ...] = ()
 
     def make(self, ctx: FaultContext, rng: random.Random) -> Fault | None:
         return self.factory(ctx, rng)
@@ -93,8 +95,8 @@ class FaultKind:
 
 
 def _row(name: str, description: str, duration: tuple[float, float], events: tuple[str, str],
-         factory: Factory | Lazy, *needs: Need, situations: tuple[str, ...] = ()) -> FaultKind:
-    return FaultKind(name, description, duration, events, frozenset(needs), factory, situations)
+         factory: Factory | Lazy, *needs: Need, situations: tuple[str, ...] = (), seeks: tuple[str, ...] = ()) -> FaultKind:
+    return FaultKind(name, description, duration, events, frozenset(needs), factory, situations, seeks)
 
 
 _FAULTS, _CLOCK, _NETWORK = "leasecheck.nemesis.faults", "leasecheck.nemesis.clock", "leasecheck.nemesis.network"
@@ -108,27 +110,33 @@ SKEWED_WORKER = ("lease-held-by-skewed-worker",)
 PRIMARY_LOST = ("lease-granted-before-primary-lost",)
 FAILED_OVER = (*PRIMARY_LOST, "lease-renewed-across-failover")
 MEMBER_PARTITION = ("claim-during-member-partition",)
+#: what a fault makes likely (sought, not required: see FaultKind.seeks)
+LAPSED = ("zombie-op-while-new-lapsed",)
+IN_FLIGHT = ("op-in-flight-across-claim",)
+LAGGING = ("lagging-clock-claim-on-recent-node",)
 
 #: every fault, in the order ``leasecheck nemeses`` lists them; a worker pause outlasts the ttl (the seed's GC pause)
 CATALOGUE: tuple[FaultKind, ...] = (
     _row("pause", "SIGSTOP one worker for 1.5-3 ttl (the seed's GC pause), then SIGCONT",
-         (1.5, 3.0), ("pause", "resume"), Lazy(_FAULTS, "make_pause"), situations=EXPIRY),
+         (1.5, 3.0), ("pause", "resume"), Lazy(_FAULTS, "make_pause"), situations=EXPIRY,
+         seeks=(*LAPSED, *IN_FLIGHT)),
     _row("kill", "SIGKILL one worker; a replacement starts under a new process number",
-         (0.0, 0.0), ("kill", "start"), Lazy(_FAULTS, "make_kill"), situations=EXPIRY),  # nothing to heal: the replacement starts at once
+         (0.0, 0.0), ("kill", "start"), Lazy(_FAULTS, "make_kill"), situations=EXPIRY,
+         seeks=LAPSED),  # nothing to heal: the replacement starts at once
     _row("pause-store", "SIGSTOP the store's server (Postgres, Redis) for 0.5-1.5 ttl",
          (0.5, 1.5), ("pause", "resume"), Lazy(_FAULTS, "make_pause_store"), S, situations=STORE_FAULT),
     _row("kill-store", "SIGKILL the store's server, start it again on the same data 0.5-1.5 ttl later",
          (0.5, 1.5), ("kill", "start"), Lazy(_FAULTS, "make_kill_store"), S, situations=STORE_FAULT),
     _row("clock-bump", "step one worker's wall clock by ±2-10 ttl for 1-3 ttl (what its backend sees as now)",
-         (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_bump"), situations=SKEWED_WORKER),
+         (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_bump"), situations=SKEWED_WORKER, seeks=LAGGING),
     _row("clock-strobe", "flip one worker's wall clock between 0 and ±2-10 ttl every 10-100 ms for 1-3 ttl",
-         (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_strobe"), situations=SKEWED_WORKER),
+         (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_strobe"), situations=SKEWED_WORKER, seeks=LAGGING),
     _row("clock-store", "skew the store server's clock (libfaketime) by up to ±--store-skew for 1-2 ttl",
          (1.0, 2.0), ("clock-skew", "clock-reset"), Lazy(_STORE_CLOCK, "make_clock_store"), S, F),
     _row("partition", "Toxiproxy: cut off one worker, a minority or everyone from the store (hang or refuse) for 1.5-3 ttl",
          (1.5, 3.0), ("partition", "heal"), Lazy(_NETWORK, "make_partition"), S, T, situations=STORE_FAULT),
     _row("latency", "Toxiproxy: delay one worker's, a minority's or everyone's traffic by 0.2-1 ttl with jitter",
-         (1.0, 2.0), ("latency", "heal"), Lazy(_NETWORK, "make_latency"), S, T),
+         (1.0, 2.0), ("latency", "heal"), Lazy(_NETWORK, "make_latency"), S, T, seeks=IN_FLIGHT),
     _row("bandwidth", "Toxiproxy: throttle one worker's, a minority's or everyone's traffic to 1-16 KB/s",
          (1.0, 2.0), ("bandwidth", "heal"), Lazy(_NETWORK, "make_bandwidth"), S, T),
     _row("docker-pause", "--env docker: docker pause the store's container for 0.5-1.5 ttl",

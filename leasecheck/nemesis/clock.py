@@ -98,14 +98,21 @@ class ClockStrobe(_ResetsClocks):
 
 
 def _victim(ctx: FaultContext, rng: random.Random) -> tuple[ClockControl, Worker, float] | None:
-    """A ready worker whose clock no fault moves now (a heal resets it to 0), and a delta of ±2-10 ttl."""
+    """A ready worker whose clock no fault moves now (a heal resets it to 0), and a delta of ±2-10 ttl.
+
+    The second clock fault of a run goes the other way from the first: a clock ahead and a clock behind catch
+    different bugs (a lease stolen early; a claim that judges a recent holder's lease by a lagging clock), and a
+    30 s run has only four or five clock faults to draw both from."""
     clocks = ctx.clocks
     if clocks is None:
         return None
     victim = ctx.pick_holder(rng, lambda w: not clocks.is_skewed(w.slot))  # its renews then carry the skew
     if victim is None:
         return None
-    return clocks, victim, rng.choice((-1, 1)) * rng.uniform(2, 10) * ctx.ttl_ms
+    sign = rng.choice((-1, 1))
+    if len(clocks.directions) == 1:
+        sign = -clocks.directions[0]
+    return clocks, victim, sign * rng.uniform(2, 10) * ctx.ttl_ms
 
 
 def make_clock_bump(ctx: FaultContext, rng: random.Random) -> ClockBump | None:

@@ -93,6 +93,8 @@ class FaultContext:
     workers: Callable[[], Sequence[Worker]] = no_workers
     #: the process numbers of the workers holding a lease now (a pause aims at a lease's lifetime)
     holders: Callable[[], set[int]] = no_holders
+    #: the processes with an effect or commit in flight now
+    writing: Callable[[], set[int]] = no_holders
     clocks: ClockControl | None = None
     network: Network | None = None
     server: StoreServer | None = None

@@ -119,8 +119,12 @@ class ServerFault:
 
 
 def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
-    """The catalogue's ``pause``: one ready worker, stopped; one that holds a lease if any does (a zombie in the making)."""
-    victim = ctx.pick_holder(rng, lambda w: w.pid is not None)
+    """The catalogue's ``pause``: one ready worker, stopped; one with a write in flight if any has (stopped between a
+    store's check and its write, the write lands after another's claim), else one that holds a lease if any does (a
+    zombie in the making)."""
+    writing = ctx.writing()
+    victim = ctx.pick_worker(rng, lambda w: w.pid is not None and w.process in writing) if writing else None
+    victim = victim or ctx.pick_holder(rng, lambda w: w.pid is not None)
     if victim is None or victim.pid is None:
         return None
     return PauseProcess(victim.process, victim.pid, halted=ctx.halted, resuming=ctx.resuming)

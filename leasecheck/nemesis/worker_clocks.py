@@ -176,6 +176,8 @@ class ClockControl:
         self.directory = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="leasecheck-clocks-"))
         self.directory.mkdir(parents=True, exist_ok=True)
         self._views: dict[str, mmap.mmap] = {}
+        #: the sign of every bump and strobe made through this handle, in order (the clock faults' directions so far)
+        self.directions: list[int] = []
 
     def __getstate__(self) -> dict[str, Any]:
         return {"directory": str(self.directory)}
@@ -184,6 +186,7 @@ class ClockControl:
         self.directory = Path(state["directory"])
         self._owns_directory = False  # only the original removes the directory
         self._views = {}
+        self.directions = []
 
     def _path(self, worker: Key) -> Path:
         name = str(worker)
@@ -222,6 +225,15 @@ class ClockControl:
         """Does a fault act on this worker's clock now? (A runner picks other victims: heals reset to 0.)"""
         return self.state(worker).skewed_at(_monotonic())
 
+    def lagging(self, worker: Key) -> bool:
+        """Has a fault set this worker's clock behind the host's (a negative offset, or a strobe by a negative delta not
+        over yet)? False for a worker with no clock."""
+        try:
+            state = self.state(worker)
+        except KeyError:
+            return False
+        return state.offset_ms < 0 or (state.strobe_delta_ms < 0 and _monotonic() < state.strobe_until)
+
     def set_offset(self, worker: Key, offset_ms: float) -> None:
         """Make the worker's clock run exactly ``offset_ms`` ahead of the host's; ends any strobe."""
         _write(self._view(worker), ClockState(float(offset_ms)))
@@ -230,6 +242,7 @@ class ClockControl:
         """Jump the worker's clock by ``delta_ms`` (as an NTP step would); returns the new offset."""
         offset = self.state(worker).offset_ms + float(delta_ms)
         self.set_offset(worker, offset)
+        self.directions.append(1 if delta_ms >= 0 else -1)
         return offset
 
     def strobe(self, worker: Key, delta_ms: float, period_ms: float, duration_s: float) -> None:
@@ -243,6 +256,7 @@ class ClockControl:
         start = _monotonic()
         base = self.state(worker).offset_ms
         _write(self._view(worker), ClockState(base, float(delta_ms), float(period_ms), start, start + duration_s))
+        self.directions.append(1 if delta_ms >= 0 else -1)
 
     def reset(self, worker: Key) -> None:
         """Back to the host's clock: offset 0, no strobe."""

@@ -155,6 +155,13 @@ class Deliveries:
                     self._racing = node
             return node
 
+    def duplicate(self, node: str) -> str:
+        """``node`` delivered once more, out of turn (a duplicate the steering hands a lagging-clock worker)."""
+        with self._lock:
+            self.delivered += 1
+            self.duplicated += 1
+        return node
+
     def copy_waits(self, node: str) -> bool:
         """Was ``node`` just delivered twice, the copy meant to race the original (see :data:`RACING_SHARE`)?"""
         with self._lock:

@@ -27,7 +27,8 @@ from leasecheck.histories import HistoryWriter
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.merge import MAX_BUFFERED, Merge, Stream
 from leasecheck.run.slots import SEEN_NODES, NodeCloser, Slot, Tally
-from leasecheck.run.takeovers import Phase, Takeovers
+from leasecheck.run.steering import Steering, Wait
+from leasecheck.run.takeovers import Takeovers
 
 #: the messages whose worker waits for the hub's answer (see Stream.blocked)
 ASKS = frozenset({"next", "await", "renumber"})
@@ -60,8 +61,9 @@ class Recorder:
         self._racers: dict[str, tuple[set[Connection], float]] = {}
         #: a racer's claim, recorded but not yet acknowledged, waiting for its rival's: node -> conn
         self._on_the_line: dict[str, Connection] = {}
-        #: stalled workers waiting for a phase of their node: (conn, node, lease key, phase, deadline)
-        self._waits: list[tuple[Connection, str, Any, Phase, float]] = []
+        #: stalled workers waiting for a phase of their node, and the steered deliveries (the runner seeds it)
+        header = writer.header
+        self.steering = Steering(self.takeovers, deliveries, int((header.ttl_ms + header.clock_uncertainty_ms) * 1_000_000))
         #: is the store out (killed, paused, cut off) right now? The runner points it at its nemesis. A zombie's
         #: wait for its takeover does not run down while it is: nobody can take a node over from a store that is
         #: out, and how long one takes to come back is the machine's (a loaded one restarts Postgres in 3 s, not 1)
@@ -171,7 +173,7 @@ class Recorder:
                 now = time.monotonic()
                 out_s = now - self._ticked if self.store_out() else 0.0
                 self._ticked = now
-                if self._waits:
+                if self.steering.waits:
                     self._wake(out_s)
                 if self._twin is not None and (self._twin[2] < time.monotonic() or self.stopping.is_set()):
                     self._deliver(self._twin[0], self._twin[1])
@@ -210,18 +212,12 @@ class Recorder:
 
         ``out_s``: seconds the store was out since the last call, added to every wait (see :attr:`store_out`).
         """
-        now, waits, self._waits = time.monotonic(), self._waits, []
-        for conn, node, key, phase, deadline in waits:
-            deadline += out_s
+        def alive(conn: Connection) -> bool:
             s = self.slots.get(conn)
-            if s is None or not s.alive:
-                continue
-            answer = self.takeovers.wake(node, key, phase)
-            if answer is None and (deadline < now or self.stopping.is_set()):
-                answer = "timeout"
-            if answer is None:
-                self._waits.append((conn, node, key, phase, deadline))
-                continue
+            return s is not None and s.alive
+
+        live = len(self.live())
+        for conn, answer in self.steering.due(self.merge.now(), time.monotonic(), out_s, alive, self.stopping.is_set(), live):
             self._send(conn, answer)
 
     def _start_stale_races(self) -> None:
@@ -317,7 +313,7 @@ class Recorder:
             if typ == "ok" and f == "claim":
                 s.seen.append(node)  # as the worker does
             self.tally.count(typ, value)
-            alive = self.takeovers.complete(s.process, typ, value)
+            alive = self.takeovers.complete(s.process, typ, value, t)
             if alive is not None:
                 self.deliveries.touch(alive[1])
         elif kind == "idle":  # asleep until this time at least: nothing it sends next is stamped before it
@@ -328,7 +324,7 @@ class Recorder:
             self.broken = msg[1]
         elif kind == "await":  # a stalled worker: answered by _wake when its node reaches the phase
             _, node, key, phase, timeout_s = msg
-            self._waits.append((conn, node, key, phase, time.monotonic() + timeout_s))
+            self.steering.wait(Wait(conn, node, key, s.process, phase, time.monotonic() + timeout_s))
         elif kind == "next":
             s.current = None  # done with the last one
             if not self.go.is_set() and not self.stopping.is_set():
@@ -336,6 +332,10 @@ class Recorder:
                 return
             if self.stopping.is_set():
                 self._send(conn, None)
+                return
+            lagging = self.steering.lagging_duplicate(s.slot, s.process, self.merge.now(), int(self.writer.header.ttl_ms * 1_000_000))
+            if lagging is not None:
+                self._deliver(conn, lagging)
                 return
             node = self.deliveries.next()
             twin = self._twin
@@ -351,7 +351,7 @@ class Recorder:
             if twin is None and node and self.deliveries.copy_waits(node):
                 self._twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
                 return
-            self._deliver(conn, node)
+            self._deliver(conn, ("stall", node) if node and self.steering.stall(node) else node)
         elif kind == "done":
             self.deliveries.ack(msg[1])
         elif kind == "requeue":

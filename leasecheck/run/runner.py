@@ -211,12 +211,10 @@ class Run:
     def _set_up_workers(self, producer: Target) -> None:
         """The delivery queue, the recorder that serves the workers' pipes, the pool that starts them (none started yet)."""
         opts = self.opts
-        self.deliveries = Deliveries(
-            random.Random(f"{self.seed}/queue"), opts.nodes, opts.dup_rate,
-            visibility_s=self.timing.visibility_s,
-            add_nodes=producer.add_nodes, run_id=self.run_id,
-        )
+        self.deliveries = Deliveries(random.Random(f"{self.seed}/queue"), opts.nodes, opts.dup_rate,
+                                     visibility_s=self.timing.visibility_s, add_nodes=producer.add_nodes, run_id=self.run_id)
         self.recorder = Recorder(self.writer, self.deliveries, self.deaths.put, self.merge, opts.workload.seen_nodes)
+        self.recorder.steering.rng, self.recorder.steering.lagging = random.Random(f"{self.seed}/steering"), self.clocks.lagging
         if self.following is not None:  # nodes nobody can touch again are read, judged and forgotten as the run goes
             self.closer = Closer.started(self.spec, self.merge, self.deliveries, self.recorder, self.following,
                                          quiet_s=self.timing.expiry_wait_s)
@@ -228,7 +226,8 @@ class Run:
         assert self.env is not None
         opts = self.opts
         context = FaultContext(
-            ttl_ms=opts.ttl_ms, workers=self.recorder.ready, holders=self.recorder.takeovers.holders, clocks=self.clocks,
+            ttl_ms=opts.ttl_ms, workers=self.recorder.ready, holders=self.recorder.takeovers.holders,
+            writing=self.recorder.takeovers.writing, clocks=self.clocks,
             network=self.network.network if self.network is not None else None,
             server=self.env.server, cluster=self.env.cluster, store_skew_ms=self.timing.store_skew_ms,
             halted=self.recorder.halted, resuming=self.recorder.resuming,

@@ -12,21 +12,30 @@ tells the queue when a holder went silent (its node is delivered again at once, 
 queue whose visibility a heartbeat extends would), and tells a fault which workers
 hold a lease right now.
 
+Two more moments come from issue 25's windows: ``at-new-claim`` (the zombie's own
+lease surely lapsed, and another worker's claim of its node is in flight: an effect
+sent now is in flight when that claim is granted) and ``while-new-lapsed`` (the newer
+lease's holder went silent past ttl + uncertainty, with no renew pending and no end:
+the window where a store that only asks "is the current lease live?" lets a zombie
+back in). A lease is named by its grant: the latest lease of its epoch or token that
+the asking process was granted, so a store that repeats an epoch still shows its takeovers.
+
 Everything here is fed by the recorder's thread, in history order, and is a pure
-function of the events fed so far.
+function of the events fed so far and of the history time it is asked at.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from leasecheck.histories.format import lease_key
 
-#: the moments relative to a takeover that a zombie can ask to be woken at
-Phase = Literal["before-new-effect", "while-new-runs", "after-new-ends"]
-PHASES: tuple[Phase, ...] = ("before-new-effect", "while-new-runs", "after-new-ends")
+#: the moments relative to a takeover that a zombie can ask to be woken at, in the order they come
+Phase = Literal["at-new-claim", "before-new-effect", "while-new-runs", "while-new-lapsed", "after-new-ends"]
+PHASES: tuple[Phase, ...] = ("at-new-claim", "before-new-effect", "while-new-runs", "while-new-lapsed", "after-new-ends")
 
 #: what the hub answers a zombie's wait: its phase is here, was missed, or never came in time
 Wake = Literal["reached", "passed", "timeout"]
@@ -38,6 +47,9 @@ class _Lease:
 
     key: Any
     process: int
+    #: history time (ns) of its grant, and of its latest sign of life (the completion of its ok claim or latest ok renew)
+    granted: int = 0
+    life: int = 0
     effect_invoked: bool = False
     end_invoked: bool = False
     ended: bool = False
@@ -48,19 +60,42 @@ class NodeLeases:
     """The leases of one node in grant order (ok claims as they completed)."""
 
     leases: list[_Lease] = field(default_factory=list)
+    #: was the node handed out with a stall (:mod:`leasecheck.run.steering`, once per node)?
+    stalled: bool = False
 
-    def find(self, key: Any) -> _Lease | None:
-        for lease in reversed(self.leases):
-            if lease.key == key:
-                return lease
-        return None
+    def index(self, key: Any, process: int) -> int | None:
+        """Where the lease ``process`` knows as ``key`` is: the latest of that key it was granted, else the latest."""
+        found = None
+        for i in range(len(self.leases) - 1, -1, -1):
+            if self.leases[i].key == key:
+                if self.leases[i].process == process:
+                    return i
+                found = i if found is None else found
+        return found
 
-    def phase_of(self, key: Any, phase: Phase) -> Wake | None:
-        """Has the node reached ``phase`` relative to the newest lease granted after ``key``'s? None: not yet."""
-        mine = next((i for i in range(len(self.leases) - 1, -1, -1) if self.leases[i].key == key), None)
-        if mine is None or mine == len(self.leases) - 1:
+    def find(self, key: Any, process: int) -> _Lease | None:
+        i = self.index(key, process)
+        return None if i is None else self.leases[i]
+
+    def phase_of(self, key: Any, process: int, phase: Phase, now: int, lapse: int,
+                 pending: Callable[[str, int | None], bool]) -> Wake | None:
+        """Has the node reached ``phase`` relative to the newest lease granted after ``process``'s lease ``key``?
+        None: not yet. ``now``: the history time; ``lapse``: ttl + uncertainty (+ a margin), ns; ``pending(f, p)``:
+        has process ``p`` (None: any other than ``process``) an ``f`` of this node in flight?"""
+        mine = self.index(key, process)
+        if mine is None:
+            return None
+        if phase == "at-new-claim":  # my lease surely lapsed, and another's claim is on its way
+            if mine < len(self.leases) - 1:
+                return "passed"
+            return "reached" if now > self.leases[mine].life + lapse and pending("claim", None) else None
+        if mine == len(self.leases) - 1:
             return None  # no newer lease yet
         new = self.leases[-1]
+        if phase == "while-new-lapsed":
+            if new.end_invoked:
+                return "passed"
+            return "reached" if now > new.life + lapse and not pending("renew", new.process) else None
         if phase == "before-new-effect":
             return "passed" if new.effect_invoked or new.end_invoked else "reached"
         if phase == "while-new-runs":
@@ -82,15 +117,15 @@ class Takeovers:
 
     def invoke(self, process: int, f: str, node: str, value: dict[str, Any]) -> None:
         self._pending[process] = (f, node, value)
-        lease = self._lease(node, value) if f in ("effect", "commit", "release") else None
+        lease = self._lease(node, value, process) if f in ("effect", "commit", "release") else None
         if lease is not None:
             if f == "effect":
                 lease.effect_invoked = True
             else:
                 lease.end_invoked = True
 
-    def complete(self, process: int, typ: str, value: dict[str, Any]) -> tuple[str, str] | None:
-        """Record a completion; return (f, node) of an ok claim or renew (a sign of life of a holder), else None."""
+    def complete(self, process: int, typ: str, value: dict[str, Any], t: int = 0) -> tuple[str, str] | None:
+        """Record a completion stamped ``t``; return (f, node) of an ok claim or renew (a sign of life of a holder), else None."""
         pending = self._pending.pop(process, None)
         if pending is None:
             return None
@@ -99,26 +134,47 @@ class Takeovers:
             return None
         if f == "claim":
             with self._lock:
-                self.nodes.setdefault(node, NodeLeases()).leases.append(_Lease(lease_key(value), process))
+                self.nodes.setdefault(node, NodeLeases()).leases.append(_Lease(lease_key(value), process, t, t))
             return f, node
-        if f in ("commit", "release"):
-            lease = self._lease(node, invoked)
-            if lease is not None:
+        lease = self._lease(node, invoked, process)
+        if lease is not None:
+            if f in ("commit", "release"):
                 lease.ended = True
+            elif f == "renew":
+                lease.life = max(lease.life, t)
         return (f, node) if f == "renew" else None
 
-    def _lease(self, node: str, value: dict[str, Any]) -> _Lease | None:
+    def _lease(self, node: str, value: dict[str, Any], process: int) -> _Lease | None:
         leases = self.nodes.get(node)
-        return leases.find(lease_key(value)) if leases is not None else None
+        return leases.find(lease_key(value), process) if leases is not None else None
+
+    def _pending_on(self, node: str, process: int) -> Callable[[str, int | None], bool]:
+        def pending(f: str, p: int | None) -> bool:
+            if p is not None:
+                return self._pending.get(p, ("", "", {}))[:2] == (f, node)
+            return any(q != process and op[:2] == (f, node) for q, op in self._pending.items())
+        return pending
+
+    def recent(self, process: int, since: int) -> list[str]:
+        """The nodes whose newest lease another process than ``process`` was granted at history time ``since`` or later."""
+        return [node for node, leases in self.nodes.items()
+                if leases.leases and leases.leases[-1].process != process and leases.leases[-1].granted >= since]
 
     def forget(self, node: str) -> None:
         """``node`` is closed (nobody touches it again): drop its leases, so that a soak's memory stays flat."""
         with self._lock:
             self.nodes.pop(node, None)
 
-    def wake(self, node: str, key: Any, phase: Phase) -> Wake | None:
+    def wake(self, node: str, key: Any, process: int, phase: Phase, now: int, lapse: int) -> Wake | None:
+        """Has ``node`` reached ``phase`` for ``process``'s lease ``key`` at history time ``now`` (see NodeLeases.phase_of)?"""
         leases = self.nodes.get(node)
-        return leases.phase_of(key, phase) if leases is not None else None
+        return leases.phase_of(key, process, phase, now, lapse, self._pending_on(node, process)) if leases is not None else None
+
+    def writing(self) -> set[int]:
+        """The processes with an effect or commit in flight now (a pause then stops a write between its check and its
+        store: the window of a check-then-write boundary)."""
+        pending = self._pending.copy()  # one C call: safe beside the recorder's thread
+        return {p for p, (f, _, _) in pending.items() if f in ("effect", "commit")}
 
     def holders(self) -> set[int]:
         """The processes whose newest lease on some node is the node's newest, not ended."""

@@ -10,8 +10,11 @@ that is exactly what fencing must stop.
 Zombies are steered, not left to luck. Some executions *stall* on purpose (the
 workload's own GC pause: no heartbeat); a long stall lasts until the node is
 taken over, and the zombie then acts — renew, effect, read, commit, release, in
-a seeded order — in seeded phases relative to the takeover: before the new
-holder's first effect, while it runs, after it ended. The hub wakes it at each
+a seeded order — in seeded phases relative to the takeover: as the new holder's
+claim goes out (an effect, in flight while the claim is granted), before the new
+holder's first effect, while it runs, while its lease has lapsed (the hub hands the
+node to its next holder with a stall now and then, :mod:`leasecheck.run.steering`),
+after it ended. The hub wakes it at each
 phase from the events it records (:mod:`leasecheck.run.takeovers`), so the moment is
 an event, not a sleep. A worker woken from a real pause (SIGSTOP) past its
 lease, or refused a heartbeat, becomes such a zombie too (or, as a careful worker
@@ -180,17 +183,18 @@ class Worker:
             if delivery == "":
                 self.hub.sleep(0.01)
                 continue
-            # ("race", node): a duplicate delivered to us and a rival at once; the claim waits for the rival's
-            racing, node = (True, delivery[1]) if isinstance(delivery, tuple) else (False, delivery)
+            # ("race", node): a duplicate delivered to us and a rival at once; the claim waits for the rival's.
+            # ("stall", node): a zombie waits on the node; this execution stalls, so its lease lapses while it is there
+            how, node = delivery if isinstance(delivery, tuple) else ("", delivery)
             if self.seen and self.rng.random() < self.w.read_rate:
                 other = self.rng.choice(self.seen)
                 self.op("read", other, {}, partial(self.client.target.read, other))
             if self.resource_rng is not None and self.seen and self.resource_rng.random() < self.w.resource_read_rate:
                 other = self.resource_rng.choice(self.seen)
                 self.op("read-resource", other, {}, partial(self.client.target.read_resource, other))
-            self.execute(node, racing)
+            self.execute(node, how == "race", how == "stall")
 
-    def execute(self, node: str, racing: bool = False) -> None:
+    def execute(self, node: str, racing: bool = False, stall: bool = False) -> None:
         t = self.client.target
         typ, lease = self.op("claim", node, {"owner": self.owner}, lambda: t.try_claim(node, self.owner), wait=racing)
         if typ != "ok":
@@ -210,7 +214,7 @@ class Worker:
         duration *= w.exec_scale
         effects = sorted(rng.uniform(0, duration) for _ in range(rng.randint(1, w.max_effects)))
         # a stall needs an execution to stall in (exec_scale 0 is the throughput benchmark: none) and a hub that sees takeovers
-        stalls = self.hub.record and w.exec_scale > 0 and rng.random() < w.stall_rate
+        stalls = self.hub.record and w.exec_scale > 0 and (rng.random() < w.stall_rate or stall)
         stall_at = rng.uniform(0, duration) if stalls else None
         start = time.monotonic()
         next_beat = start + ttl / 3
@@ -222,7 +226,7 @@ class Worker:
                 return  # a careful worker stops here
             if stall_at is not None and now - start >= stall_at:
                 stall_at = None
-                if rng.random() >= w.short_stall_rate:
+                if rng.random() >= w.short_stall_rate or stall:  # a steered stall lasts: its lease must lapse
                     self.zombie(node, lease, carried)
                     return
                 self.hub.sleep(rng.uniform(0.5, 0.9) * ttl)  # the simulated pause itself
@@ -296,6 +300,8 @@ class Worker:
                 continue
             acts = [f for f in ZOMBIE_ACTS if rng.random() < w.act_rate]
             rng.shuffle(acts)
+            if phase == "at-new-claim":  # woken at another's claim: a write in flight while it is granted
+                acts = ["effect"]
             for f in acts:
                 if self.act(f, node, lease, carried) == "info":
                     return

@@ -10,10 +10,11 @@ runs where the ops alone would look linearizable.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 from leasecheck.targets.base import Lease, Outcome, Refused, TargetConfig
-from leasecheck.targets.sqlite_lease import SqliteLease
+from leasecheck.targets.sqlite_lease import RUNNING, SqliteLease, store_now_ns
 
 
 class CheckThenWriteSqlite(SqliteLease):
@@ -128,4 +129,45 @@ class StampedByNodeSqlite(SqliteLease):
         return None
 
 
-__all__ = ["CheckThenWriteSqlite", "FenceFollowsWritesSqlite", "StampedByNodeSqlite", "WriteBehindSqlite"]
+class LiveLeaseGuardSqlite(SqliteLease):
+    """BROKEN guard by the live lease: a write is refused only while a newer lease is live.
+
+    Effects and commits ask "is somebody else's lease live right now?" instead
+    of "is my epoch the newest?". While the new holder heartbeats, a zombie is
+    refused; once the new holder has gone silent past its ttl (stalled, paused,
+    crashed) and before anyone claims the node again, the zombie's effect and
+    commit are accepted with its older epoch: ``stale-effect``,
+    ``stale-commit``; the commit leaves the node SUCCEEDED under the newer
+    epoch with the zombie's result, which a read shows (``lost-commit``). Only a
+    zombie acting in that window exposes it (the coverage situation
+    ``zombie-op-while-new-lapsed``).
+    """
+
+    name = "sqlite-live-lease-guard"
+    bug = "a write is refused only while a newer lease is live; once the new holder's lease lapses, a zombie's gets in"
+    expected = ("stale-effect", "stale-commit", "lost-commit")
+    exposed_by = ("pause",)
+
+    def _lapsed_newer(self, db: sqlite3.Connection, lease: Lease) -> bool:
+        """Is the node held by a newer epoch whose lease lapsed (RUNNING, past its expiry)?"""
+        row = db.execute("SELECT status, epoch, expires_ns FROM nodes WHERE node = ?", (lease.node,)).fetchone()
+        return (row is not None and lease.epoch is not None and row[0] == RUNNING and row[1] > lease.epoch
+                and row[2] is not None and row[2] <= store_now_ns())
+
+    def effect(self, lease: Lease, payload: str) -> Outcome:
+        with self._tx() as db:
+            if self._lapsed_newer(db, lease):
+                db.execute("INSERT INTO effects (node, epoch, payload) VALUES (?, ?, ?)", (lease.node, lease.epoch, payload))
+                return None
+        return super().effect(lease, payload)
+
+    def commit(self, lease: Lease, result: str) -> Outcome:
+        with self._tx() as db:
+            if self._lapsed_newer(db, lease):
+                db.execute("UPDATE nodes SET status = 'SUCCEEDED', result = ?, expires_ns = NULL WHERE node = ?",
+                           (result, lease.node))
+                return None
+        return super().commit(lease, result)
+
+
+__all__ = ["CheckThenWriteSqlite", "FenceFollowsWritesSqlite", "LiveLeaseGuardSqlite", "StampedByNodeSqlite", "WriteBehindSqlite"]

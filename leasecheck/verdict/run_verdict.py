@@ -48,7 +48,7 @@ import msgspec
 
 from leasecheck.checker.coverage import Coverage, coverage_source
 from leasecheck.checker.verdict import Validity
-from leasecheck.checker.windows import MEMBER_PARTITION, PRIMARY_LOST, Window
+from leasecheck.checker.windows import CLOCK_BEHIND, MEMBER_PARTITION, PRIMARY_LOST, Window
 from leasecheck.histories import Header
 from leasecheck.histories.format import NEMESIS, Event, lease_key
 from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS
@@ -308,7 +308,8 @@ def _windows(events: Sequence[Event], kinds: Sequence[FaultKind]) -> list[Window
                 continue
             victims = _processes(value)
             if ev.f == start_f:
-                open_.append(Window(ev.time, None, victims, _roles(kind)))
+                behind = isinstance(value.get("delta_ms"), int | float) and value["delta_ms"] < 0
+                open_.append(Window(ev.time, None, victims, _roles(kind) | ({CLOCK_BEHIND} if behind else set())))
                 continue
             replaced = value.get("replaces")
             if type(replaced) is int:  # heals the kill whose victim it replaces, or nothing (a worker that crashed itself)
@@ -338,9 +339,11 @@ def history_coverage(source: str | os.PathLike[str] | Iterable[bytes | str]) -> 
 
 
 def applicable(kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> list[str]:
-    """The situations a run with these faults should reach: the workload's, each fault's own and those it was told
-    to reach (``--require``), in vocabulary order."""
+    """The situations a run with these faults should reach: the workload's, each fault's own (required) and those it
+    makes likely (sought: reported when missing, not required), and those it was told to reach (``--require``), in
+    vocabulary order."""
     wanted = set(WORKLOAD_SITUATIONS) | {s for situations in required(kinds, require).values() for s in situations}
+    wanted |= {s for kind in kinds for s in kind.seeks}
     return [s for s in SITUATIONS if s in wanted]
 
 
@@ -354,11 +357,13 @@ def header_faults(header: Header) -> tuple[FaultKind, ...]:
 
 def coverage_json(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> dict[str, Any]:
     """results.json's ``coverage``: every count, what applies to the run, what of that never happened, and why it
-    applies (by fault; ``--require`` for those the run was told to reach)."""
+    applies (by fault; ``--require`` for those the run was told to reach; ``sought``: by fault, those it makes likely
+    but does not require)."""
     wanted = applicable(kinds, require)
     return {
         "counts": cov.to_json(),
         "applicable": wanted,
         "missing": cov.missing(wanted),
         "required": {why: list(situations) for why, situations in required(kinds, require).items()},
+        "sought": {kind.name: list(kind.seeks) for kind in kinds if kind.seeks},
     }
