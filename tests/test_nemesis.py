@@ -275,6 +275,35 @@ def test_a_pause_or_clock_fault_aims_at_a_worker_that_holds_a_lease() -> None:
     assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {11}  # type: ignore[union-attr]
     holders = set()  # nobody holds a lease: any worker will do
     assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {10, 11, 12}  # type: ignore[union-attr]
+    writing: set[int] = {12}  # a write in flight comes first: stopped between a store's check and its write
+    holders = {11}
+    context = FaultContext(ttl_ms=1000, workers=lambda: [W(0), W(1), W(2)], holders=lambda: holders, writing=lambda: writing)
+    assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {12}  # type: ignore[union-attr]
+    writing = set()
+    assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {11}  # type: ignore[union-attr]
+
+
+def test_the_second_clock_fault_of_a_run_goes_the_other_way() -> None:
+    from leasecheck.nemesis.worker_clocks import ClockControl
+
+    class W:
+        def __init__(self, slot: int) -> None:
+            self.slot, self.process, self.pid = slot, 10 + slot, 1000 + slot
+
+    for seed in range(6):
+        clocks = ClockControl()
+        try:
+            for w in range(3):
+                clocks.clock(w)
+            context = FaultContext(ttl_ms=1000, workers=lambda: [W(0), W(1), W(2)], clocks=clocks)
+            rng = random.Random(seed)
+            first = FAULTS["clock-bump"].make(context, rng)
+            first.start()  # type: ignore[union-attr]
+            second = FAULTS["clock-bump"].make(context, rng)
+            assert (first.delta_ms > 0) != (second.delta_ms > 0), seed  # type: ignore[union-attr]
+            assert clocks.lagging(first.victims[0]) == (first.delta_ms < 0)  # type: ignore[union-attr]
+        finally:
+            clocks.cleanup()
 
 
 def test_durations_are_drawn_in_ttls() -> None:

@@ -166,3 +166,88 @@ def test_a_default_run_reaches_every_situation_and_stays_valid(tmp_path: Path, t
     assert len(zombies) == 15 and all(n >= 1 for n in zombies.values()), zombies
     # the windows pause seeks (issue 25), required here like the rest: each reached
     assert coverage["counts"]["zombie-op-while-new-lapsed"] >= 1 and coverage["counts"]["op-in-flight-across-claim"] >= 1
+
+
+# ---------------------------------------------------------------- the windows of issue 25 (leasecheck.run.steering)
+
+
+def _claim_at(t: Takeovers, process: int, node: str, epoch: int, at_ns: int) -> None:
+    t.invoke(process, "claim", node, {"owner": f"w{process}"})
+    t.complete(process, "ok", {"epoch": epoch}, at_ns)
+
+
+def test_a_zombie_is_woken_at_the_new_claim_once_its_own_lease_surely_lapsed() -> None:
+    t, lapse = Takeovers(), 1_010
+    _claim_at(t, 0, "n", 1, 100)
+    t.invoke(1, "claim", "n", {"owner": "w1"})  # a claim on its way while the zombie's lease may still be live
+    assert t.wake("n", 1, 0, "at-new-claim", 1_110, lapse) is None
+    assert t.wake("n", 1, 0, "at-new-claim", 1_111, lapse) == "reached"
+    t.complete(1, "ok", {"epoch": 2}, 1_200)
+    assert t.wake("n", 1, 0, "at-new-claim", 1_300, lapse) == "passed", "granted already: the moment went by"
+
+
+def test_a_zombie_is_woken_while_the_new_lease_has_lapsed_not_while_it_heartbeats() -> None:
+    t, lapse = Takeovers(), 1_010
+    _claim_at(t, 0, "n", 1, 100)
+    _claim_at(t, 1, "n", 2, 2_000)
+    assert t.wake("n", 1, 0, "while-new-lapsed", 3_010, lapse) is None
+    assert t.wake("n", 1, 0, "while-new-lapsed", 3_011, lapse) == "reached"
+    t.invoke(1, "renew", "n", {"epoch": 2})
+    assert t.wake("n", 1, 0, "while-new-lapsed", 3_011, lapse) is None, "a renew in flight may keep it"
+    t.complete(1, "ok", {}, 3_020)
+    assert t.wake("n", 1, 0, "while-new-lapsed", 3_500, lapse) is None, "renewed: live until 4030"
+    t.invoke(1, "commit", "n", {"epoch": 2, "result": "r"})
+    assert t.wake("n", 1, 0, "while-new-lapsed", 9_000, lapse) == "passed", "ended: it never lapses"
+
+
+def test_a_lease_is_named_by_its_grant_when_a_store_repeats_an_epoch() -> None:
+    t = Takeovers()
+    _claim(t, 0, "n", 1)
+    _claim(t, 1, "n", 1)  # the same epoch granted again (redis-no-increment)
+    assert _wake(t, "n", 1, "before-new-effect", process=0) == "reached", "process 0's lease was taken over"
+    assert _wake(t, "n", 1, "before-new-effect", process=1) is None, "process 1 holds the newest"
+    t.invoke(0, "effect", "n", {"epoch": 1, "payload": "p"})  # the zombie's effect is not the new holder's
+    assert _wake(t, "n", 1, "before-new-effect", process=0) == "reached"
+
+
+def _steering(lagging: bool = False) -> tuple[Any, Takeovers]:
+    from leasecheck.run.steering import Steering
+
+    t = Takeovers()
+    s = Steering(t, _queue(), lapse_ns=1_010, lagging=(lambda slot: lagging), rng=random.Random(3))
+    return s, t
+
+
+def test_a_node_a_zombie_waits_on_is_handed_out_with_a_stall_at_most_once() -> None:
+    from leasecheck.run.steering import Wait
+
+    s, t = _steering()
+    _claim(t, 0, "n", 1)
+    assert not any(s.stall("n") for _ in range(50)), "nobody waits on it"
+    s.wait(Wait(None, "n", 1, 0, "before-new-effect", 1e18))  # type: ignore[arg-type]
+    stalls = [s.stall("n") for _ in range(50)]
+    assert stalls.count(True) == 1, "once per node: a chain of stalled holders would take every worker out"
+
+
+def test_when_every_live_worker_waits_the_first_due_wait_ends_at_once() -> None:
+    from leasecheck.run.steering import Wait
+
+    s, t = _steering()
+    _claim(t, 0, "a", 1)
+    _claim(t, 1, "b", 1)
+    s.wait(Wait("c0", "a", 1, 0, "before-new-effect", 100.0))  # type: ignore[arg-type]
+    s.wait(Wait("c1", "b", 1, 1, "before-new-effect", 50.0))  # type: ignore[arg-type]
+    assert s.due(0, 0.0, 0.0, lambda c: True, False, live=3) == [], "a worker is free to take a node over"
+    assert s.due(0, 0.0, 0.0, lambda c: True, False, live=2) == [("c1", "timeout")]
+    assert [w.conn for w in s.waits] == ["c0"]
+
+
+def test_a_lagging_clock_is_handed_a_node_another_worker_was_granted_lately() -> None:
+    s, t = _steering(lagging=True)
+    _claim_at(t, 1, "mine", 1, 5_000)
+    _claim_at(t, 2, "old", 1, 100)
+    _claim_at(t, 2, "recent", 1, 4_000)
+    picks = {s.lagging_duplicate(0, 1, 5_000, 1_000) for _ in range(30)}
+    assert picks <= {"recent", None} and "recent" in picks  # not its own, not one granted 3 ttl ago or more
+    calm, _ = _steering(lagging=False)
+    assert calm.lagging_duplicate(0, 1, 5_000, 1_000) is None

@@ -68,19 +68,21 @@ class FenceInMemoryPostgres(PostgresLease):
 class ClientClockPostgres(PostgresLease):
     """Postgres lease whose expiry is computed and judged by the worker's own wall clock.
 
-    ``expires_at`` is written as the worker's ``now + ttl``, and a claim judges
-    "expired" by comparing with the claiming worker's ``now``. A worker whose
-    clock runs ahead by more than the ttl sees every live lease as expired and
-    takes it over: expected ``overlapping-lease`` (and, when both holders keep
-    working, ``stale-commit`` / ``stale-renew``) under the ``clock-bump`` fault
-    (one worker's wall clock stepped). A worker whose clock runs *behind* writes
-    a deadline too far ahead, and every other worker's claim is refused ``held``
-    long after the lease provably expired: ``stuck-lease``.
+    ``expires_at`` is written as the worker's ``now + ttl``, and a claim or renew
+    judges "expired" by comparing with the worker's ``now``. Under the
+    ``clock-bump`` fault (one worker's wall clock stepped by 2-10 ttl), a worker
+    whose clock runs *ahead* sees every live lease as expired: it takes others'
+    over (``overlapping-lease``) and has its own renew refused as expired while
+    it still held the lease (``premature-expiry``); the deadlines it writes lie
+    far ahead, so other workers' claims are refused ``held`` long after the lease
+    provably expired (``stuck-lease``). A worker whose clock runs *behind* writes
+    deadlines already past: its lease is taken over while it works
+    (``overlapping-lease``).
     """
 
     name = "postgres-client-clock"
     bug = "lease expiry written and judged with the worker's wall clock instead of the server's"
-    expected = ("overlapping-lease", "stuck-lease")
+    expected = ("overlapping-lease", "stuck-lease", "premature-expiry")
     exposed_by = ("clock-bump",)
 
     def _now(self) -> sql.Composable:
