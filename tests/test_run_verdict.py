@@ -119,6 +119,43 @@ def test_an_anomaly_wins_over_a_vacuous_run() -> None:
     assert verdict_of(History(), ("pause",), checked=False) == (False, None)
 
 
+def test_timing_findings_after_a_step_of_the_hosts_wall_clock_are_unknown_and_the_rest_stay_proven() -> None:
+    """A virtual machine restored from a snapshot stepped this machine's wall clock mid-run: Postgres and Redis, which
+    judge leases by it, refused renews "expired" 335 ms after granting them (a bench, 2026-12-03)."""
+    h = History().protocol()
+    h.nemesis("host-clock-step", {"delta_ms": 812.5})
+    ev, cov = evidence_of(h.lines), history_coverage(h.lines)[1]
+    valid, reason = run_verdict(False, ev, (), cov, found=["premature-expiry", "overlapping-lease"])
+    assert valid == "unknown" and reason is not None
+    assert "wall clock stepped during the run (+812.5 ms" in reason and "overlapping-lease, premature-expiry" in reason
+    assert run_verdict(False, ev, (), cov, found=["premature-expiry", "stale-commit"]) == (False, None)  # proven anyway
+    calm = History().protocol()
+    assert run_verdict(False, evidence_of(calm.lines), (), history_coverage(calm.lines)[1], found=["premature-expiry"]) == (False, None)
+
+
+def test_the_clock_watch_records_a_step_of_the_wall_clock_and_not_a_loaded_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from leasecheck.nemesis import host_clock
+
+    recorded: list[tuple[str, Any]] = []
+    stepped = threading.Event()
+    real = time.time_ns
+    monkeypatch.setattr(host_clock.time, "time_ns", lambda: real() + (750_000_000 if stepped.is_set() else 0))
+    watch = host_clock.ClockWatch.started(lambda f, v: recorded.append((f, v)), threshold_ms=10)
+    try:
+        time.sleep(0.2)  # a busy test machine schedules the watch late: no step for that
+        assert recorded == []
+        stepped.set()
+        deadline = time.monotonic() + 10
+        while not recorded and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        watch.stop()
+    assert len(recorded) == 1 and recorded[0][0] == "host-clock-step"
+    assert 749 < recorded[0][1]["delta_ms"] < 751
+
+
 def test_a_search_out_of_budget_stays_unknown_with_a_reason() -> None:
     valid, reason = verdict_of(History().protocol(), checked="unknown")
     assert valid == "unknown" and reason is not None and "budget" in reason

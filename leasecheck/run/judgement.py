@@ -59,7 +59,8 @@ def judge(history: Path, opts: RunOptions, kinds: Sequence[FaultKind], tail: His
             crosscheck(online, offline(history, opts), history)
         evidence = (tail or HistoryTail(history)).poll()
         reached = checked.coverage or reached
-        valid, reason = run_verdict(checked.valid, evidence, kinds, reached, opts.require)
+        valid, reason = run_verdict(checked.valid, evidence, kinds, reached, opts.require,
+                                    found=[a.kind for a in checked.anomalies])
         if interrupts.name is not None and valid is not False:  # what it lacked is not the news: it was cut short
             reason = interrupted_reason(interrupts, started, reason)
         verdict = replace(checked, valid=valid)

@@ -33,6 +33,7 @@ from typing import Any
 from leasecheck.histories import Header, HistoryWriter
 from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
+from leasecheck.nemesis.host_clock import ClockWatch
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
@@ -292,6 +293,7 @@ class Run:
         or a signal; dead workers replaced, the progress callback fed."""
         assert self.started is not None
         self.nemesis.start()
+        self.clock_watch = ClockWatch.started(self.merge.nemesis, self.timing.uncertainty_ms)  # a VM restored, a resume
         end = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require, self.opts.time_limit,
                        self.opts.evidence_wait_s, time.monotonic(), self.following.coverage if self.following else None)
         self.tail = end.tail
@@ -343,6 +345,8 @@ class Run:
         if self.closer is not None:
             self.closer.stop()
         self.deliveries.stop()
+        if hasattr(self, "clock_watch"):
+            self.clock_watch.stop()
         self.merge.drain()  # every worker is gone: what is still buffered goes into the history, in time order
 
     def _read_every_node(self) -> None:
@@ -360,11 +364,8 @@ class Run:
         if getattr(self, "writer", None) is not None:
             self.writer.close()
         merge = getattr(self, "merge", None)
-        if merge is not None and merge.journal is not None:
-            if merge.drained:  # the history holds every event: the worker logs are redundant
-                merge.journal.remove()
-            else:  # left for `leasecheck check RUN_DIR` to recover from
-                merge.journal.close()
+        if merge is not None and merge.journal is not None:  # drained, the history holds every event: the logs are redundant
+            (merge.journal.remove if merge.drained else merge.journal.close)()  # else left for `leasecheck check RUN_DIR`
         self.clocks.reset_all()
         self.clocks.cleanup()
         if self.network is not None:

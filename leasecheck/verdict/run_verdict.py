@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,8 +51,9 @@ from leasecheck.checker.verdict import Validity
 from leasecheck.checker.windows import CLOCK_BEHIND, MEMBER_PARTITION, PRIMARY_LOST, Window
 from leasecheck.histories import Header
 from leasecheck.histories.format import NEMESIS, Event, lease_key
-from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS
+from leasecheck.histories.vocabulary import SITUATIONS, TIMING_KINDS, WORKLOAD_SITUATIONS
 from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Need
+from leasecheck.nemesis.host_clock import HOST_CLOCK_STEP
 
 #: the ops a run must have seen succeed at least once
 PROTOCOL_OPS = ("claim", "renew", "effect", "commit")
@@ -231,13 +232,22 @@ def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage, require:
 
 
 def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage,
-                require: Sequence[str] = (), ops: Sequence[str] = PROTOCOL_OPS) -> tuple[Validity, str | None]:
+                require: Sequence[str] = (), ops: Sequence[str] = PROTOCOL_OPS,
+                found: Collection[str] | None = None) -> tuple[Validity, str | None]:
     """(validity, reason) of a run from the checker's validity, the history's evidence and its coverage.
 
     An anomaly wins (a vacuous but anomalous run is invalid: the anomaly is proven);
-    a vacuous run is ``unknown`` with the reason naming what is missing, never valid.
+    a vacuous run is ``unknown`` with the reason naming what is missing, never valid. One exception: when the
+    host's wall clock stepped during the run (``host-clock-step`` events) and every kind ``found`` is a timing kind,
+    the step may be what they show (a store judging leases by that clock expired them early or late): ``unknown``.
     """
     missing = gaps(evidence, kinds, cov, require, ops)
+    steps = [v.get("delta_ms") for f, v in evidence.nemesis if f == HOST_CLOCK_STEP]
+    if checked is False and steps and found and set(found) <= TIMING_KINDS:
+        said = ", ".join(f"{d:+g} ms" for d in steps if isinstance(d, int | float))
+        return "unknown", (f"the host's wall clock stepped during the run ({said}: a virtual machine restored or "
+                           "resumed, a clock set by hand), and a store that judges leases by it expires them early or "
+                           f"late: the timing findings ({', '.join(sorted(set(found)))}) may be the step's; run again")
     if checked is False:
         return False, None
     if missing:
