@@ -85,7 +85,8 @@ class Workload:
     #: the effects it accepted, in order; drawn from a random stream of its own, so the rest of the workload's is as before)
     resource_read_rate: float = 0.15
     #: share of granted claims followed at once by a read of the node's protected resource: the fence the claim lifted,
-    #: before the new holder wrote, against which a late write of the older lease shows
+    #: before the new holder wrote, against which a late write of the older lease shows (a takeover, epoch above 1,
+    #: is always read)
     claim_read_rate: float = 0.5
     #: how many of the nodes it last claimed a worker keeps to read one now and then (the recorder keeps the same
     #: list: a node is closed mid-run only once no worker keeps it, :mod:`leasecheck.run.closing`)
@@ -205,7 +206,9 @@ class Worker:
         self.seen = (self.seen + [node])[-self.w.seen_nodes:]  # the recorder keeps the same list (Slot.seen)
         # the fence this claim lifted, seen before any write of it: an older lease's entry that shows up later
         # landed after the takeover, even when its effect op was in flight across the claim
-        reads = self.resource_rng is not None and self.resource_rng.random() < self.w.claim_read_rate
+        # (always after a takeover, an epoch above 1: that is where a late write of the older lease lands)
+        reads = self.resource_rng is not None and (self.resource_rng.random() < self.w.claim_read_rate
+                                                   or (lease.epoch is not None and lease.epoch > 1))
         if reads and self.op("read-resource", node, {}, partial(t.read_resource, node))[0] == "info":
             return
         carried = lease.to_json()
