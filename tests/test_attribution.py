@@ -476,7 +476,7 @@ def test_a_real_run_under_pause_attributes_every_anomaly_to_the_pause_or_to_noth
     exactly as recomputed here from the raw history (the pause windows of its events, the stale op's lease)."""
     done = subprocess.run(
         [sys.executable, "-m", "leasecheck", "run", "--target", "sqlite-fence-at-commit", "--nemesis", "pause",
-         "--seed", "3", "--time-limit", "10", "--ttl", "300", "--nemesis-interval", "1", "--store", "store", "--json"],
+         "--seed", "3", "--time-limit", "15", "--ttl", "300", "--nemesis-interval", "1", "--store", "store", "--json"],
         cwd=tmp_path, capture_output=True, text=True, timeout=180,
     )
     assert done.returncode == 1, done.stderr[-2000:]

@@ -121,7 +121,7 @@ def test_a_server_store_adapters_test_starts_its_server_and_a_raising_method_fai
     _on_reference(adapter, base, module)
     code, out = _pytest(tmp_path)
     assert code == 0 and not _failed(out), out
-    assert _passed(out) == len(DUTIES) + 11, out  # 9 methods (read_resource too), 11 scenarios (resource too)
+    assert _passed(out) == len(DUTIES) + 12, out  # 9 methods (read_resource too), 12 scenarios (resource, zombie-after-lapse too)
     assert list((tmp_path / "basetemp").glob(f"leasecheck-stores*/{store}-server")), "no server of the store was started"
     assert re.search(rf"leasecheck: adapter tests used a {store} server of their own \({store}\w*://[^)]*127\.0\.0\.1:\d+", out), out
 

@@ -354,7 +354,7 @@ def test_variants_declare_their_bug_and_are_registered() -> None:
     assert registry.load("postgres-client-clock") is ClientClockPostgres
     assert PostgresLease.bug == "" and PostgresLease.fenced and PostgresLease.store == "postgres"
     assert FenceInMemoryPostgres.expected == ("stale-commit", "stale-effect") and FenceInMemoryPostgres.exposed_by == ("pause",)
-    assert ClientClockPostgres.expected == ("overlapping-lease", "stuck-lease") and ClientClockPostgres.exposed_by == ("clock-bump",)
+    assert ClientClockPostgres.expected == ("overlapping-lease", "stuck-lease", "premature-expiry") and ClientClockPostgres.exposed_by == ("clock-bump",)
     assert registry.load("postgres-grace-after-failover") is GraceAfterFailoverPostgres
     assert GraceAfterFailoverPostgres.expected == ("stuck-lease",) and GraceAfterFailoverPostgres.exposed_by == ("kill-store",)
     for cls in (FenceInMemoryPostgres, ClientClockPostgres, GraceAfterFailoverPostgres):

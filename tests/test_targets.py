@@ -29,7 +29,7 @@ BROKEN = {
     "postgres-client-clock", "redis-queue-as-authority", "redis-no-increment",
     "sqlite-swallowed-heartbeat", "sqlite-release-any-epoch", "sqlite-fence-at-commit", "sqlite-cached-read",
     "postgres-grace-after-failover", "sqlite-renew-worker-clock", "sqlite-check-then-write-effect",
-    "sqlite-fence-follows-writes", "sqlite-write-behind-effects", "sqlite-stamped-by-node",
+    "sqlite-fence-follows-writes", "sqlite-write-behind-effects", "sqlite-stamped-by-node", "sqlite-live-lease-guard",
 }
 #: adapters of third-party lock libraries, each with its published audit (targets/thirdparty, AUDITS.md)
 AUDITED = {

@@ -32,13 +32,14 @@ from leasecheck.kit.scenarios_liveness import heartbeat_never_completes, stuck_l
 from leasecheck.kit.scenarios_ownership import crash_takeover, duplicate_delivery, epochs_increase, race
 from leasecheck.kit.scenarios_resource import resource
 from leasecheck.kit.scenarios_restarts import durable_commit, expiry_across_restart
-from leasecheck.kit.scenarios_zombies import zombie, zombie_release
+from leasecheck.kit.scenarios_zombies import zombie, zombie_after_lapse, zombie_release
 
 SCENARIOS: dict[str, Callable[..., Result]] = {
     "race": race,
     "crash-takeover": crash_takeover,
     "zombie": zombie,
     "zombie-release": zombie_release,
+    "zombie-after-lapse": zombie_after_lapse,
     "duplicate-delivery": duplicate_delivery,
     "epochs-increase": epochs_increase,
     "heartbeat": heartbeat_never_completes,

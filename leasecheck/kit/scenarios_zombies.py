@@ -2,10 +2,13 @@
 
 Its renew, commit and effect are refused and its read shows the new holder
 (``zombie``); its release does not free the new holder's lease
-(``zombie-release``, the classic unfenced-lock bug).
+(``zombie-release``, the classic unfenced-lock bug); and it stays out once the
+new lease has lapsed too (``zombie-after-lapse``).
 """
 
 from __future__ import annotations
+
+import time
 
 from leasecheck.kit.scenario_clients import claim_until_granted, closing, fresh_node, patient_ttl_ms, takeover_timeout
 from leasecheck.kit.scenario_outcomes import SUPERSEDED_REFUSALS, Result, holds, lease_name, said, supersedes
@@ -99,3 +102,31 @@ def zombie_release(spec: TargetSpec) -> Result:
     if not (isinstance(released, Refused) and released.reason in SUPERSEDED_REFUSALS):
         return Result("zombie-release", False, f"the zombie's release was not refused as superseded: {words}", facts)
     return Result("zombie-release", True, words, facts)
+
+
+def zombie_after_lapse(spec: TargetSpec) -> Result:
+    """The old owner resumes once the *new* lease has lapsed too (its holder went silent) and nobody has claimed since:
+    its effect and commit are still refused.
+
+    A store that only asks "is somebody else's lease live right now?" lets the zombie back in
+    here (``sqlite-live-lease-guard``): the new holder is silent, so no live lease objects. A
+    newer lease was granted, so the old one is over for good, lapsed successor or not. The
+    scenario waits one and a half ttl past the takeover (the lapse is a matter of
+    time: there is no event to wait on), then the old owner writes and commits.
+    """
+    old_client, new_client = spec.make(), spec.make()
+    node = fresh_node("zombie-after-lapse")
+    with closing(old_client, new_client):
+        leases = _took_over(old_client, new_client, node, spec, "zombie-after-lapse")
+        if isinstance(leases, Result):
+            return leases
+        old, new = leases
+        time.sleep(1.5 * spec.config.ttl_ms / 1000 + 0.05)  # the new holder stays silent past its ttl
+        outcomes = {"effect": old_client.effect(old, "zombie-write"), "commit": old_client.commit(old, "zombie-result")}
+    accepted = [f for f, r in outcomes.items() if not (isinstance(r, Refused) and r.reason in SUPERSEDED_REFUSALS)]
+    words = ", ".join(f"{f} -> {'ok' if r is None else r.reason}" for f, r in outcomes.items())
+    facts = {f: None if r is None else r.reason for f, r in outcomes.items()}
+    if accepted:
+        return Result("zombie-after-lapse", False,
+                      f"the old owner ({lease_name(old)}) once the new lease ({lease_name(new)}) had lapsed: {words}", facts)
+    return Result("zombie-after-lapse", True, f"old owner's ops once the new lease lapsed: {words}", facts)
