@@ -280,11 +280,11 @@ def test_a_teams_postgres_lease_is_gated_in_pytest_on_its_own_database_run_after
     (folder / "acme_lease.py").write_text(page.block("acme_lease.py", "python"))
     out = run(page, "adapter-test", folder, env)
     same_shape(page, "adapter-test", out)
-    assert _passed(out) == 20 and not _failed(out), out  # 9 methods written, 11 scenarios held
+    assert _passed(out) == 21 and not _failed(out), out  # 9 methods written, 12 scenarios held
     assert re.search(r"adapter tests used a postgres server of their own \(postgresql://[^)]*127\.0\.0\.1", out), out
     out = run(page, "adapter-test-url", folder, env)
     same_shape(page, "adapter-test-url", out)
-    assert f"adapter tests used LEASECHECK_URL ({env['ACME_URL']}; no server started)" in out and _passed(out) == 20, out
+    assert f"adapter tests used LEASECHECK_URL ({env['ACME_URL']}; no server started)" in out and _passed(out) == 21, out
 
     out = run(page, "run", folder, env)
     same_shape(page, "run", out)
