@@ -7,7 +7,7 @@ never on sleeps. Three windows of issue 25 are reached this way:
 
 * a zombie waits for ``while-new-lapsed`` (the newer lease's holder silent past
   ttl + uncertainty, not yet re-claimed): a node delivered while a zombie waits on
-  it is, for :data:`STALL_SHARE` of such deliveries, handed out with a stall
+  it is, for :data:`STALL_SHARE` of such deliveries and once per node, handed out with a stall
   (``("stall", node)``): its new holder stops heartbeating early and long, as a
   GC pause would, so its lease lapses while the zombie is there to act;
 * a zombie waits for ``at-new-claim`` (its own lease surely lapsed, another's
@@ -17,7 +17,9 @@ never on sleeps. Three windows of issue 25 are reached this way:
   of its asks, a duplicate of a node another worker was granted within the last
   :data:`RECENT_TTLS` ttl: a claim on a recently held node by a lagging clock.
 
-Every draw comes from the queue's seeded generator.
+When every live worker waits as a zombie, nobody is left to take a node over: the
+wait due first then ends at once (:meth:`Steering.due`). Every draw comes from the
+steering's own generator, seeded from ``--seed`` by the runner.
 """
 
 from __future__ import annotations
