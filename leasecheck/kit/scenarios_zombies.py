@@ -12,7 +12,7 @@ import time
 
 from leasecheck.kit.scenario_clients import claim_until_granted, closing, fresh_node, patient_ttl_ms, takeover_timeout
 from leasecheck.kit.scenario_outcomes import SUPERSEDED_REFUSALS, Result, holds, lease_name, said, supersedes
-from leasecheck.targets.base import Lease, Refused, Target
+from leasecheck.targets.base import Lease, Outcome, Refused, Target
 from leasecheck.targets.registry import TargetSpec
 
 
@@ -28,6 +28,13 @@ def _took_over(old_client: Target, new_client: Target, node: str, spec: TargetSp
     if not supersedes(new, old):
         return Result(scenario, False, f"the takeover's {lease_name(new)} is not a later lease than the old owner's {lease_name(old)}")
     return old, new
+
+
+def _judged(outcomes: dict[str, Outcome]) -> tuple[list[str], str, dict[str, str | None]]:
+    """A zombie's ops judged: (those applied: not refused as superseded), "f -> outcome" words, and the facts."""
+    accepted = [f for f, r in outcomes.items() if not (isinstance(r, Refused) and r.reason in SUPERSEDED_REFUSALS)]
+    words = ", ".join(f"{f} -> {'ok' if r is None else r.reason}" for f, r in outcomes.items())
+    return accepted, words, {f: None if r is None else r.reason for f, r in outcomes.items()}
 
 
 def zombie(spec: TargetSpec) -> Result:
@@ -54,9 +61,7 @@ def zombie(spec: TargetSpec) -> Result:
         }
         seen_by_zombie = old_client.read(node)
         state = new_client.read(node)
-    accepted = [f for f, r in outcomes.items() if not (isinstance(r, Refused) and r.reason in SUPERSEDED_REFUSALS)]
-    words = ", ".join(f"{f} -> {'ok' if r is None else r.reason}" for f, r in outcomes.items())
-    facts = {f: None if r is None else r.reason for f, r in outcomes.items()}
+    accepted, words, facts = _judged(outcomes)
     if accepted:
         return Result("zombie", False, f"the old owner ({lease_name(old)}) after takeover ({lease_name(new)}): {words}; final state {state}", facts)
     if not holds(state, new):
@@ -123,9 +128,7 @@ def zombie_after_lapse(spec: TargetSpec) -> Result:
         old, new = leases
         time.sleep(1.5 * spec.config.ttl_ms / 1000 + 0.05)  # the new holder stays silent past its ttl
         outcomes = {"effect": old_client.effect(old, "zombie-write"), "commit": old_client.commit(old, "zombie-result")}
-    accepted = [f for f, r in outcomes.items() if not (isinstance(r, Refused) and r.reason in SUPERSEDED_REFUSALS)]
-    words = ", ".join(f"{f} -> {'ok' if r is None else r.reason}" for f, r in outcomes.items())
-    facts = {f: None if r is None else r.reason for f, r in outcomes.items()}
+    accepted, words, facts = _judged(outcomes)
     if accepted:
         return Result("zombie-after-lapse", False,
                       f"the old owner ({lease_name(old)}) once the new lease ({lease_name(new)}) had lapsed: {words}", facts)
