@@ -110,15 +110,6 @@ def epochs_increase(leases: Sequence[CoveredLease]) -> bool:
     return True
 
 
-def owner_among(candidates: Sequence[CoveredLease], process: int) -> CoveredLease | None:
-    """Of the leases an op's epoch or token names (by grant, all granted before the op's invoke), the one it belongs
-    to: the latest its own process was granted, else the latest (a lease is named by its grant, not only its epoch)."""
-    for lease in reversed(candidates):
-        if lease.claim.process == process:
-            return lease
-    return candidates[-1] if candidates else None
-
-
 def replaces(other: CoveredLease, lease: CoveredLease) -> bool:
     """Under grant order, may ``other`` (granted later, its claim invoked after ``lease``'s grant) be a newer lease of
     ``lease``? Yes unless both carry one token from one process (a library that reuses a client id as its token)."""

@@ -154,20 +154,8 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
                 if t < since + ttl - uncertainty:
                     counts["claim-while-held"] += 1
                     break
-            # claim-after-expiry: the latest lease not ended, no renew of it pending at t, G + ttl + u before t
-            if last is None or last.end_at < t:
-                continue
-            g: float = last.granted
-            pending = False
-            for r in last.renews:
-                if r.invoke_time < t:
-                    done = r.complete_time
-                    if r.type == "info" or done is None or done >= t:
-                        pending = True
-                        break
-                    if r.type == "ok" and done > g:
-                        g = done
-            if not pending and t > g + ttl + uncertainty:
+            # claim-after-expiry: the latest lease had lapsed (not ended, no renew of it pending at t, G + ttl + u before t)
+            if last is not None and lapsed_scan(last, t, ttl, uncertainty):
                 counts["claim-after-expiry"] += 1
     if store or skewed:  # no window: no fault situation
         count_fault_situations(leases, ttl, store, skewed, counts, claims)

@@ -160,17 +160,8 @@ def count_claims(node: IndexedNode, ttl: float, uncertainty: float, counts: Coun
             heapq.heappop(heap)
         if heap and t < -heap[0][0] + ttl - uncertainty:
             counts["claim-while-held"] += 1
-    # claim-after-expiry
+    # claim-after-expiry: the latest lease had lapsed
     for c in claims:
-        t = c.invoke_time
-        latest = node.latest_before(t)
-        if latest is None or latest.end_at < t:
-            continue
-        g: float = latest.granted
-        k = bisect_left(latest.renew_invokes, t)
-        if k:
-            if latest.renew_blocks[k - 1] >= t:
-                continue
-            g = max(g, latest.renew_oks[k - 1])
-        if t > g + ttl + uncertainty:
+        latest = node.latest_before(c.invoke_time)
+        if latest is not None and lapsed_indexed(latest, c.invoke_time, ttl, uncertainty):
             counts["claim-after-expiry"] += 1

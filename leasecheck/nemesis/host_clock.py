@@ -48,7 +48,6 @@ class ClockWatch:
     def __init__(self, record: Callable[[str, Any], None], threshold_ms: float) -> None:
         self.record = record
         self.threshold_ns = max(1_000_000, int(threshold_ms * 1_000_000))
-        self.steps: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="host-clock", daemon=True)
 
@@ -67,9 +66,7 @@ class ClockWatch:
             if now is None:
                 continue
             if abs(now - last) > self.threshold_ns:
-                delta_ms = round((now - last) / 1_000_000, 3)
-                self.steps.append(delta_ms)
-                self.record(HOST_CLOCK_STEP, {"delta_ms": delta_ms})
+                self.record(HOST_CLOCK_STEP, {"delta_ms": round((now - last) / 1_000_000, 3)})
             last = now
 
     def stop(self) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from leasecheck.checker.coverage_leases import RECENT_TTLS  # how recent a grant makes a node a lagging clock's pick
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.takeovers import Phase, Takeovers, Wake
 
@@ -37,8 +38,6 @@ from leasecheck.run.takeovers import Phase, Takeovers, Wake
 STALL_SHARE = 0.3
 #: share of a lagging-clock worker's asks answered with a duplicate of a recently granted node
 LAGGING_SHARE = 0.9
-#: how recent a grant makes a node a lagging clock's pick, in ttls (as coverage counts it)
-RECENT_TTLS = 3
 #: history ns past a lease's last sign of life + ttl + uncertainty before it counts as lapsed (a margin for the stamp)
 LAPSE_MARGIN_NS = 2_000_000
 
