@@ -38,6 +38,7 @@ from typing import Any
 
 from leasecheck.checker.explain import at, describe
 from leasecheck.checker.findings import Findings, NodeHistory
+from leasecheck.checker.leases import completed
 from leasecheck.checker.model import freeze
 from leasecheck.checker.precedence import MaxBefore
 from leasecheck.histories import Op
@@ -76,11 +77,6 @@ class _Read:
         return cls(op, fence, entries, first, level)
 
 
-def _done(op: Op) -> int:
-    assert op.complete_time is not None  # only ok ops are read here
-    return op.complete_time
-
-
 def _entry(e: Any, p: str) -> str:
     return f"{p!r} ({'epoch ' + str(e) if type(e) is int else 'no epoch'})"
 
@@ -97,7 +93,7 @@ class _Effects:
 
     def candidates(self, payload: str, read: Op) -> list[Op]:
         """The effects with ``payload`` invoked by the time ``read`` completed (equal times are concurrent)."""
-        return [op for op in self.by_payload.get(payload, ()) if op.invoke_time <= _done(read)]
+        return [op for op in self.by_payload.get(payload, ()) if op.invoke_time <= completed(read)]
 
     def match(self, payload: str, read: Op) -> Op | None:
         """The effect op a citation names for an entry: the first invoked of its candidates."""
@@ -181,7 +177,7 @@ def _accepted_below_fence(reads: list[_Read], effects: _Effects, claims: MaxBefo
         return
     told: set[str] = set()
     for r2 in reads:
-        earlier = [r1 for r1 in provers if _done(r1.op) < r2.op.invoke_time]
+        earlier = [r1 for r1 in provers if completed(r1.op) < r2.op.invoke_time]
         if not earlier:
             continue
         for e, p, _ in r2.entries:
@@ -346,7 +342,7 @@ def _lost(reads: list[_Read], effects: _Effects, ops: Sequence[Op]) -> Iterator[
         if type(p) is not str:
             continue  # an effect that names no payload cannot be looked for
         for r in reads:
-            if _done(op) < r.op.invoke_time and p not in r.first:
+            if completed(op) < r.op.invoke_time and p not in r.first:
                 yield ("lost-effect", [op, r.op],
                        f"{describe(op)} was accepted (ok) at {at(op.complete_time)}, before {describe(r.op)} was invoked "
                        f"at {at(r.op.invoke_time)}, yet the read does not list its payload {p!r} among the "
@@ -356,12 +352,12 @@ def _lost(reads: list[_Read], effects: _Effects, ops: Sequence[Op]) -> Iterator[
     told: set[str] = set()
     for r2 in _missing_something(reads):
         for r1 in reads:
-            if not _done(r1.op) < r2.op.invoke_time:
+            if not completed(r1.op) < r2.op.invoke_time:
                 continue
             for e, p, _ in r1.entries:
                 if p in told or p in r2.first:
                     continue
-                if any(x.type == "ok" and _done(x) < r2.op.invoke_time for x in effects.by_payload.get(p, ())):
+                if any(x.type == "ok" and completed(x) < r2.op.invoke_time for x in effects.by_payload.get(p, ())):
                     continue  # the rule above cites the acknowledged effect
                 told.add(p)
                 writer = effects.match(p, r1.op)
@@ -378,8 +374,8 @@ def _missing_something(reads: list[_Read]) -> list[_Read]:
     first_done: dict[str, int] = {}  # payload -> the earliest completion of a read listing it
     for r in reads:
         for p in r.first:
-            if p not in first_done or _done(r.op) < first_done[p]:
-                first_done[p] = _done(r.op)
+            if p not in first_done or completed(r.op) < first_done[p]:
+                first_done[p] = completed(r.op)
     ordered = sorted(first_done.values())
     out = []
     for r in reads:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from leasecheck.checker.explain import at, describe
 from leasecheck.checker.findings import Findings, NodeHistory
 from leasecheck.checker.kinds_grant import epoch_order_note, grant_order_explanation, non_increasing_since, stale_by_grant
-from leasecheck.checker.leases import GrantLeases, TokenLeases, int_epoch
+from leasecheck.checker.leases import GrantLeases, TokenLeases, completed, int_epoch
 from leasecheck.checker.model import freeze
 from leasecheck.checker.precedence import MaxBefore
 from leasecheck.histories import Op
@@ -248,17 +248,12 @@ def crossed_effects(leases: TokenLeases, effects: list[Op]) -> tuple[Op, Op, Op,
             if ea is None or eb is None:
                 continue
             found = (b, a, eb, ea) if ea.invoke_time > eb.invoke_time else (a, b, ea, eb)
-            key = (max(_done(op) for op in found), tuple(op.index for op in found))
+            key = (max(completed(op) for op in found), tuple(op.index for op in found))
             if best is None or key < best[0]:
                 best = (key, found)
     return None if best is None else best[1]
 
 
-def _done(op: Op) -> int:
-    assert op.complete_time is not None  # ok ops completed
-    return op.complete_time
-
-
 def _first_done(effects: list[Op], after: int) -> Op | None:
     """Of a lease's ok effects, the first to complete of those invoked after ``after`` (ties: the lower index)."""
-    return min((e for e in effects if e.invoke_time > after), key=lambda e: (_done(e), e.index), default=None)
+    return min((e for e in effects if e.invoke_time > after), key=lambda e: (completed(e), e.index), default=None)
