@@ -200,3 +200,66 @@ def test_kazoo_adapters_follow_the_ensemble_across_a_failover(tmp_path: Path) ->
         ensemble.start_member(moved["to"])
     finally:
         assert_stopped(ensemble)
+
+
+class _Watched:
+    """A client whose failed ``setup()`` is an event the test waits on (then it lets the ensemble settle)."""
+
+    def __init__(self, target, failed) -> None:
+        self.target, self.failed = target, failed
+
+    def setup(self) -> None:
+        try:
+            self.target.setup()
+        except Exception:
+            self.failed.set()
+            raise
+
+    def close(self) -> None:
+        self.target.close()
+
+
+def test_the_first_client_waits_for_an_ensemble_that_lost_its_quorum(tmp_path: Path) -> None:
+    """A run's producer set up on an ensemble that drops it (ci: two CPU-bound jobs broke the quorum right after it
+    came together) waits for the ensemble's own readiness and tries again; a store the user gave gets one try."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from leasecheck.run.environment import Environment
+    from leasecheck.targets.base import Unavailable
+
+    ensemble = ZooKeeperEnsemble(tmp_path / "zk")
+    try:
+        started(ensemble)
+        spec = TargetSpec("kazoo-lock", TargetConfig(url=ensemble.url, ttl_ms=1000, timeout_s=1.0))
+        leader = ensemble.primary()
+        followers = [name for name in ensemble.members if name != leader]
+        for name in followers:
+            ensemble.pause_member(name)
+        wait_for(lambda: ensemble.server(leader).mode() is None, 5.0, every=0.05, what=f"{leader} to stop serving")
+        failed, made = threading.Event(), []
+
+        def make():
+            made.append(_Watched(spec.make(), failed))
+            return made[-1]
+
+        with ThreadPoolExecutor(1) as pool:
+            client = pool.submit(Environment(ensemble.url, cluster=ensemble).set_up, make)
+            assert failed.wait(15.0), "the first setup did not fail on an ensemble without a quorum"
+            for name in followers:
+                ensemble.resume_member(name)
+            producer = client.result(timeout=30.0)
+        assert len(made) >= 2 and producer is made[-1]
+        producer.close()
+        assert claim_and_commit(spec, "w1").status == "SUCCEEDED"
+
+        ensemble.pause_member(followers[0])
+        ensemble.pause_member(followers[1])
+        wait_for(lambda: ensemble.server(leader).mode() is None, 5.0, every=0.05, what=f"{leader} to stop serving")
+        made.clear()
+        with pytest.raises(Unavailable):  # the same ensemble given as --url: the user's store, one try
+            Environment(ensemble.url).set_up(make)
+        assert len(made) == 1
+    finally:
+        ensemble.heal_all()
+        assert_stopped(ensemble)

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leasecheck.rundir.files import server_directory
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
-from leasecheck.targets.base import Target
+from leasecheck.targets.base import Indeterminate, Target, Unavailable
 from leasecheck.targets.exec_target import ExecTarget
+from leasecheck.waiting import poll
 
 if TYPE_CHECKING:  # imported where used: the docker SDK is an optional extra
     from leasecheck.servers.cluster import Cluster
     from leasecheck.servers.docker import DockerRun
+
+
+#: how long a cluster of ours may take to settle before its first client is set up (:meth:`Environment.set_up`)
+SETTLE_S = 20.0
 
 
 @dataclass
@@ -25,6 +32,27 @@ class Environment:
     server: LocalServer | None = None
     docker: DockerRun | None = None
     cluster: Cluster | None = None
+
+    def set_up(self, make: Callable[[], Target]) -> Target:
+        """A client of the store with its ``setup()`` done (the producer's); Unavailable or Indeterminate if it cannot.
+
+        A cluster of ours that drops the first client is waited for (its own readiness, asked of its members) and tried
+        again for up to :data:`SETTLE_S`: on a loaded machine one stall right after the cluster came together can break
+        its quorum (a ZooKeeper ensemble's followers give the leader up after 500 ms of silence), and it elects again
+        within seconds; that is the cluster settling, not a store out of reach. A store the user gave, or one server of
+        ours (ready when started), gets one try: its failure is said at once.
+        """
+        deadline = time.monotonic() + (SETTLE_S if self.cluster is not None else 0.0)
+        while True:
+            client = make()
+            try:
+                client.setup()
+                return client
+            except (Unavailable, Indeterminate):
+                client.close()
+                left = deadline - time.monotonic()
+                if self.cluster is None or left <= 0 or not poll(self.cluster.ready, left, every=0.1):
+                    raise
 
     def heal_store(self) -> list[dict[str, Any]]:
         """Heal-all's last word on the store: every container of the run unpaused, reconnected and started, every

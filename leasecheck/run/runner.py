@@ -179,8 +179,7 @@ class Run:
         """The producer's client (it creates the queue's nodes), set up; a store it cannot reach is the environment's failure."""
         assert self.env is not None
         try:
-            producer = self.spec.make()
-            producer.setup()
+            producer = self.env.set_up(self.spec.make)
         except (Unavailable, Indeterminate) as e:
             raise EnvironmentFailure(f"cannot reach the {self.opts.target} store at {self.env.url or '(no --url)'}: {e}") from None
         return producer

@@ -107,6 +107,10 @@ class Cluster(ABC):
     def _ready(self) -> bool:
         """Does the cluster as a whole answer: a primary, with every live member following it?"""
 
+    def ready(self) -> bool:
+        """Does the cluster answer now (its readiness probe, asked of its members): what a client waits for."""
+        return self._ready()
+
     @abstractmethod
     def primary(self) -> str | None:
         """The member that is primary (leader) now, asked of the cluster; None while it has none."""
