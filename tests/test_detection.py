@@ -44,7 +44,7 @@ EVIDENCE_WAIT_S = 90.0
 
 
 def go(tmp_path: Path, target: str, faults: tuple[str, ...], seed: int, dup_rate: float = 0.1, time_limit: float = 10.0,
-       evidence_wait_s: float = 0.0):
+       evidence_wait_s: float = 0.0, fail_fast: bool = False):
     """One run; ``name@docker`` runs the store as a container (--env docker)."""
     target, _, env = target.partition("@")
     if env == "docker":
@@ -52,7 +52,7 @@ def go(tmp_path: Path, target: str, faults: tuple[str, ...], seed: int, dup_rate
     return run(RunOptions(
         target=target, env=env or "local", nemesis=faults, nemesis_interval=0.8, time_limit=time_limit,
         concurrency=5, ttl_ms=TTL_MS, nodes=10, dup_rate=dup_rate, seed=seed, store=str(tmp_path), op_timeout_s=1.0,
-        evidence_wait_s=evidence_wait_s,
+        evidence_wait_s=evidence_wait_s, fail_fast=fail_fast,
     ))
 
 
@@ -94,7 +94,7 @@ def test_reference_backend_is_valid_under_faults(tmp_path: Path, target: str, fa
 
 @pytest.mark.parametrize("v", VARIANT_RUNS)
 def test_broken_variant_is_caught_by_its_fault(tmp_path: Path, v: VariantRun) -> None:
-    r = go(tmp_path, v.variant, v.nemesis, v.seed, dup_rate=v.dup_rate, time_limit=v.seconds)
+    r = go(tmp_path, v.variant, v.nemesis, v.seed, dup_rate=v.dup_rate, time_limit=v.seconds, fail_fast=True)
     kinds = {a.kind for a in r.verdict.anomalies}
     exposer = ",".join(v.nemesis) or f"duplicate delivery ({v.dup_rate:g})"
     assert r.verdict.valid is False, f"{v.variant} under {exposer} looked valid: {v.bug!r} not exposed"

@@ -336,7 +336,8 @@ def test_broken_backend_is_caught_by_the_fault_that_exposes_it(
     tmp_path: Path, fresh_url: Callable[[str], str | None], v: VariantRun
 ) -> None:
     opts = options(
-        tmp_path, v.variant, fresh_url(v.variant), nemesis=v.nemesis, dup_rate=v.dup_rate, seed=v.seed, time_limit=v.seconds
+        tmp_path, v.variant, fresh_url(v.variant), nemesis=v.nemesis, dup_rate=v.dup_rate, seed=v.seed, time_limit=v.seconds,
+        fail_fast=True,
     )
     result = run(opts)
 

@@ -36,7 +36,8 @@ class Suite:
     #: duplicate-delivery rate of a run, and of one that duplicate delivery exposes
     dup_rate: float
     exposing_dup_rate: float
-    #: time limit of a run with nemesis faults, and of one exposed by duplicate delivery alone
+    #: time limit of a run with nemesis faults, and of one exposed by duplicate delivery alone: the most a run may
+    #: take, never what it takes, for each run stops at its first proof (``fail_fast``, as the pytest plugin's gate)
     seconds: float
     dup_only_seconds: float
     #: exposers another module runs every variant under already: a variant exposed by nothing else is left out
@@ -46,7 +47,7 @@ class Suite:
 #: tests/test_run.py: quick runs on process faults only (its module docstring says why)
 END_TO_END = Suite(
     exposers=frozenset({"pause", "kill", DUPLICATE_DELIVERY}),
-    seed=1, dup_rate=0.1, exposing_dup_rate=0.5, seconds=10.0, dup_only_seconds=6.0,
+    seed=1, dup_rate=0.1, exposing_dup_rate=0.5, seconds=20.0, dup_only_seconds=12.0,
 )
 
 #: tests/test_detection.py: every variant exposed by a fault test_run.py does not bring about, under every fault that
@@ -54,7 +55,7 @@ END_TO_END = Suite(
 #: running it twice proved nothing more, and cost the suite's time)
 DETECTION = Suite(
     exposers=frozenset({"pause", "kill", "kill-store", "partition", "clock-bump", DUPLICATE_DELIVERY}),
-    seed=21, dup_rate=0.1, exposing_dup_rate=0.3, seconds=15.0, dup_only_seconds=15.0,
+    seed=21, dup_rate=0.1, exposing_dup_rate=0.3, seconds=30.0, dup_only_seconds=30.0,
     covered_elsewhere=END_TO_END.exposers,
 )
 
