@@ -41,7 +41,7 @@ CASES = [
     ("queue:pgqueuer@documented", "none"),
     ("queue:dbos@documented", "kill"),
     ("queue:chancy@documented", "none"),
-    ("queue:temporal@documented", "pause"),
+    ("queue:temporal@documented", "none"),
 ]
 
 

@@ -23,8 +23,10 @@ current attempt's. A heartbeat refused that way makes the SDK cancel the attempt
 stalled attempt that wakes and beats is cancelled at its next ``await``. Not
 fenced: what an attempt does before it next beats, e.g. a worker paused (not the
 task's own stall) after its last heartbeat writes its effect on waking, before
-the refused completion (observed once: after the attempt's timeout, before the
-next attempt started).
+the refused completion: observed once before the next attempt started, and once
+(a fresh-clone CI run, loaded) after it, a proven ``stale-effect``. That is why
+``pause`` is measured, not published, for the documented mode (AUDITS.md): its
+verdict changes from seed to seed and run to run.
 
 Scaled: heartbeat timeout one ttl, ``start_to_close`` ten ttl (never reached by
 a 1.5-3 ttl stall: the heartbeat alone judges), retries after ttl/10 doubling to
@@ -88,9 +90,11 @@ class TemporalQueue(QueueLibrary):
     audits: ClassVar[tuple[AuditPlan, ...]] = (
         AuditPlan(
             library="temporalio", mode="documented",
+            # not ``pause``: an attempt paused after its last heartbeat and woken after the next attempt started
+            # writes its effect unfenced (stale-effect, 1 run in 8), which the other runs' pauses missed: a verdict
+            # that changes from run to run is measured, not published (AUDITS.md, as rq's pause)
             faults=(
                 FaultAudit("none", "valid"),
-                FaultAudit("pause", "valid"),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
