@@ -252,35 +252,66 @@ def test_every_factory_finds_no_victim_in_an_empty_run() -> None:
         assert kind.make(FaultContext(ttl_ms=1000), random.Random(1)) is None, kind.name
 
 
-def test_a_factory_picks_a_ready_worker_from_the_seed() -> None:
-    class W:
-        def __init__(self, slot: int) -> None:
-            self.slot, self.process, self.pid = slot, 10 + slot, 1000 + slot
+@pytest.fixture
+def sleepers():
+    """Three real processes to aim at (a pause is never aimed at one that is stopped, or gone); killed at the end."""
+    procs = [subprocess.Popen(["sleep", "600"]) for _ in range(3)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
-    context = FaultContext(ttl_ms=1000, workers=lambda: [W(2), W(0), W(1)])
+
+class W:
+    """A ready worker as the faults see it: slot, process number (10 + slot), and a pid."""
+
+    def __init__(self, slot: int, pids: list[int]) -> None:
+        self.slot, self.process, self.pid = slot, 10 + slot, pids[slot]
+
+
+def test_a_factory_picks_a_ready_worker_from_the_seed(sleepers: list[int]) -> None:
+    context = FaultContext(ttl_ms=1000, workers=lambda: [W(2, sleepers), W(0, sleepers), W(1, sleepers)])
     pick = [FAULTS["pause"].make(context, random.Random(seed)) for seed in range(20)]
-    assert all(isinstance(f, PauseProcess) and f.pid == 990 + f.process for f in pick)
+    assert all(isinstance(f, PauseProcess) and f.pid == sleepers[f.process - 10] for f in pick)
     assert {f.process for f in pick if f is not None} == {10, 11, 12}
     again = [FAULTS["pause"].make(context, random.Random(seed)) for seed in range(20)]
     assert [f.process for f in pick if f] == [f.process for f in again if f]
 
 
-def test_a_pause_or_clock_fault_aims_at_a_worker_that_holds_a_lease() -> None:
-    class W:
-        def __init__(self, slot: int) -> None:
-            self.slot, self.process, self.pid = slot, 10 + slot, 1000 + slot
-
+def test_a_pause_or_clock_fault_aims_at_a_worker_that_holds_a_lease(sleepers: list[int]) -> None:
+    workers = [W(0, sleepers), W(1, sleepers), W(2, sleepers)]
     holders: set[int] = {11}
-    context = FaultContext(ttl_ms=1000, workers=lambda: [W(0), W(1), W(2)], holders=lambda: holders)
+    context = FaultContext(ttl_ms=1000, workers=lambda: workers, holders=lambda: holders)
     assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {11}  # type: ignore[union-attr]
     holders = set()  # nobody holds a lease: any worker will do
     assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {10, 11, 12}  # type: ignore[union-attr]
     writing: set[int] = {12}  # a write in flight comes first: stopped between a store's check and its write
     holders = {11}
-    context = FaultContext(ttl_ms=1000, workers=lambda: [W(0), W(1), W(2)], holders=lambda: holders, writing=lambda: writing)
+    context = FaultContext(ttl_ms=1000, workers=lambda: workers, holders=lambda: holders, writing=lambda: writing)
     assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {12}  # type: ignore[union-attr]
     writing = set()
     assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {11}  # type: ignore[union-attr]
+
+
+def test_a_pause_is_never_aimed_at_a_worker_stopped_already(sleepers: list[int]) -> None:
+    """A paused worker keeps its write in flight: a second pause aimed at it again would end with the first's SIGCONT,
+    while its window, recorded open until its own heal, said the worker was stopped when it ran (ci: the attribution
+    test met a resume with no pause of its own open). Another writer is chosen, else a holder, else anyone running."""
+    workers = [W(0, sleepers), W(1, sleepers), W(2, sleepers)]
+    writing, holders = {11, 12}, {10, 12}
+    context = FaultContext(ttl_ms=1000, workers=lambda: workers, holders=lambda: holders, writing=lambda: writing)
+    first = PauseProcess(12, sleepers[2])
+    first.start()
+    try:
+        assert first.paused and {FAULTS["pause"].make(context, random.Random(seed)).process  # type: ignore[union-attr]
+                                 for seed in range(20)} == {11}
+        writing = {12}  # the stopped one is the only writer: a holder that runs
+        assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {10}  # type: ignore[union-attr]
+    finally:
+        first.heal()
+    assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {12}  # type: ignore[union-attr]
 
 
 def test_the_second_clock_fault_of_a_run_goes_the_other_way() -> None:

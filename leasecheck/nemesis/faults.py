@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from leasecheck.nemesis.context import FaultContext
+from leasecheck.nemesis.context import FaultContext, Worker
 from leasecheck.nemesis.processes import freeze, stopped
 from leasecheck.nemesis.processes import signal_process as _signal
 
@@ -121,10 +121,18 @@ class ServerFault:
 def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
     """The catalogue's ``pause``: one ready worker, stopped; one with a write in flight if any has (stopped between a
     store's check and its write, the write lands after another's claim), else one that holds a lease if any does (a
-    zombie in the making)."""
+    zombie in the making).
+
+    Never one that is stopped already: a paused worker keeps its write in flight, so it would be chosen again, and the
+    first pause's SIGCONT would end both while the second's window, recorded open until its own heal, said the worker
+    was stopped when it ran (ci: seed 3 of the attribution test met a resume with no pause of its own open)."""
     writing = ctx.writing()
-    victim = ctx.pick_worker(rng, lambda w: w.pid is not None and w.process in writing) if writing else None
-    victim = victim or ctx.pick_holder(rng, lambda w: w.pid is not None)
+
+    def running(w: Worker) -> bool:
+        return w.pid is not None and not stopped(w.pid)
+
+    victim = ctx.pick_worker(rng, lambda w: running(w) and w.process in writing) if writing else None
+    victim = victim or ctx.pick_holder(rng, running)
     if victim is None or victim.pid is None:
         return None
     return PauseProcess(victim.process, victim.pid, halted=ctx.halted, resuming=ctx.resuming)
