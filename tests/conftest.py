@@ -1,8 +1,11 @@
 """Hypothesis profiles for the whole suite (pick one with HYPOTHESIS_PROFILE) and the order it runs in.
 
-``dev`` (default) is quick enough to run on every edit; ``ci`` runs many more
+``dev`` (default) is quick enough to run on every edit; ``ci`` runs more
 examples, derandomized so that a red CI run is reproducible from the commit
 alone, and without per-example deadlines (CI machines are slow and noisy).
+Derandomized, CI runs the same examples on every push, so its count buys a
+fixed set, not a search that grows with each run: 150 (not 300) kept the
+whole suite within its 20 minutes beside two CPU-bound jobs.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "ci",
-    max_examples=300,
+    max_examples=150,
     derandomize=True,
     deadline=None,
     print_blob=True,

@@ -33,7 +33,7 @@ CORRECT = [
     "portalocker-redis-fenced", "kazoo-lock-zxid", "etcd3-lock-revision", "sqlalchemy-dlock", "filelock",
 ]
 SEEDS = (1, 1)
-QUICK = ["--nemesis", "none", "--time-limit", "3"]
+QUICK = ["--nemesis", "none", "--time-limit", "2"]
 
 
 def run(target: str, url: str, seed: int, store: Path) -> dict[str, Any]:
