@@ -10,7 +10,8 @@ no commit of epoch 1 could have done that"). Now every run's nodes carry its run
 Each store leasecheck supports, reference backends and the audited libraries in their
 modes published valid, runs twice on one ``--url``: seed 1, then seed 1 again (a second run
 on what the first left, and the same seed twice must not collide either); each run must be
-valid. Three seeds in a row through the pytest plugin (``seeds=3``).
+valid. Three seeds in a row through the pytest plugin (``seeds=3``), on a team's own database
+that a run used before, are the Postgres journey's gate (tests/test_journeys.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Any
 import pytest
 from stores import Store
 
-pytest_plugins = ["pytester"]
 
 #: every store kind's correct backends: the reference leases, and the libraries' modes AUDITS.md publishes valid
 CORRECT = [
@@ -64,21 +64,3 @@ def test_runs_on_one_store_are_each_valid(target: str, store_for: Callable[[str]
         ids = {n.split("/")[0] for n in nodes}
         assert len(ids) == 1 and not ids & {n.split("/")[0] for n in seen}, f"node names shared between runs: {sorted(ids)}"
         seen |= nodes
-
-
-def test_the_pytest_plugin_with_three_seeds_on_one_database(pytester: pytest.Pytester, postgres_server: Any,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """The team's gate: its lease, its own database, ``seeds=3``: every seed valid (seed 2 of 2 was invalid)."""
-    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
-    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
-    monkeypatch.setenv("TEAM_DATABASE_URL", postgres_server.url)
-    pytester.makepyfile(test_team_lease="""
-        import os
-
-        def test_our_lease_under_pauses(leasecheck_run):
-            results = leasecheck_run(target="postgres", url=os.environ["TEAM_DATABASE_URL"], seeds=3,
-                                     nemesis="pause", time_limit=4, nemesis_interval=1)
-            assert [r.verdict for r in results] == ["valid"] * 3
-    """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", timeout=600)
-    result.assert_outcomes(passed=1)
