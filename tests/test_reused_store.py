@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from stores import Store
 
-
 #: every store kind's correct backends: the reference leases, and the libraries' modes AUDITS.md publishes valid
 CORRECT = [
     "sqlite", "postgres", "redis", "redis-token",
