@@ -317,16 +317,13 @@ def test_a_pause_is_never_aimed_at_a_worker_stopped_already(sleepers: list[int])
 def test_the_second_clock_fault_of_a_run_goes_the_other_way() -> None:
     from leasecheck.nemesis.worker_clocks import ClockControl
 
-    class W:
-        def __init__(self, slot: int) -> None:
-            self.slot, self.process, self.pid = slot, 10 + slot, 1000 + slot
-
+    pids = [1000, 1001, 1002]  # a clock fault acts on the workers' clock files, never on a pid
     for seed in range(6):
         clocks = ClockControl()
         try:
             for w in range(3):
                 clocks.clock(w)
-            context = FaultContext(ttl_ms=1000, workers=lambda: [W(0), W(1), W(2)], clocks=clocks)
+            context = FaultContext(ttl_ms=1000, workers=lambda: [W(0, pids), W(1, pids), W(2, pids)], clocks=clocks)
             rng = random.Random(seed)
             first = FAULTS["clock-bump"].make(context, rng)
             first.start()  # type: ignore[union-attr]
