@@ -7,8 +7,10 @@ Each library's published verdicts are asserted by its own test module
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from leasecheck.ci.audit import audits, select
 from leasecheck.targets.thirdparty.audit import AuditPlan
 
 CLI = [sys.executable, "-m", "leasecheck"]
+REPO = Path(__file__).resolve().parents[1]
 
 #: the libraries AUDITS.md publishes, by their PyPI names
 LIBRARIES = {"redis", "python-redis-lock", "portalocker", "kazoo", "etcd3", "sqlalchemy-dlock", "filelock",
@@ -93,6 +96,32 @@ def test_one_audit_run_end_to_end_reports_verdict_proof_and_whether_it_is_as_pub
     if fault.expected == "invalid":
         assert row["proof"]["ops"] and row["first_anomaly_s"] > 0 and set(row["kinds"]) <= set(fault.kinds)
     assert "| filelock |" in done.stderr  # the markdown table goes to stderr beside --json
+
+
+def _pins() -> dict[str, str]:
+    """Every ``name==version`` requirement of pyproject.toml's extras, by its PyPI name (lower case, extras dropped)."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pins: dict[str, str] = {}
+    for requirements in extras.values():
+        for req in requirements:
+            name, sep, version = req.partition("==")
+            if sep:
+                pins[name.split("[")[0].strip().lower()] = version.strip()
+    return pins
+
+
+def test_every_audited_library_is_pinned_exactly_to_the_version_audits_md_publishes() -> None:
+    """Found when redis-py 8.2.0 and filelock 4.3.2 came out: a fresh clone installed them, and the audits' published
+    versions no longer matched what ran. An audit is a verdict on one version: the extras pin it exactly, so a release
+    on PyPI changes nothing a fresh install audits, and AUDITS.md names the version pinned."""
+    text = (REPO / "AUDITS.md").read_text()
+    pins = _pins()
+    found, _ = audits()
+    for library in sorted({a.plan.library for a in found}):
+        assert library in pins, f"pyproject.toml's extras do not pin {library} exactly (name==version)"
+        assert re.search(rf"\b{re.escape(pins[library])}\b", text), f"AUDITS.md does not name {library} {pins[library]}"
+    ci = (REPO / ".ci" / "run").read_text()
+    assert f"arq=={pins['arq']}" in ci  # installed apart (--no-deps), at the same pin
 
 
 def test_audits_md_has_a_section_per_library_with_its_installed_version_and_a_command_per_finding() -> None:
