@@ -14,6 +14,7 @@ import os
 import shlex
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 from leasecheck.ci import plugin_args
 from leasecheck.ci.plugin_args import replay_command, run_args, run_flags
 from leasecheck.ci.plugin_results import SHOWN_ANOMALIES, Anomaly, LeasecheckResult, describe_run, verdict_name
+from leasecheck.verdict.covered import covered_line
 
 pytest_plugins = ["pytester"]
 
@@ -71,7 +73,8 @@ def test_every_run_option_is_a_flag_of_leasecheck_run() -> None:
     assert all(flag == "--" + key.replace("_", "-") for key, flag in run_flags().items())
     # the keys a call has always taken (docs/pytest.md)
     assert {"url", "exec_store", "nemesis_interval", "evidence_wait", "require", "concurrency", "ttl", "nodes", "dup_rate",
-            "rate", "clock_uncertainty", "store_skew", "env", "cluster", "fail_fast", "snapshot_every"} == set(run_flags())
+            "rate", "clock_uncertainty", "store_skew", "env", "cluster", "fail_fast", "snapshot_every",
+            "until_covered", "min_count", "max_time", "strict_coverage"} == set(run_flags())
 
 
 def test_a_list_repeats_its_flag_and_a_float_reads_as_typed() -> None:
@@ -106,18 +109,32 @@ def test_a_valid_run_passes_and_lands_in_the_default_store(inner: pytest.Pyteste
             (r,) = results
             assert r.report == r.run_dir / "report.html" and (r.run_dir / "history.jsonl").is_file()
             assert r.command.endswith(f"leasecheck run --target {SQLITE} --nemesis pause --seed 1 --time-limit {SECONDS} --evidence-wait {SECONDS}"
-                                      f" --fail-fast --store {{r.run_dir.parent.parent}}")
+                                      f" --fail-fast --until-covered --store {{r.run_dir.parent.parent}}")
     """)
-    result = run_inner(inner)
+    result = run_inner(inner, "--junitxml", "junit.xml")
     result.assert_outcomes(passed=1)
     (run_dir,) = default_store_runs(inner)
     results = results_of(run_dir)
     assert (results["valid"], results["seed"], results["target"], results["nemesis"]) == (True, 1, SQLITE, ["pause"])
+    # expected valid: the run went on until every situation that applies was reached 3 times (up to 4 x the limit)
+    goal = results["coverage"]["goal"]
+    assert goal["min_count"] == 3 and goal["max_time_s"] == 4 * SECONDS and goal["ran_s"] >= SECONDS
+    counts, applicable = results["coverage"]["counts"], results["coverage"]["applicable"]
+    assert goal["short"] == {s: counts[s] for s in applicable if counts[s] < 3}
+    if not goal["short"]:
+        assert SECONDS <= goal["covered_after_s"] <= goal["ran_s"]
     store = run_dir.parent.parent
+    # a green run says what it covered, on a pass too: one line per run at the session's end, and a JUnit property
+    line = covered_line(results["coverage"])
+    assert line.startswith(f"coverage: {len(applicable) - len(results['coverage']['missing'])}/{len(applicable)} situations reached")
     result.stdout.fnmatch_lines([
         f"leasecheck 0.1.0: store {store}, time limit 10 s",  # pytester passes --basetemp: the header can name it
+        f"leasecheck: {SQLITE} seed 1: valid in * s; {line}",
         f"leasecheck: 1 run (1 valid), run folders in {store}",
     ])
+    properties = {p.get("name"): p.get("value") for p in ET.parse(inner.path / "junit.xml").iter("property")}
+    assert properties["leasecheck seed 1"].startswith(f"leasecheck: {SQLITE} seed 1: valid in ")
+    assert properties["leasecheck seed 1"].endswith(line)
 
     # the message a test expecting this target to be broken would fail with, from this real run's results
     r = LeasecheckResult(target=SQLITE, seed=1, verdict=verdict_name(results["valid"]), reason=results["reason"],
@@ -151,7 +168,7 @@ def test_a_broken_variant_fails_with_its_anomalies_report_and_replay(inner: pyte
     assert f"  run folder: {run_dir}\n" in out
     assert f"  report:     {run_dir / 'report.html'}\n" in out
     replay = (f"cd {inner.path} && leasecheck run --target {BROKEN} --nemesis pause --seed 1"
-              f" --time-limit {SECONDS} --evidence-wait {SECONDS} --fail-fast --store {run_dir.parent.parent}")
+              f" --time-limit {SECONDS} --evidence-wait {SECONDS} --fail-fast --until-covered --store {run_dir.parent.parent}")
     assert f"  replay:     {replay}\n" in out
     # ...and it does: pasted into a shell (leasecheck on its PATH), it makes the same run again, in the same store
     env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}

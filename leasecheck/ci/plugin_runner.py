@@ -42,6 +42,8 @@ from leasecheck.exits import SIGNALLED, Exit  # the standard library only, like 
 
 #: seconds a run may take beyond its time limit and evidence wait (servers' start, final reads, the check)
 RUN_SLACK_S = 300.0
+#: ``--max-time``'s default in time limits (leasecheck.run.options.MAX_TIME_LIMITS: the run module is not imported here)
+MAX_TIME_LIMITS = 4.0
 #: seconds a run gets to heal, record and check after SIGTERM before it is killed
 GRACE_S = 60.0
 
@@ -77,6 +79,15 @@ def _exit_meaning(code: int) -> str:
     return "no verdict"
 
 
+def run_line(result: LeasecheckResult, elapsed: float) -> str:
+    """A run's one line in pytest's output: its verdict, its anomalies' kinds, how long, what it covered."""
+    from leasecheck.verdict.covered import covered_line  # the standard library only; loaded once a run was made
+
+    found = f" ({len(result.anomalies)} anomalies: {', '.join(result.kinds)})" if result.anomalies else ""
+    return (f"leasecheck: {result.target} seed {result.seed}: {result.verdict}{found} in {elapsed:.1f} s; "
+            f"{covered_line(result.results.get('coverage'))}")
+
+
 @dataclass
 class LeasecheckRunner:
     """The ``leasecheck_run`` fixture's value: call it to run the target once per seed."""
@@ -90,6 +101,10 @@ class LeasecheckRunner:
     runs: list[LeasecheckResult] = field(default_factory=list, repr=False)
     #: the session's tally of verdicts (for the terminal summary)
     counts: Counter[str] | None = field(default=None, repr=False)
+    #: the session's line per run (verdict and coverage), said at its end even when every test passed
+    lines: list[str] | None = field(default=None, repr=False)
+    #: the test's ``user_properties``: each run's line goes there too, so a JUnit file carries what a green run covered
+    properties: list[tuple[str, object]] | None = field(default=None, repr=False)
 
     def __call__(self, target: str | None = None, nemesis: str | Iterable[str] | None = None,
                  seeds: int | Iterable[int] | None = None, time_limit: float | None = None,
@@ -104,7 +119,10 @@ class LeasecheckRunner:
         ``expect`` is ``"valid"`` unless said (``"invalid"`` for a known-broken variant,
         ``"unknown"``); ``"any"`` judges nothing: the results are returned whatever they say.
         ``fail_fast`` is on unless said (``fail_fast=False``): a run stops at its first proven
-        anomaly, so a red test is red within a second or two of the proof.
+        anomaly, so a red test is red within a second or two of the proof. A run expected valid
+        goes on until covered unless said (``until_covered=False``): past its time limit, until every
+        situation that applies to its faults was reached 3 times (``min_count``), up to 4 × the time
+        limit (``max_time``); each run's line says what it covered and what it never reached.
         """
         __tracebackhide__ = True
         given = {"target": target, "nemesis": nemesis, "seeds": seeds, "time_limit": time_limit, "expect": expect}
@@ -126,6 +144,8 @@ class LeasecheckRunner:
         chosen_seeds = seed_list(call.get("seeds", DEFAULT_SEEDS))
         merged.setdefault("evidence_wait", limit)
         merged.setdefault("fail_fast", True)
+        if chosen_expect == "valid":  # a green gate ends on evidence that it reached the dangerous windows
+            merged.setdefault("until_covered", True)
 
         results = []
         for seed in chosen_seeds:
@@ -144,7 +164,10 @@ class LeasecheckRunner:
         from leasecheck.servers.base import python_module  # not at the plugin's import: every pytest session loads it
 
         argv = [*python_module("leasecheck"), *args, "--store", str(self.store), "--json"]
-        timeout = time_limit + float(options.get("evidence_wait") or 0) + RUN_SLACK_S
+        longest = time_limit + float(options.get("evidence_wait") or 0)
+        if options.get("until_covered"):
+            longest = max(longest, float(options.get("max_time") or MAX_TIME_LIMITS * time_limit))
+        timeout = longest + RUN_SLACK_S
         started = time.monotonic()
         proc = subprocess.Popen(argv, cwd=self.rootdir, env=child_env(), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -180,6 +203,10 @@ class LeasecheckRunner:
         self.runs.append(result)
         if self.counts is not None:
             self.counts[result.verdict] += 1
-        found = f" ({len(result.anomalies)} anomalies: {', '.join(result.kinds)})" if result.anomalies else ""
-        print(f"leasecheck: {target} seed {seed}: {result.verdict}{found} in {elapsed:.1f} s, run folder {run_dir}", file=sys.stderr)
+        line = run_line(result, elapsed)
+        if self.lines is not None:
+            self.lines.append(line)
+        if self.properties is not None:
+            self.properties.append((f"leasecheck seed {seed}", line))
+        print(f"{line}, run folder {run_dir}", file=sys.stderr)
         return result

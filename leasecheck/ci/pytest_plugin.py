@@ -48,6 +48,8 @@ MARKER_HELP = (
 
 _STORE = pytest.StashKey[Path]()
 _RUNS = pytest.StashKey[Counter[str]]()
+#: each run's line (verdict, what it covered), said at the session's end even when every test passed
+_LINES = pytest.StashKey[list[str]]()
 #: the session's leasecheck_stores (a leasecheck.kit.testing.Stores), for the session's last line
 _STORES = pytest.StashKey[Any]()
 
@@ -79,6 +81,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     config.stash[_RUNS] = Counter()
+    config.stash[_LINES] = []
 
 
 def time_limit_default(config: pytest.Config) -> float:
@@ -142,7 +145,8 @@ def leasecheck_run(request: pytest.FixtureRequest, leasecheck_store: Path) -> Le
         defaults.update(mark.kwargs)
     config = request.config
     return LeasecheckRunner(store=leasecheck_store, rootdir=config.rootpath, default_time_limit=time_limit_default(config),
-                            defaults=defaults, counts=config.stash.get(_RUNS, None))
+                            defaults=defaults, counts=config.stash.get(_RUNS, None), lines=config.stash.get(_LINES, None),
+                            properties=request.node.user_properties)
 
 
 @pytest.fixture(scope="session")
@@ -193,6 +197,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     store = config.stash.get(_STORE, None)
     if not counts or store is None:
         return
+    for line in config.stash.get(_LINES, []):  # what each run covered: a green gate says what it tested
+        terminalreporter.write_line(line)
     said = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
     total = sum(counts.values())
     terminalreporter.write_line(f"leasecheck: {total} run{'' if total == 1 else 's'} ({said}), run folders in {store}")
@@ -207,6 +213,7 @@ def pytest_testnodedown(node: Any, error: object) -> None:
         return
     config = node.config
     config.stash.setdefault(_RUNS, Counter()).update(runs)
+    config.stash.setdefault(_LINES, []).extend(output.get("leasecheck_lines") or ())
     if _STORE not in config.stash and output.get("leasecheck_store"):
         config.stash[_STORE] = Path(output["leasecheck_store"])
 
@@ -217,4 +224,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     counts = config.stash.get(_RUNS, None)
     if output is not None and counts:
         output["leasecheck_runs"] = dict(counts)
+        output["leasecheck_lines"] = config.stash[_LINES] if _LINES in config.stash else []
         output["leasecheck_store"] = str(config.stash[_STORE])

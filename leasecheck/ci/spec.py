@@ -256,6 +256,7 @@ def load_spec(path: Path, check_runs: bool = True) -> Spec:
         chosen = {**default_options, **_options(entry, where, index)}
         if expected.verdict == "valid":  # a surprise anomaly ends the cell at once (a cell expecting kinds runs on to find them all)
             chosen.setdefault("fail-fast", True)
+            chosen.setdefault("until-covered", True)  # and a green cell ends on evidence that it reached what applies
         options = tuple(sorted(chosen.items()))
         for target in targets:
             for nemesis in sets:

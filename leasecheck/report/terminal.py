@@ -24,6 +24,7 @@ from leasecheck.checker import Anomaly, Verdict
 from leasecheck.checker.coverage import Coverage
 from leasecheck.checker.explain import render_chain
 from leasecheck.histories.vocabulary import KINDS, SITUATIONS
+from leasecheck.verdict.covered import covered_line
 
 #: anomalies of one kind that ``check`` and ``run`` print; ``--json`` and ``--explain`` give all
 SHOWN_PER_KIND = 5
@@ -93,13 +94,15 @@ def print_verdict(
                 console.print(f"… and {more:,} more {kind}: --json or --explain for all")
 
 
-def print_coverage(console: Console, coverage: Coverage, applicable: list[str], counts: bool = False) -> None:
-    """``coverage: 16/18 situations reached; never: a, b``; with ``counts``, then each situation's count.
+def print_coverage(console: Console, coverage: Coverage, applicable: list[str], counts: bool = False,
+                   line: str | None = None) -> None:
+    """``coverage: 16/18 situations reached; never: a, b`` (or ``line``, a run's :func:`covered_line`); with
+    ``counts``, then each situation's count.
 
     The counts list every situation that applies to the run or happened anyway,
     in vocabulary order; one that applies and never happened is marked.
     """
-    console.print(coverage.summary(applicable), highlight=False)
+    console.print(line or coverage.summary(applicable), highlight=False)
     if not counts:
         return
     table = Table(show_header=False, box=None, pad_edge=False)
@@ -187,7 +190,7 @@ def print_run(console: Console, result: Any, coverage_counts: bool = False) -> N
     reached = coverage_of_results(saved)
     if reached is not None:
         console.print()
-        print_coverage(console, *reached, counts=coverage_counts)
+        print_coverage(console, *reached, counts=coverage_counts, line=covered_line(saved.get("coverage")))
 
 
 def print_audit_plans(console: Console, rows: list[Any], broken: list[Any]) -> None:

@@ -135,6 +135,16 @@ FLAGS: tuple[RunFlag, ...] = (
           help="After --time-limit, go on up to this many seconds more while the run lacks what the run verdict needs (ok claim/renew/effect/commit, a contended claim, every fault started and healed, the situations each fault requires and those of --require)."),
     _flag("--require", "require", field="require", convert=tuple, multiple=True, metavar="SITUATION",
           help="A coverage situation the run must reach (repeatable; see docs/coverage.md): it goes on up to --evidence-wait while one is missing, and is unknown if one never happened."),
+    _flag("--until-covered", field="until_covered", is_flag=True,
+          help="End on evidence, not on the clock: past --time-limit, go on until every coverage situation that applies to "
+               "the run's faults was reached --min-count times (up to --max-time); the summary names any still short. The "
+               "pytest plugin and the matrix's cells expected valid do this by default."),
+    _flag("--min-count", field="min_count", type=click.IntRange(min=1), default=None,
+          help="With --until-covered: how often each applicable situation must be reached [default: 3]."),
+    _flag("--max-time", "max_time", field="max_time", type=Seconds(min=0, min_open=True), default=None,
+          help="With --until-covered: the most the test proper lasts, however much is short [default: 4x --time-limit]."),
+    _flag("--strict-coverage", field="strict_coverage", is_flag=True,
+          help="With --until-covered: a situation still short of --min-count at --max-time makes the run unknown (exit 2)."),
     _flag("--concurrency", field="concurrency", type=click.IntRange(min=1), default=5, show_default=True, help="Worker processes."),
     _flag("--ttl", "ttl_ms", field="ttl_ms", type=click.IntRange(min=10), default=1000, show_default=True, help="Lease duration in milliseconds."),
     _flag("--nodes", field="nodes", type=click.IntRange(min=1), default=20, show_default=True, help="Nodes per run (run-N/node-I)."),

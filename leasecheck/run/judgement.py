@@ -60,7 +60,7 @@ def judge(history: Path, opts: RunOptions, kinds: Sequence[FaultKind], tail: His
         evidence = (tail or HistoryTail(history)).poll()
         reached = checked.coverage or reached
         valid, reason = run_verdict(checked.valid, evidence, kinds, reached, opts.require,
-                                    found=[a.kind for a in checked.anomalies])
+                                    found=[a.kind for a in checked.anomalies], goal=opts.coverage_goal(kinds))
         if interrupts.name is not None and valid is not False:  # what it lacked is not the news: it was cut short
             reason = interrupted_reason(interrupts, started, reason)
         verdict = replace(checked, valid=valid)

@@ -9,6 +9,7 @@ anything is started.
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,18 @@ from leasecheck.targets.base import Target
 from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES, ExecTarget
 from leasecheck.targets.registry import load, server_not_installed
 from leasecheck.targets.urls import url_problem
+from leasecheck.verdict.run_verdict import CoverageGoal, coverage_goal
 
 #: stores we run as servers (what the store faults pause, kill and proxy)
 SERVER_STORES = ("postgres", "redis", "zookeeper", "etcd")
 #: stores we can run under libfaketime (what clock-store skews)
 FAKETIME_STORES = ("postgres", "redis")
+
+
+#: ``--min-count``'s default: each applicable situation reached this many times
+MIN_COUNT = 3
+#: ``--max-time``'s default, in time limits
+MAX_TIME_LIMITS = 4.0
 
 
 class BadOptions(ValueError):
@@ -57,6 +65,16 @@ class RunOptions:
     #: situations each fault requires. Why: a test that asserts a situation was reached waits on the
     #: history showing it, not on the machine being fast enough to show it within the time limit
     require: tuple[str, ...] = ()
+    #: ``--until-covered``: past the time limit, go on until every situation that applies to the run's faults was
+    #: reached ``min_count`` times (and the run verdict lacks nothing), up to ``max_time`` seconds in all. Why: a
+    #: gate should end on evidence that it reached the dangerous windows, not on the clock
+    until_covered: bool = False
+    #: how often each applicable situation must be reached (``--min-count``; None: :data:`MIN_COUNT`)
+    min_count: int | None = None
+    #: the most an ``--until-covered`` run's test proper lasts, seconds (``--max-time``; None: 4 × the time limit)
+    max_time: float | None = None
+    #: ``--strict-coverage``: a situation still short of ``min_count`` at ``max_time`` makes the run ``unknown``
+    strict_coverage: bool = False
     concurrency: int = 5
     ttl_ms: int = 1000
     nodes: int = 20
@@ -80,6 +98,21 @@ class RunOptions:
     #: False only for the recorder-overhead benchmark: workers skip recording, the verdict is unknown
     record: bool = True
     workload: Workload = field(default_factory=Workload)
+
+    def coverage_goal(self, kinds: Sequence[FaultKind]) -> CoverageGoal | None:
+        """What ``--until-covered`` waits for (every situation applicable to these faults, ``min_count`` times), or None."""
+        if not self.until_covered:
+            return None
+        return coverage_goal(kinds, self.require, self.min_count or MIN_COUNT, self.strict_coverage)
+
+    @property
+    def longest_s(self) -> float:
+        """The most the test proper lasts: the time limit and ``--evidence-wait``, or ``--until-covered``'s ``--max-time``
+        (4 × the time limit unless given) when that is longer."""
+        longest = self.time_limit + self.evidence_wait_s
+        if self.until_covered:
+            longest = max(longest, self.max_time if self.max_time is not None else MAX_TIME_LIMITS * self.time_limit)
+        return longest
 
 
 @dataclass
@@ -145,6 +178,14 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
         raise BadOptions("--time-limit and --nemesis-interval must be positive")
     if opts.evidence_wait_s < 0:
         raise BadOptions("--evidence-wait must not be negative")
+    goal_options = [flag for flag, given in (("--min-count", opts.min_count is not None), ("--max-time", opts.max_time is not None),
+                                             ("--strict-coverage", opts.strict_coverage)) if given]
+    if goal_options and not opts.until_covered:
+        raise BadOptions(f"{', '.join(goal_options)} {'is' if len(goal_options) == 1 else 'are'} for --until-covered")
+    if opts.min_count is not None and opts.min_count < 1:
+        raise BadOptions("--min-count must be at least 1")
+    if opts.max_time is not None and opts.max_time < opts.time_limit:
+        raise BadOptions(f"--max-time {opts.max_time:g} is less than --time-limit {opts.time_limit:g}: the time limit is the least a run lasts")
     unknown = [s for s in opts.require if s not in SITUATIONS]
     if unknown:
         raise BadOptions(f"--require {unknown[0]}: no such situation (one of {', '.join(SITUATIONS)})")

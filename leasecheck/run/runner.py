@@ -30,6 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from leasecheck.checker.coverage import Coverage
 from leasecheck.histories import Header, HistoryWriter
 from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
@@ -90,6 +91,9 @@ class Run:
         self.pool: WorkerPool | None = None
         self.interrupts = Interrupts()
         self.tail: HistoryTail | None = None
+        #: when the test proper ends, and when it did (``--until-covered``'s figures in results.json)
+        self.deadline: Deadline | None = None
+        self.drove_until: float | None = None
         self.started: float | None = None
         self.following: Following | None = None
         self.closer: Closer | None = None
@@ -293,8 +297,9 @@ class Run:
         assert self.started is not None
         self.nemesis.start()
         self.clock_watch = ClockWatch.started(self.merge.nemesis, self.timing.uncertainty_ms)  # a VM restored, a resume
-        end = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require, self.opts.time_limit,
-                       self.opts.evidence_wait_s, time.monotonic(), self.following.coverage if self.following else None)
+        end = self.deadline = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require, self.opts.time_limit,
+                                       self.opts.longest_s, time.monotonic(), self.following.coverage if self.following else None,
+                                       self.opts.coverage_goal(self.kinds))
         self.tail = end.tail
         snapshots = Snapshots(self.run_dir, self.opts.snapshot_every_s, self.following, now=time.monotonic())
         while not self.interrupts.event.is_set():
@@ -308,6 +313,7 @@ class Run:
                     self.progress(progress_of(self, self.started))
                 except KeyboardInterrupt:  # a caller's callback may stop the run this way (bench/bench_runner.py)
                     self.interrupts.interrupt(signal.SIGINT)
+        self.drove_until = time.monotonic()
         snapshots.close()
 
     def _failed_fast(self) -> bool:
@@ -384,11 +390,19 @@ class Run:
         write_json(self.run_dir / "results.json", {
             **verdict.to_json(), "reason": reason, "target": self.opts.target, "nemesis": list(self.opts.nemesis),
             "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
-            "coverage": coverage_json(reached, self.kinds, self.opts.require),
+            "coverage": coverage_json(reached, self.kinds, self.opts.require, self._goal_json(reached)),
         })
         if self.opts.record:
             write_report(self.run_dir, in_child=0 < self.opts.snapshot_every_s < seconds)  # a soak's: drawn aside
         return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
+
+
+    def _goal_json(self, reached: Coverage) -> dict[str, Any] | None:
+        """results.json's ``coverage.goal``: ``--until-covered``'s count, what stayed short, when it was met; None without."""
+        if self.deadline is None or self.deadline.goal is None:
+            return None
+        stopped = self.interrupts.name or ("first anomaly" if self.stopped_early else None)
+        return self.deadline.goal_json(reached, self.drove_until if self.drove_until is not None else time.monotonic(), stopped)
 
 
 def run(opts: RunOptions, progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:

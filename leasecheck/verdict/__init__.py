@@ -3,7 +3,8 @@
 * :mod:`.run_verdict` — did the run test anything at all (evidence, coverage, the run verdict);
 * :mod:`.tails` — a history watched as it grows (its evidence and coverage so far, while the run goes on);
 * :mod:`.attribution` — the fault windows and their victims the checker's attribution takes;
-* :mod:`.outcomes` — a run's outcome against what was expected (the row CI shares).
+* :mod:`.outcomes` — a run's outcome against what was expected (the row CI shares);
+* :mod:`.covered` — what a run covered, in one line from its results.json (standard library only: the pytest plugin reads it).
 
 Pure functions of histories and verdicts. May import the core (``checker``, ``nemesis``'s
 catalogue, ``histories``); never ``run``, ``report``, ``ci`` or ``cli``.

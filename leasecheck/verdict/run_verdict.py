@@ -218,30 +218,63 @@ def coverage_gaps(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[s
     return out
 
 
+@dataclass(frozen=True)
+class CoverageGoal:
+    """``--until-covered``: every situation that applies to the run reached ``min_count`` times.
+
+    Why counts and not "at least once": a situation reached once may have met the backend at one lucky moment; a
+    gate that says what it tested should have seen each dangerous window a few times. The run goes on past its time
+    limit while the goal is short (:mod:`leasecheck.run.deadline`); at its cap the short situations are named, and
+    ``strict`` (``--strict-coverage``) makes that ``unknown``.
+    """
+
+    situations: tuple[str, ...]
+    min_count: int = 3
+    strict: bool = False
+
+    def short(self, cov: Coverage) -> dict[str, int]:
+        """The situations reached fewer than ``min_count`` times, with their counts, in vocabulary order."""
+        return {s: n for s in self.situations if (n := cov.counts.get(s, 0)) < self.min_count}  # type: ignore[call-overload]
+
+    def gaps(self, cov: Coverage) -> list[str]:
+        """``["reached fewer than 3 times: claim-after-expiry (1), ..."]``, or nothing when the goal is met."""
+        short = self.short(cov)
+        if not short:
+            return []
+        return [f"reached fewer than {self.min_count} times: " + ", ".join(f"{s} ({n})" for s, n in short.items())]
+
+    def to_json(self, cov: Coverage) -> dict[str, Any]:
+        """results.json's ``coverage.goal`` (the run's clock figures are the runner's to add)."""
+        return {"min_count": self.min_count, "strict": self.strict, "short": self.short(cov)}
+
+
 def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage, require: Sequence[str] = (),
-         ops: Sequence[str] = PROTOCOL_OPS) -> list[str]:
+         ops: Sequence[str] = PROTOCOL_OPS, goal: CoverageGoal | None = None) -> list[str]:
     """Everything the run verdict finds missing, in words; empty when the run tested the protocol.
 
-    ``ops``: the ops that must have succeeded once (a job queue without a heartbeat has no ``renew``)."""
+    ``ops``: the ops that must have succeeded once (a job queue without a heartbeat has no ``renew``); ``goal``: the
+    counts ``--until-covered`` waits for (the deadline's always; the verdict's only with ``--strict-coverage``)."""
     missing = [f"no ok {f}" for f in ops if not evidence.ok[f]]
     if not evidence.held and not evidence.takeovers:
         missing.append("no contended claim (none refused held, none granted over an earlier lease)")
     faults = fault_gaps(evidence, kinds)
     whole = [kind for kind in kinds if not any(gap.startswith(f"{kind.name} never") for gap in faults)]  # started and healed
-    return missing + faults + evidence.unexercised(whole) + coverage_gaps(cov, kinds, require)
+    short = goal.gaps(cov) if goal is not None else []
+    return missing + faults + evidence.unexercised(whole) + coverage_gaps(cov, kinds, require) + short
 
 
 def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage,
                 require: Sequence[str] = (), ops: Sequence[str] = PROTOCOL_OPS,
-                found: Collection[str] | None = None) -> tuple[Validity, str | None]:
+                found: Collection[str] | None = None, goal: CoverageGoal | None = None) -> tuple[Validity, str | None]:
     """(validity, reason) of a run from the checker's validity, the history's evidence and its coverage.
 
     An anomaly wins (a vacuous but anomalous run is invalid: the anomaly is proven);
     a vacuous run is ``unknown`` with the reason naming what is missing, never valid. One exception: when the
     host's wall clock stepped during the run (``host-clock-step`` events) and every kind ``found`` is a timing kind,
     the step may be what they show (a store judging leases by that clock expired them early or late): ``unknown``.
+    ``goal``: a strict ``--until-covered`` goal, whose shortfall at the cap is ``unknown`` too.
     """
-    missing = gaps(evidence, kinds, cov, require, ops)
+    missing = gaps(evidence, kinds, cov, require, ops, goal if goal is not None and goal.strict else None)
     steps = [v.get("delta_ms") for f, v in evidence.nemesis if f == HOST_CLOCK_STEP]
     if checked is False and steps and found and set(found) <= TIMING_KINDS:
         said = ", ".join(f"{d:+g} ms" for d in steps if isinstance(d, int | float))
@@ -328,7 +361,7 @@ def _windows(events: Sequence[Event], kinds: Sequence[FaultKind]) -> list[Window
                 healed = next((w for w in open_ if w.victims == victims), open_[0] if open_ else None)
             if healed is not None:
                 open_.remove(healed)
-                windows.append(Window(healed.start, ev.time, healed.victims, healed.roles))
+                windows.append(Window(healed.start, ev.time, healed.victims, healed.roles, healed.skew))
         windows.extend(open_)  # never healed: to the end of the history
     return sorted(windows, key=lambda w: (w.start, w.until))
 
@@ -365,10 +398,18 @@ def header_faults(header: Header) -> tuple[FaultKind, ...]:
     return tuple(FAULTS[name] for name in names if isinstance(name, str) and name in FAULTS)
 
 
-def coverage_json(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> dict[str, Any]:
+def coverage_goal(kinds: Sequence[FaultKind], require: Sequence[str] = (), min_count: int = 3,
+                  strict: bool = False) -> CoverageGoal:
+    """The ``--until-covered`` goal of a run with these faults: every :func:`applicable` situation ``min_count`` times."""
+    return CoverageGoal(tuple(applicable(kinds, require)), min_count, strict)
+
+
+def coverage_json(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[str] = (),
+                  goal: dict[str, Any] | None = None) -> dict[str, Any]:
     """results.json's ``coverage``: every count, what applies to the run, what of that never happened, and why it
     applies (by fault; ``--require`` for those the run was told to reach; ``sought``: by fault, those it makes likely
-    but does not require)."""
+    but does not require); ``goal``: with ``--until-covered``, its count, what stayed short of it and when it was met
+    (null without)."""
     wanted = applicable(kinds, require)
     return {
         "counts": cov.to_json(),
@@ -376,4 +417,5 @@ def coverage_json(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[s
         "missing": cov.missing(wanted),
         "required": {why: list(situations) for why, situations in required(kinds, require).items()},
         "sought": {kind.name: list(kind.seeks) for kind in kinds if kind.seeks},
+        "goal": goal,
     }
