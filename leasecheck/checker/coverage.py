@@ -76,6 +76,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from leasecheck.checker.coverage_inside import Stops, split_stops
 from leasecheck.checker.coverage_leases import count_fault_situations
 from leasecheck.checker.coverage_loops import count_small_node
 from leasecheck.checker.coverage_sweeps import IndexedNode, count_claims, count_zombies
@@ -128,7 +129,8 @@ def coverage(header: Header, ops: Iterable[Op], store_faults: Sequence[Window] =
     """Count every situation in a history's ops (any order).
 
     ``store_faults`` are the windows of store-side faults; ``skewed_workers``
-    those of worker-clock faults, each naming its victims. Small nodes (a
+    those of worker-side faults, each naming its victims (a worker pause's or
+    kill's, by its role, counted by :mod:`leasecheck.checker.coverage_inside`). Small nodes (a
     real history's) are direct loops over their few leases, big ones one pass
     after sorting with bisects and one heap: a million real-shaped ops take
     about a second.
@@ -149,8 +151,11 @@ def node_coverage(header: Header, nodes: Iterable[list[Op]], store_faults: Seque
     ttl = header.ttl_ms * NS_PER_MS
     uncertainty = header.clock_uncertainty_ms * NS_PER_MS
     counts: Counter[str] = Counter()
+    skewed_workers, stop_windows = split_stops(skewed_workers)  # worker pauses and kills: the ops they landed inside
+    stops = Stops.of(stop_windows)
     with no_gc():
         for nops in nodes:
+            stops.count(nops, counts)
             if len(nops) <= small_ops:
                 count_small_node(nops, ttl, uncertainty, store_faults, skewed_workers, counts)
                 continue

@@ -24,6 +24,10 @@ PRIMARY_LOST = "primary-lost"
 MEMBER_PARTITION = "member-partition"
 #: a window's role: it set its victims' clocks behind the host's (a worker-clock fault with a negative delta)
 CLOCK_BEHIND = "clock-behind"
+#: a window's role: it stopped its victims (a worker ``pause``, SIGSTOP) at its start, or killed them (``kill``);
+#: counted by :mod:`leasecheck.checker.coverage_inside`, never as a clock fault
+PAUSED = "paused"
+KILLED = "killed"
 
 
 @dataclass(frozen=True, slots=True)

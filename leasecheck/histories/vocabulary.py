@@ -156,7 +156,26 @@ FaultSituation = Literal[
     # a claim made while a partition between the cluster's members is on (whatever its answer)
     "claim-during-member-partition",
 ]
-Situation = Literal[WorkloadSituation, FaultSituation]
+#: a worker pause (SIGSTOP) or kill (SIGKILL) that landed while its victim had an op of that kind in flight: invoked
+#: before the fault started, completed after it (or never). An adapter's op may be several round trips, and a store that
+#: took the first and never saw the rest, or saw them a pause later, is where a claim that is not atomic shows
+InsideSituation = Literal[
+    "paused-inside-claim",
+    "paused-inside-renew",
+    "paused-inside-effect",
+    "paused-inside-commit",
+    "paused-inside-release",
+    "paused-inside-read",
+    "paused-inside-read-resource",
+    "killed-inside-claim",
+    "killed-inside-renew",
+    "killed-inside-effect",
+    "killed-inside-commit",
+    "killed-inside-release",
+    "killed-inside-read",
+    "killed-inside-read-resource",
+]
+Situation = Literal[WorkloadSituation, FaultSituation, InsideSituation]
 
 #: every situation, in the order reports list them
 SITUATIONS: tuple[Situation, ...] = get_args(Situation)
@@ -165,3 +184,14 @@ WORKLOAD_SITUATIONS: tuple[WorkloadSituation, ...] = get_args(WorkloadSituation)
 #: the zombie ops' ``f``, and their phases relative to the newer lease, in the order of :data:`SITUATIONS`
 ZOMBIE_FUNCTIONS: tuple[OpName, ...] = ("renew", "effect", "commit", "release", "read")
 ZOMBIE_PHASES: tuple[str, ...] = ("before-new-effect", "while-new-runs", "after-new-ends")
+#: the op kinds a worker pause or kill may land inside (every client op), in the order of :data:`SITUATIONS`
+INSIDE_FUNCTIONS: tuple[OpName, ...] = get_args(OpName)
+#: the faults that land inside ops, by the nemesis event that starts them, and the word their situations begin with
+INSIDE_FAULTS: Mapping[str, str] = {"pause": "paused", "kill": "killed"}
+
+
+def inside_situation(fault: str, f: str) -> Situation:
+    """``paused-inside-claim`` for (``pause``, ``claim``): the situation of a ``fault`` landing inside an ``f``."""
+    name = f"{INSIDE_FAULTS[fault]}-inside-{f}"
+    assert name in SITUATIONS, name
+    return name  # type: ignore[return-value]

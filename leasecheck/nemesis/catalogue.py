@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from leasecheck.histories.vocabulary import INSIDE_FUNCTIONS, inside_situation
+
 if TYPE_CHECKING:  # the fault modules are imported when a fault is made: reading the catalogue stays cheap
     from leasecheck.nemesis.context import FaultContext
     from leasecheck.nemesis.protocol import Fault
@@ -114,15 +116,19 @@ MEMBER_PARTITION = ("claim-during-member-partition",)
 LAPSED = ("zombie-op-while-new-lapsed",)
 IN_FLIGHT = ("op-in-flight-across-claim",)
 LAGGING = ("lagging-clock-claim-on-recent-node",)
+#: a worker stopped (SIGSTOP) or killed (SIGKILL) with an op of each kind in flight: the faults aim there (see
+#: :mod:`leasecheck.nemesis.inside`)
+PAUSED_INSIDE = tuple(inside_situation("pause", f) for f in INSIDE_FUNCTIONS)
+KILLED_INSIDE = tuple(inside_situation("kill", f) for f in INSIDE_FUNCTIONS)
 
 #: every fault, in the order ``leasecheck nemeses`` lists them; a worker pause outlasts the ttl (the seed's GC pause)
 CATALOGUE: tuple[FaultKind, ...] = (
     _row("pause", "SIGSTOP one worker for 1.5-3 ttl (the seed's GC pause), then SIGCONT",
          (1.5, 3.0), ("pause", "resume"), Lazy(_FAULTS, "make_pause"), situations=EXPIRY,
-         seeks=(*LAPSED, *IN_FLIGHT)),
+         seeks=(*LAPSED, *IN_FLIGHT, *PAUSED_INSIDE)),
     _row("kill", "SIGKILL one worker; a replacement starts under a new process number",
          (0.0, 0.0), ("kill", "start"), Lazy(_FAULTS, "make_kill"), situations=EXPIRY,
-         seeks=LAPSED),  # nothing to heal: the replacement starts at once
+         seeks=(*LAPSED, *KILLED_INSIDE)),  # nothing to heal: the replacement starts at once
     _row("pause-store", "SIGSTOP the store's server (Postgres, Redis) for 0.5-1.5 ttl",
          (0.5, 1.5), ("pause", "resume"), Lazy(_FAULTS, "make_pause_store"), S, situations=STORE_FAULT),
     _row("kill-store", "SIGKILL the store's server, start it again on the same data 0.5-1.5 ttl later",

@@ -28,7 +28,9 @@ The checker's coverage knows nothing of faults: it takes fault *windows*.
 :func:`fault_windows` makes them from the nemesis events with the catalogue:
 a store-side fault (a row needing a store server) from its start event to its
 heal event, a worker-clock fault (a row writing ``clock-skew`` events that
-needs no server: ``clock-bump``, ``clock-strobe``) likewise, with its victims.
+needs no server: ``clock-bump``, ``clock-strobe``) likewise, with its victims, and
+a worker ``pause`` or ``kill`` (the rows seeking ``paused-inside-*`` /
+``killed-inside-*``) with the role saying which.
 An event belongs to the row its ``"fault"`` names; in a history without fault
 names an event naming worker processes (integers in ``victims`` or
 ``processes``) belongs to the worker-side rows of its name, any other to the
@@ -48,10 +50,10 @@ import msgspec
 
 from leasecheck.checker.coverage import Coverage, coverage_source
 from leasecheck.checker.verdict import Validity
-from leasecheck.checker.windows import CLOCK_BEHIND, MEMBER_PARTITION, PRIMARY_LOST, Window
+from leasecheck.checker.windows import CLOCK_BEHIND, KILLED, MEMBER_PARTITION, PAUSED, PRIMARY_LOST, Window
 from leasecheck.histories import Header
 from leasecheck.histories.format import NEMESIS, Event, lease_key
-from leasecheck.histories.vocabulary import SITUATIONS, TIMING_KINDS, WORKLOAD_SITUATIONS
+from leasecheck.histories.vocabulary import INSIDE_FAULTS, SITUATIONS, TIMING_KINDS, WORKLOAD_SITUATIONS, inside_situation
 from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Need
 from leasecheck.nemesis.host_clock import HOST_CLOCK_STEP
 
@@ -312,6 +314,10 @@ STORE_FAULTS: tuple[FaultKind, ...] = tuple(kind for kind in CATALOGUE if Need.S
 WORKER_CLOCK_FAULTS: tuple[FaultKind, ...] = tuple(
     kind for kind in CATALOGUE if kind.events[0] == "clock-skew" and Need.SERVER not in kind.needs
 )
+#: faults that stop or kill a worker (``pause``, ``kill``): the rows that seek a situation of landing inside an op
+WORKER_STOP_FAULTS: tuple[FaultKind, ...] = tuple(
+    kind for kind in CATALOGUE if any(inside_situation(f, "claim") in kind.seeks for f in INSIDE_FAULTS)
+)
 
 
 def _processes(value: dict[str, Any]) -> frozenset[int]:
@@ -336,6 +342,10 @@ def _roles(kind: FaultKind) -> frozenset[str]:
         roles.add(PRIMARY_LOST)
     if "claim-during-member-partition" in kind.situations:
         roles.add(MEMBER_PARTITION)
+    if inside_situation("pause", "claim") in kind.seeks:
+        roles.add(PAUSED)
+    if inside_situation("kill", "claim") in kind.seeks:
+        roles.add(KILLED)
     return frozenset(roles)
 
 
@@ -372,8 +382,9 @@ def fault_windows_of(events: Sequence[Event], kind: FaultKind) -> list[Window]:
 
 
 def fault_windows(events: Sequence[Event]) -> tuple[list[Window], list[Window]]:
-    """(store-side fault windows, worker-clock fault windows) of a history's nemesis events."""
-    return _windows(events, STORE_FAULTS), _windows(events, WORKER_CLOCK_FAULTS)
+    """(store-side fault windows, worker-side fault windows) of a history's nemesis events: the worker-side ones are
+    the clock faults' and the worker pauses' and kills' (role ``paused`` / ``killed``: the ops they landed inside)."""
+    return _windows(events, STORE_FAULTS), _windows(events, WORKER_CLOCK_FAULTS) + _windows(events, WORKER_STOP_FAULTS)
 
 
 def history_coverage(source: str | os.PathLike[str] | Iterable[bytes | str]) -> tuple[Header, Coverage]:
