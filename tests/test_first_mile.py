@@ -31,6 +31,9 @@ REPO = Path(__file__).resolve().parent.parent
 #: the README's first code block, word for word: the commands a newcomer runs first
 FIRST_BLOCK = """\
 pip install . && leasecheck run    # SQLite reference backend, 5 workers, process pauses, 30 s
+"""
+#: the README's second code block, the contributor's: the suite as CI runs it (.ci/run)
+SECOND_BLOCK = """\
 bash .ci/run                       # installs everything the tests need (apt + pip), runs the whole suite
 """
 #: what this test runs of its first line: the install as written, then the run it starts, cut to 5 s; a busy
@@ -40,18 +43,31 @@ INSTALL_AND_RUN = "pip install . && leasecheck run"
 SHORT = ["--time-limit", "5", "--evidence-wait", "60"]
 
 
+def code_blocks(readme: str) -> list[str]:
+    """The texts of ``readme``'s fenced code blocks, in order."""
+    lines = readme.splitlines(keepends=True)
+    fences = [i for i, line in enumerate(lines) if line.startswith("```")]
+    return ["".join(lines[start + 1:end]) for start, end in zip(fences[::2], fences[1::2])]
+
+
 def first_code_block(readme: str) -> str:
     """The text of the first fenced code block of ``readme``."""
-    lines = readme.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.startswith("```"))
-    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("```"))
-    return "".join(lines[start + 1:end])
+    return code_blocks(readme)[0]
 
 
-def test_the_readme_starts_with_the_two_commands_this_test_runs() -> None:
-    block = first_code_block((REPO / "README.md").read_text())
+def test_the_readme_starts_with_the_quick_start_alone_then_the_contributors_command() -> None:
+    """The first block is what a newcomer runs (held word for word, and run below); the suite's command comes right
+    after what a newcomer needs to read about it, in a block of its own, and is what .ci/run is."""
+    readme = (REPO / "README.md").read_text()
+    block = first_code_block(readme)
     assert block == FIRST_BLOCK, "the README's first code block changed: change tests/test_first_mile.py with it"
     assert block.splitlines()[0].split("#")[0].strip() == INSTALL_AND_RUN
+    bash_blocks = [b for b in code_blocks(readme) if b.startswith(("pip ", "bash "))]
+    assert bash_blocks[:2] == [FIRST_BLOCK, SECOND_BLOCK]
+    assert (REPO / ".ci" / "run").is_file()
+    # the performance table comes after what a newcomer needs: the examples and the map of the docs
+    assert readme.index("## Quick start") < readme.index("## One example of each job") < readme.index("## Documentation") \
+        < readme.index("## Performance")
 
 
 def _clone(dest: Path) -> None:
