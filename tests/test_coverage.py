@@ -417,15 +417,16 @@ def test_the_member_faults_require_their_situations() -> None:
 
 def test_the_vocabulary_and_the_catalogue_agree() -> None:
     assert SITUATIONS[:15] == tuple(ZOMBIES) and len(WORKLOAD_SITUATIONS) == 18
-    assert SITUATIONS[18:21] == ("zombie-op-while-new-lapsed", "op-in-flight-across-claim",
+    assert SITUATIONS[18:22] == ("zombie-op-while-new-lapsed", "op-in-flight-across-claim", "late-write-across-claim",
                                  "lagging-clock-claim-on-recent-node")
-    assert SITUATIONS[21:] == ("lease-expires-during-store-fault", "lease-held-by-skewed-worker",
+    assert SITUATIONS[22:27] == ("lease-expires-during-store-fault", "lease-held-by-skewed-worker",
                                "lease-granted-before-primary-lost", "lease-renewed-across-failover",
                                "claim-during-member-partition")
     for kind in CATALOGUE:
         assert set(kind.situations) <= set(SITUATIONS), kind.name
-    assert applicable(lookup(["pause", "partition"])) == [*WORKLOAD_SITUATIONS, "zombie-op-while-new-lapsed",
-                                                          "op-in-flight-across-claim", "lease-expires-during-store-fault"]
+    assert [s for s in applicable(lookup(["pause", "partition"])) if "-inside-" not in s] == [*WORKLOAD_SITUATIONS, "zombie-op-while-new-lapsed",
+                                                          "op-in-flight-across-claim", "late-write-across-claim",
+                                                          "lease-expires-during-store-fault"]
     assert applicable(()) == list(WORKLOAD_SITUATIONS)
 
 
@@ -439,10 +440,12 @@ def test_coverage_helpers() -> None:
     assert cov.summary(["claim-after-expiry"]) == "coverage: 1/1 situations reached"
     obj = coverage_json(cov, lookup(["pause", "latency"]))
     assert list(obj["counts"]) == list(SITUATIONS) and obj["counts"]["claim-after-expiry"] == 1
-    assert obj["applicable"] == [*WORKLOAD_SITUATIONS, "zombie-op-while-new-lapsed", "op-in-flight-across-claim"]
+    assert [s for s in obj["applicable"] if "-inside-" not in s] == [*WORKLOAD_SITUATIONS, "zombie-op-while-new-lapsed",
+                                                                   "op-in-flight-across-claim", "late-write-across-claim"]
     assert obj["required"] == {"pause": ["claim-after-expiry"], "latency": []}
-    assert obj["sought"] == {"pause": ["zombie-op-while-new-lapsed", "op-in-flight-across-claim"],
-                             "latency": ["op-in-flight-across-claim"]}
+    sought = {fault: [s for s in seeks if "-inside-" not in s] for fault, seeks in obj["sought"].items()}
+    assert sought == {"pause": ["zombie-op-while-new-lapsed", "op-in-flight-across-claim", "late-write-across-claim"],
+                      "latency": ["op-in-flight-across-claim", "late-write-across-claim"]}
     assert "claim-after-expiry" not in obj["missing"] and "claim-race-ready" in obj["missing"]
 
 
@@ -564,33 +567,110 @@ def test_a_zombie_of_a_repeated_epoch_is_named_by_its_grant() -> None:
         1, "effect", 312 * MS, 313 * MS, 1).coverage()["zombie-op-while-new-lapsed"] == 1
 
 
-def test_an_effect_or_commit_in_flight_across_a_claim() -> None:
-    def across(f: str, end: int | None, typ: str = "ok", claim_typ: str = "ok") -> int:
-        h = History().claim(1, 0, 1 * MS, epoch=1).of(1, f, 150 * MS, end, 1, typ=typ)
-        return h.claim(2, 200 * MS, 201 * MS, epoch=2, typ=claim_typ).coverage()["op-in-flight-across-claim"]
+def across(f: str, start_ms: float, end_ms: float | None, typ: str = "ok", claim: tuple[int, str] = (2, "ok"),
+           lease_ops: tuple[tuple[str, float, float, str], ...] = ()) -> tuple[int, int]:
+    """(op-in-flight-across-claim, late-write-across-claim) of an ``f`` of lease 1 over [start_ms, end_ms].
 
-    assert across("effect", 250 * MS) == 1
-    assert across("commit", 250 * MS, typ="fail") == 1  # refused or not: it was in flight
-    assert across("effect", 201 * MS) == 0  # completed as the claim did: not across it
-    assert across("effect", 201 * MS + 1) == 1
-    assert across("effect", None, typ="info") == 0  # never completed: not known to have been in flight then
-    assert across("renew", 250 * MS) == 0
-    assert across("effect", 250 * MS, claim_typ="fail") == 0  # a refused claim grants nothing
+    Lease 1 (process 1) claimed from 0 to 1 ms with ``lease_ops`` of it (ms); then ``claim`` = (its process, its outcome)
+    over [100, 110] ms. ttl 100 ms and uncertainty 5 ms: with no renew, lease 1 is surely live before 95 ms and its last
+    tenth begins at 90 ms.
+    """
+    h = History(uncertainty_ms=5).claim(1, 0, MS, epoch=1)
+    for g, a, b, t in lease_ops:
+        h.of(1, g, int(a * MS), int(b * MS), 1, typ=t)
+    h.of(1, f, int(start_ms * MS), None if end_ms is None else int(end_ms * MS), 1, typ=typ)
+    cov = h.claim(claim[0], 100 * MS, 110 * MS, epoch=2, typ=claim[1]).coverage()
+    return cov["op-in-flight-across-claim"], cov["late-write-across-claim"]
 
 
-def test_a_lagging_clock_claim_on_a_recent_node() -> None:
-    def lagging(delta_ms: float, claim_at: int, claimer: int = 2) -> int:
-        h = History().claim(1, 0, 1 * MS, epoch=1).claim(claimer, claim_at, claim_at + MS, typ="fail")
-        h.nemesis(150 * MS, "clock-skew", fault="clock-bump", victims=[2], delta_ms=delta_ms)
-        h.nemesis(400 * MS, "clock-reset", fault="clock-bump", victims=[2])
-        return h.coverage()["lagging-clock-claim-on-recent-node"]
+def test_a_write_under_a_live_lease_in_flight_across_a_rivals_grant() -> None:
+    """The op is sent while its lease is surely live, and the rival's grant (110 ms) falls strictly inside it."""
+    assert across("effect", 92, 130) == (1, 1)  # sent in the last tenth: late too
+    assert across("effect", 50, 130) == (1, 0)  # live, not late
+    assert across("commit", 92, 130, typ="fail") == (1, 1)  # refused after the grant: it was in flight across it
+    assert across("effect", 90, 130) == (1, 1)  # the last tenth begins at T + 0.9 ttl, inclusive
+    assert across("effect", 89.999999, 130) == (1, 0)
+    assert across("effect", 92, 110) == (0, 0)  # came back as the claim did: not across it
+    assert across("effect", 92, 110.000001) == (1, 1)
+    assert across("effect", 92, None, typ="info") == (0, 0)  # never came back: not known to have been in flight then
+    assert across("renew", 92, 130) == (0, 0)  # a heartbeat writes nothing
+    assert across("effect", 92, 130, claim=(2, "fail")) == (0, 0)  # a refused claim grants nothing
 
-    assert lagging(-500, 200 * MS) == 1
-    assert lagging(500, 200 * MS) == 0  # a clock ahead is not behind
-    assert lagging(-500, 301 * MS) == 1  # 3 ttl after the grant at 1 ms: within
-    assert lagging(-500, 302 * MS) == 0
-    assert lagging(-500, 120 * MS) == 0  # before the skew
-    assert lagging(-500, 200 * MS, claimer=3) == 0  # not the skewed worker
-    own = History().claim(2, 0, 1 * MS, epoch=1).claim(2, 200 * MS, 201 * MS, typ="fail")
-    own.nemesis(150 * MS, "clock-skew", fault="clock-bump", victims=[2], delta_ms=-500)
-    assert own.coverage()["lagging-clock-claim-on-recent-node"] == 0  # its own lease: no other worker held the node
+
+def test_a_zombies_write_is_not_in_flight_across_a_claim() -> None:
+    """The near misses: an op sent once its lease may have run out (a zombie's, refused at its check), or after its end."""
+    assert across("effect", 95, 130) == (0, 0)  # at T + ttl − uncertainty: the lease may have lapsed
+    assert across("effect", 94.999999, 130) == (1, 1)
+    assert across("effect", 99, 130, typ="fail") == (0, 0)  # a zombie, refused: what the old count took for the window
+    assert across("commit", 105, 130, typ="fail") == (0, 0)  # sent as the rival's claim was on its way: a zombie's
+    assert across("effect", 50, 130, lease_ops=(("release", 40, 41, "fail"),)) == (0, 0)  # its lease ended before
+
+
+def test_a_renew_moves_the_live_lease_only_once_it_came_back() -> None:
+    renewed = (("renew", 60, 61, "ok"),)  # T = 60 ms: surely live before 155 ms, its last tenth from 150 ms
+    assert across("effect", 99, 130, lease_ops=renewed) == (1, 0)
+    assert across("effect", 150, 160, lease_ops=renewed) == (0, 0)  # the rival's grant at 110 ms is before it
+    refused = (("renew", 60, 61, "fail"),)
+    assert across("effect", 99, 130, lease_ops=refused) == (0, 0)
+
+
+def test_a_late_write_across_a_renewed_lease() -> None:
+    h = History(uncertainty_ms=5).claim(1, 0, MS, epoch=1).of(1, "renew", 60 * MS, 61 * MS, 1)
+    h.of(1, "effect", 152 * MS, 190 * MS, 1, typ="fail").claim(2, 170 * MS, 180 * MS, epoch=2)
+    cov = h.coverage()
+    assert (cov["op-in-flight-across-claim"], cov["late-write-across-claim"]) == (1, 1)
+
+
+def lagging(claim: tuple[float, float], *nemesis: tuple[float, str, dict[str, Any]], claimer: int = 2, typ: str = "ok",
+            earlier: tuple[tuple[int, float, float], ...] = ((1, 0, 1),)) -> int:
+    """lagging-clock-claim-on-recent-node of a claim by ``claimer`` over ``claim`` (ms), after the ``earlier`` grants
+    (process, invoke, completion, ms), under ``nemesis`` events (ms)."""
+    h = History()
+    for epoch, (p, a, b) in enumerate(earlier, start=1):
+        h.claim(p, int(a * MS), int(b * MS), epoch=epoch)
+    h.claim(claimer, int(claim[0] * MS), int(claim[1] * MS), epoch=len(earlier) + 1, typ=typ)
+    for t, f, value in nemesis:
+        h.nemesis(int(t * MS), f, **value)
+    return h.coverage()["lagging-clock-claim-on-recent-node"]
+
+
+def bump(delta_ms: float, start: float = 150, reset: float = 400, victims: tuple[int, ...] = (2,)) -> list[tuple[float, str, dict[str, Any]]]:
+    return [(start, "clock-skew", {"fault": "clock-bump", "victims": list(victims), "delta_ms": delta_ms}),
+            (reset, "clock-reset", {"fault": "clock-bump", "victims": list(victims)})]
+
+
+def test_a_claim_granted_while_its_clock_reads_before_the_nodes_last_grant() -> None:
+    """Process 1 was granted at 1 ms; process 2's clock is set 500 ms behind from 150 to 400 ms."""
+    assert lagging((200, 201), *bump(-500)) == 1
+    assert lagging((200, 201), *bump(500)) == 0  # a clock ahead is not behind
+    assert lagging((200, 201), *bump(-200)) == 0  # 200 ms behind, the grant 200 ms before the claim's: not more
+    assert lagging((199, 200), *bump(-200)) == 1
+    assert lagging((120, 121), *bump(-500)) == 0  # before the skew
+    assert lagging((150, 151), *bump(-500)) == 1  # invoked at the skew's stamp: the skew acted no later
+    assert lagging((390, 394), *bump(-500)) == 1
+    assert lagging((390, 395), *bump(-500)) == 0  # granted within EVENT_LAG of the reset's stamp: it may have been reset
+    assert lagging((200, 201), *bump(-500), claimer=3) == 0  # not the skewed worker
+    assert lagging((200, 201), *bump(-500, victims=(2,)), earlier=((2, 0, 1),)) == 0  # only its own grant before
+    # its own grant is the latest; the latest to another process is the one that counts
+    assert lagging((200, 201), *bump(-500), earlier=((1, 0, 1), (2, 100, 101))) == 1
+
+
+def test_a_refused_lagging_claim_is_not_the_window() -> None:
+    assert lagging((200, 201), *bump(-500), typ="fail") == 0
+    assert lagging((200, 201), *bump(-500), typ="info") == 0
+
+
+def strobe(delta_ms: float = -500, period_ms: float = 20, duration_s: float = 0.3) -> list[tuple[float, str, dict[str, Any]]]:
+    value = {"fault": "clock-strobe", "victims": [2], "delta_ms": delta_ms, "period_ms": period_ms, "duration_s": duration_s}
+    return [(150, "clock-skew", value), (500, "clock-reset", {"fault": "clock-strobe", "victims": [2]})]
+
+
+def test_a_strobe_counts_only_claims_inside_its_behind_half_periods() -> None:
+    """From 150 ms, behind in [150, 170), [190, 210), ... and the true time in between; over at 450 ms."""
+    assert lagging((192, 194), *strobe()) == 1
+    assert lagging((172, 174), *strobe()) == 0  # the strobe showed the true time
+    assert lagging((190, 204.9), *strobe()) == 1
+    assert lagging((200, 205), *strobe()) == 0  # may have flipped back before it was granted (EVENT_LAG)
+    assert lagging((168, 172), *strobe()) == 0  # across a flip
+    assert lagging((470, 472), *strobe()) == 0  # an even half-period, but the strobe was over
+    assert lagging((192, 194), *strobe(delta_ms=500)) == 0

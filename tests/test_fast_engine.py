@@ -42,7 +42,7 @@ from bench.gen import generate
 from leasecheck.checker import Verdict, check
 from leasecheck.checker.clean import Rules, clean_counts
 from leasecheck.checker.coverage import node_coverage
-from leasecheck.checker.windows import Window
+from leasecheck.checker.windows import Skew, Window
 from leasecheck.histories import Header, Op, read_history
 from leasecheck.histories.format import make_op
 
@@ -60,7 +60,11 @@ def _windows(ops: list[Op]) -> tuple[list[Window], list[Window]]:
         return [], []
     end = max(op.complete_time or op.invoke_time for op in ops)
     victims = frozenset(op.process for op in ops if op.process % 2 == 0)
-    return [Window(end // 3, end // 2), Window(3 * end // 4)], [Window(end // 4, 2 * end // 3, victims)]
+    others = frozenset(op.process for op in ops if op.process % 2)
+    behind = Skew(-end / 1e6)  # a step behind by the whole history: every claim inside it reads before every grant
+    strobe = Skew(-end / 2e6, period_ms=max(end / 40e6, 1e-3), duration_s=end / 2e9)  # behind half the time, for a while
+    return [Window(end // 3, end // 2), Window(3 * end // 4)], [
+        Window(end // 4, 2 * end // 3, victims, skew=behind), Window(end // 5, None, others, skew=strobe)]
 
 
 def assert_same_coverage(header: Header, ops: list[Op]) -> None:

@@ -41,12 +41,31 @@ Definitions (times are the history's ``time``, ns; "before t" is ``< t``):
   L' invoked before t is ``info`` or completes at or after t, and t > G + ttl +
   uncertainty, G the latest completion among L''s ok claim and ok renews
   (completed before t); L' being the newest lease, no later claim was granted.
-* ``op-in-flight-across-claim``: an ``ok`` or ``fail`` effect or commit with an
-  ok claim of its node completed strictly between its invoke and its completion.
-* ``lagging-clock-claim-on-recent-node``: a claim invoked at t by a victim of a
-  worker-clock fault window that set clocks behind (a negative ``delta_ms``)
-  and is on at t, while a lease of another process was granted in
-  [t - 3 ttl, t).
+* a lease L is *surely live* at t when it is not ended before t and t < T +
+  ttl − uncertainty, T the latest invoke among L's ok claim and the ok renews
+  of L completed before t (the store's lease began no earlier than T): no
+  store may have let it lapse yet, so an op of L sent then is no zombie's.
+* ``op-in-flight-across-claim``: an ``ok`` or ``fail`` effect or commit of L
+  (the op), invoked at a while L was surely live, with an ok claim of its node
+  by another process (the grant) completed strictly between a and the op's
+  completion. They overlap because the op was sent under a live lease and had
+  not come back when the rival was granted: its check and its write straddle
+  the takeover, so a store must have applied it before the grant or refused
+  it. A zombie op (its lease surely lapsed at its invoke, refused at its
+  check) never counts, nor one that never completed (``info``).
+* ``late-write-across-claim``: such an op invoked at a ≥ T + 0.9 ttl, in the
+  last tenth of its lease: the holder wrote late, as its lease was about to
+  lapse, and the grant came while the write was on its way.
+* ``lagging-clock-claim-on-recent-node``: an ok claim (the grant) by process
+  p, invoked at a and granted at b, while a worker-clock window with a negative
+  ``delta_ms`` surely held p's clock behind by d = −delta_ms throughout [a, b]
+  (a victim of the window from its start to its end; for a strobe, inside one
+  of its behind half-periods, :meth:`~leasecheck.checker.windows.Window.behind_throughout`),
+  with g the node's latest grant before a to another process (the recent
+  grant) and d > b − g. They overlap because p's clock read earlier than g
+  while it claimed: a store judging the recent lease by that clock sees it
+  not yet begun. A refused claim, or one granted while a strobe showed the
+  true time, never counts.
 * the *latest lease* of a node at t is its newest lease whose claim completed
   before t (largest epoch; by grant: latest completion). The node is READY at
   t when it has none, or an ok release of it completed before t.

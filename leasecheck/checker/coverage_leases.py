@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from leasecheck.checker.windows import CLOCK_BEHIND, INF, MEMBER_PARTITION, PRIMARY_LOST, Window
+from leasecheck.checker.windows import INF, MEMBER_PARTITION, PRIMARY_LOST, Window
 from leasecheck.histories import Op
 from leasecheck.histories.vocabulary import ZOMBIE_FUNCTIONS, ZOMBIE_PHASES, Situation
 
-#: how recent a grant makes its node "recently claimed" (``lagging-clock-claim-on-recent-node``), in ttls
-RECENT_TTLS = 3
+#: an effect or commit invoked this far into its lease (in ttls since its latest grant's invoke) writes late in it
+#: (``late-write-across-claim``)
+LATE_SHARE = 0.9
 
 #: the situation of a zombie op, by its ``f`` and its phase (an index into ZOMBIE_PHASES)
 ZOMBIE_SITUATION: dict[tuple[str, int], Situation] = {
@@ -48,6 +49,9 @@ class CoveredLease:
     renew_invokes: list[int] = field(default_factory=list)
     renew_blocks: list[float] = field(default_factory=list)
     renew_oks: list[float] = field(default_factory=list)
+    #: ok renews by completion, and the prefix maxima of their invokes (with the claim's): see :func:`grant_invoked`
+    live_dones: list[int] | None = None
+    live_since: list[int] = field(default_factory=list)
 
     def index_renews(self) -> None:
         self.renews.sort(key=lambda r: (r.invoke_time, r.index))
@@ -144,36 +148,71 @@ def lapsed_indexed(new: CoveredLease, t: int, ttl: float, uncertainty: float) ->
     return t > g + ttl + uncertainty
 
 
-def count_in_flight(ops: Sequence[Op], grants: Sequence[int], counts: Counter[str]) -> None:
-    """``op-in-flight-across-claim``: each effect or commit (ok or fail) with a grant (sorted ``grants``) strictly
-    between its invoke and its completion; its own lease was granted before its invoke, so that grant is another's."""
-    if len(grants) < 2:
+def grant_invoked(lease: CoveredLease, t: int) -> int:
+    """T of ``lease`` at t: the latest invoke among its ok claim and its ok renews completed before t (the store's
+    lease runs from no earlier than T, so it is surely live until T + ttl − uncertainty)."""
+    if lease.live_dones is None:  # indexed once, on the first question: ok renews by completion, prefix max of invokes
+        oks = sorted((r.complete_time, r.invoke_time) for r in lease.renews if r.type == "ok" and r.complete_time is not None)
+        lease.live_dones, lease.live_since, best = [], [], lease.claim.invoke_time
+        for done, invoked in oks:
+            best = max(best, invoked)
+            lease.live_dones.append(done)
+            lease.live_since.append(best)
+    k = bisect_left(lease.live_dones, t)
+    return lease.live_since[k - 1] if k else lease.claim.invoke_time
+
+
+def count_writes_across_claims(owned: Sequence[tuple[Op, CoveredLease]], leases: Sequence[CoveredLease], ttl: float,
+                               uncertainty: float, counts: Counter[str]) -> None:
+    """``op-in-flight-across-claim`` and ``late-write-across-claim``: each ok or fail effect or commit invoked at a
+    while its lease was live (not ended before a, a < T + ttl − uncertainty, T :func:`grant_invoked`) with an ok claim
+    of another process granted strictly between a and its completion; the late one also has a ≥ T + 0.9 ttl.
+    ``owned``: ops with their leases; ``leases``: the node's, by grant."""
+    if len(leases) < 2:
         return
-    for op in ops:
-        if op.f in ("effect", "commit") and op.type != "info" and op.complete_time is not None:
-            i = bisect_right(grants, op.invoke_time)
-            if i < len(grants) and grants[i] < op.complete_time:
+    grants = [lease.granted for lease in leases]
+    for op, lease in owned:
+        done = op.complete_time
+        if op.f not in ("effect", "commit") or op.type == "info" or done is None:
+            continue
+        t = op.invoke_time
+        if lease.end_at < t:
+            continue
+        since = grant_invoked(lease, t)
+        if t >= since + ttl - uncertainty:
+            continue  # its lease may have run out before it was sent: a zombie's write, refused at its check
+        i = bisect_right(grants, t)
+        while i < len(grants) and grants[i] < done:
+            if leases[i].claim.process != op.process:
                 counts["op-in-flight-across-claim"] += 1
+                if t >= since + LATE_SHARE * ttl:
+                    counts["late-write-across-claim"] += 1
+                break
+            i += 1
 
 
-def count_lagging_claims(claims: Sequence[Op], leases: Sequence[CoveredLease], ttl: float, skewed: Sequence[Window],
+def count_lagging_claims(claims: Sequence[Op], leases: Sequence[CoveredLease], skewed: Sequence[Window],
                          counts: Counter[str]) -> None:
-    """``lagging-clock-claim-on-recent-node``: each claim invoked by a victim of a window that set clocks behind, while
-    it was on, with a lease of another process granted within :data:`RECENT_TTLS` ttl before (``leases`` by grant)."""
-    behind = [w for w in skewed if CLOCK_BEHIND in w.roles]
+    """``lagging-clock-claim-on-recent-node``: each ok claim invoked at a and granted at b while a worker-clock window
+    surely held its process's clock behind by d throughout [a, b] (:meth:`Window.behind_throughout`), with the node's
+    latest grant g to another process before a and d > b − g (``leases`` by grant)."""
+    behind = [w for w in skewed if w.skew is not None and w.skew.delta_ms < 0]
     if not behind or not leases:
         return
     grants = [lease.granted for lease in leases]
     for c in claims:
-        t = c.invoke_time
-        if not any(c.process in w.victims and w.start <= t < w.until for w in behind):
+        done = c.complete_time
+        if c.type != "ok" or done is None:
+            continue
+        t, p = c.invoke_time, c.process
+        lag = max((w.behind_throughout(t, done) for w in behind if p in w.victims), default=0.0)
+        if not lag:
             continue
         i = bisect_left(grants, t)
-        while i and grants[i - 1] >= t - RECENT_TTLS * ttl:
+        while i and leases[i - 1].claim.process == p:
             i -= 1
-            if leases[i].claim.process != c.process:
-                counts["lagging-clock-claim-on-recent-node"] += 1
-                break
+        if i and lag > done - grants[i - 1]:
+            counts["lagging-clock-claim-on-recent-node"] += 1
 
 
 def lease_deadline(lease: CoveredLease, ttl: float) -> float:
@@ -202,7 +241,7 @@ def count_fault_situations(leases: Sequence[CoveredLease], ttl: float, store: Se
             held_until = min(lease.end_at, lease_deadline(lease, ttl))
             if any(p in w.victims and lease.granted < w.until and held_until > w.start for w in skewed):
                 counts["lease-held-by-skewed-worker"] += 1
-    count_lagging_claims(claims, leases, ttl, skewed, counts)
+    count_lagging_claims(claims, leases, skewed, counts)
     count_cluster_situations(leases, ttl, store, counts, claims)
 
 

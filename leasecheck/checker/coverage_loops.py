@@ -19,7 +19,7 @@ from leasecheck.checker.coverage_leases import (
     CoveredLease,
     attach,
     count_fault_situations,
-    count_in_flight,
+    count_writes_across_claims,
     epochs_increase,
     lapsed_scan,
     lease_key,
@@ -129,7 +129,7 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
                     counts[ZOMBIE_SITUATION[op.f, phase]] += 1
                 if op.f in EPOCH_CARRIERS and lapsed_scan(new, t, ttl, uncertainty):
                     counts["zombie-op-while-new-lapsed"] += 1
-    count_in_flight(ops, grants, counts)
+    count_writes_across_claims(owned, leases, ttl, uncertainty, counts)
     if claims:
         claims.sort(key=_by_invoke)
         open_until = -INF

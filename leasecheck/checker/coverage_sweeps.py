@@ -17,7 +17,7 @@ from leasecheck.checker.coverage_leases import (
     ZOMBIE_SITUATION,
     CoveredLease,
     attach,
-    count_in_flight,
+    count_writes_across_claims,
     epochs_increase,
     lapsed_indexed,
     lease_key,
@@ -118,7 +118,7 @@ def count_zombies(node: IndexedNode, counts: Counter[str], ttl: float = INF, unc
             counts[ZOMBIE_SITUATION[op.f, phase]] += 1
         if op.f in EPOCH_CARRIERS and lapsed_indexed(new, t, ttl, uncertainty):
             counts["zombie-op-while-new-lapsed"] += 1
-    count_in_flight(node.ops, node.granted_at, counts)
+    count_writes_across_claims(node.owned, node.leases, ttl, uncertainty, counts)
 
 
 def count_claims(node: IndexedNode, ttl: float, uncertainty: float, counts: Counter[str]) -> None:

@@ -141,9 +141,13 @@ FaultSituation = Literal[
     # an op of a replaced lease (renew, effect, commit, release) while the newer lease has lapsed (its holder silent
     # past ttl + uncertainty, no renew pending, not ended) and no later claim of the node was granted
     "zombie-op-while-new-lapsed",
-    # an effect or commit (ok or fail) in flight when another worker's claim of its node was granted
+    # an effect or commit (ok or fail) invoked while its lease was surely live, still in flight when another worker's
+    # claim of its node was granted (the window of a check-then-write boundary)
     "op-in-flight-across-claim",
-    # a claim by a worker whose clock a clock fault set behind, on a node another worker was granted within 3 ttl
+    # the same, invoked in the last 10 % of its lease (a holder that writes late, as its lease is about to lapse)
+    "late-write-across-claim",
+    # a claim granted while a clock fault surely held its worker's clock behind by more than the time since the node's
+    # latest grant to another worker (its worker's clock read earlier than that grant)
     "lagging-clock-claim-on-recent-node",
     # a lease, not ended, whose deadline falls while a store-side fault is active
     "lease-expires-during-store-fault",

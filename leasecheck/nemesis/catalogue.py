@@ -114,7 +114,7 @@ FAILED_OVER = (*PRIMARY_LOST, "lease-renewed-across-failover")
 MEMBER_PARTITION = ("claim-during-member-partition",)
 #: what a fault makes likely (sought, not required: see FaultKind.seeks)
 LAPSED = ("zombie-op-while-new-lapsed",)
-IN_FLIGHT = ("op-in-flight-across-claim",)
+IN_FLIGHT = ("op-in-flight-across-claim", "late-write-across-claim")
 LAGGING = ("lagging-clock-claim-on-recent-node",)
 #: a worker stopped (SIGSTOP) or killed (SIGKILL) with an op of each kind in flight: the faults aim there (see
 #: :mod:`leasecheck.nemesis.inside`)

@@ -50,7 +50,7 @@ import msgspec
 
 from leasecheck.checker.coverage import Coverage, coverage_source
 from leasecheck.checker.verdict import Validity
-from leasecheck.checker.windows import CLOCK_BEHIND, KILLED, MEMBER_PARTITION, PAUSED, PRIMARY_LOST, Window
+from leasecheck.checker.windows import CLOCK_BEHIND, KILLED, MEMBER_PARTITION, PAUSED, PRIMARY_LOST, Window, skew_of
 from leasecheck.histories import Header
 from leasecheck.histories.format import NEMESIS, Event, lease_key
 from leasecheck.histories.vocabulary import INSIDE_FAULTS, SITUATIONS, TIMING_KINDS, WORKLOAD_SITUATIONS, inside_situation
@@ -362,7 +362,7 @@ def _windows(events: Sequence[Event], kinds: Sequence[FaultKind]) -> list[Window
             victims = _processes(value)
             if ev.f == start_f:
                 behind = isinstance(value.get("delta_ms"), int | float) and value["delta_ms"] < 0
-                open_.append(Window(ev.time, None, victims, _roles(kind) | ({CLOCK_BEHIND} if behind else set())))
+                open_.append(Window(ev.time, None, victims, _roles(kind) | ({CLOCK_BEHIND} if behind else set()), skew_of(value)))
                 continue
             replaced = value.get("replaces")
             if type(replaced) is int:  # heals the kill whose victim it replaces, or nothing (a worker that crashed itself)
