@@ -3,7 +3,9 @@
 Every ``*.jsonl`` in the folder is listed in ``expected.json`` with the verdict
 worked out by hand from docs/contracts/anomaly-kinds.md (kinds, and the ops each anomaly must cite by
 the invoke index, following the citation convention of the corpus), or with
-``"valid": "bad-input"`` and the line the reader must name. The test checks the
+``"valid": "bad-input"`` and the line the reader must name, and with ``"cut"``
+(the line, and whether it is a cut last line or a promised history-end event
+that never came) for a history that is cut: never valid. The test checks the
 library entry point (``check_source``) on every file, and the real CLI on a few,
 because the exit code and the single JSON object are what CI gates consume.
 """
@@ -49,6 +51,31 @@ def test_expectations_are_well_formed() -> None:
         assert exp["why"], name
         if exp["valid"] == BAD_INPUT:
             assert isinstance(exp["line"], int), name
+        if "cut" in exp:
+            assert exp["valid"] in (False, "unknown"), f"{name}: a cut history is never valid"
+            assert isinstance(exp["cut"]["line"], int) and exp["cut"]["by"] in CUT_BY, name
+
+
+#: how a history is cut: its last line cut mid-write, or its promised history-end event missing
+CUT_BY = {"cut-line": "the last line is cut", "missing-end": "the history ends without its history-end event"}
+
+
+def test_the_corpus_has_each_cut_and_a_finished_history() -> None:
+    """Both ways a history is cut, one cut history that still proves an anomaly, and one that promised its end and has it."""
+    cuts = {(exp["cut"]["by"], exp["valid"]) for exp in EXPECTED.values() if "cut" in exp}
+    assert {("cut-line", "unknown"), ("missing-end", "unknown"), ("cut-line", False)} <= cuts
+    finished = [n for n, e in EXPECTED.items() if e["valid"] is True and '"end_marker": true' in (EXAMPLES / n).read_text()]
+    assert finished, "no valid example that promises its history-end event"
+
+
+def _assert_cut(where: str, name: str, exp: dict[str, Any], cut: str | None) -> None:
+    """The verdict's ``cut`` names the file and the line, and says how (the corpus's ``cut``), or is absent."""
+    if "cut" not in exp:
+        assert cut is None, f"{where}: {cut}"
+        return
+    assert cut is not None, f"{where}: the cut is not said"
+    _assert_bad_input_message(cut, name, exp["cut"]["line"])
+    assert CUT_BY[exp["cut"]["by"]] in cut and cut.endswith("a cut history is never valid"), cut
 
 
 def test_every_kind_has_an_example() -> None:
@@ -117,6 +144,9 @@ def test_example(name: str) -> None:
         assert a.explanation
     if "warning" in exp:
         assert any(exp["warning"] in w for w in verdict.warnings), verdict.warnings
+    _assert_cut("check_source", name, exp, verdict.cut)
+    if exp["valid"] == "unknown" and "cut" in exp:
+        assert verdict.reason == verdict.cut
     json.dumps(verdict.to_json())  # serialisable as the verdict JSON
 
 
@@ -142,6 +172,9 @@ CLI_SAMPLES = [
     "clean-run-three-nodes-four-workers.jsonl",
     "nemesis-pause-resume.jsonl",
     "truncated-last-line.jsonl",
+    "end-marker-missing.jsonl",
+    "end-marker-finished.jsonl",
+    "stale-commit-in-cut-history.jsonl",
     "stale-commit-after-takeover.jsonl",
     "overlapping-lease-after-renew.jsonl",
     "non-linearizable-renew-after-release.jsonl",
@@ -173,6 +206,9 @@ def test_cli(name: str) -> None:
     for want in exp["anomalies"]:
         if "ops" in want:
             assert any(a["kind"] == want["kind"] and a["ops"] == want["ops"] for a in out["anomalies"]), out
+    _assert_cut("check --json", name, exp, out.get("cut"))
+    if exp["valid"] == "unknown":
+        assert out["reason"] == out.get("cut", out["reason"])
 
 
 #: (the example, its mirror under the other effect_fence): the same events, judged by each rule

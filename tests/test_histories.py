@@ -33,6 +33,17 @@ def lines(*events: dict, header: dict | None = None) -> list[str]:
 CLAIM = [ev(0, 0, 1, "invoke", "claim", value={"owner": "w1"}), ev(1, 5, 1, "ok", "claim", value={"epoch": 1})]
 
 
+def END(i: int) -> dict:
+    """The history-end event at index ``i`` (what ``HistoryWriter.close`` writes last)."""
+    return ev(i, 5 + i, "nemesis", "info", "history-end", node=None)
+
+
+PROMISED = {**HEADER, "end_marker": True}
+CUT = "the last line is cut (the writer stopped mid-write): a cut history is never valid"
+NEVER_FINISHED = ('the history ends without its history-end event (line 1 promises one, "end_marker": true): '
+                  "its writer never finished it, and a cut history is never valid")
+
+
 def error_of(src: list[str]) -> HistoryError:
     with pytest.raises(HistoryError) as e:
         read_history(src, name="h.jsonl")
@@ -53,6 +64,10 @@ def error_of(src: list[str]) -> HistoryError:
         ([json.dumps({**HEADER, "effect_fence": ["lease"]})], 1, "effect_fence"),
         ([json.dumps({**HEADER, "lease_expiry": "forever"})], 1, "lease_expiry"),
         ([json.dumps({**HEADER, "lease_expiry": None})], 1, "lease_expiry"),
+        ([json.dumps({**HEADER, "end_marker": "yes"})], 1, "end_marker"),
+        ([json.dumps({**HEADER, "end_marker": 1})], 1, "end_marker"),
+        (lines(*CLAIM, END(2), ev(3, 9, 2, "invoke", "read")), 5, "after the history-end event of line 4"),
+        (lines(*CLAIM, END(2), END(3)), 5, "after the history-end event of line 4"),
         (lines(CLAIM[0]) + ["{not json"], 3, "bad JSON"),
         (lines(CLAIM[0], ev(2, 5, 1, "ok", "claim", value={"epoch": 1})), 3, "index gap"),
         (lines(CLAIM[0], ev(0, 5, 1, "ok", "claim", value={"epoch": 1})), 3, "repeats"),
@@ -112,15 +127,58 @@ def test_blank_lines_are_skipped() -> None:
     assert len(ops) == 1
 
 
-def test_truncated_last_line_is_a_warning_not_an_error(tmp_path: Path) -> None:
+def test_a_cut_last_line_makes_the_verdict_unknown_naming_the_line(tmp_path: Path) -> None:
+    """Before: the cut line was dropped with a warning and the verdict was valid (exit 0)."""
     whole = "\n".join(lines(*CLAIM, ev(2, 9, 2, "invoke", "read"), ev(3, 10, 2, "ok", "read", value={"status": "RUNNING", "epoch": 1, "owner": "w1"}))) + "\n"
     p = tmp_path / "h.jsonl"
     p.write_text(whole[:-15])
     v = check_source(p)
-    assert v.valid is True
-    assert f"{p}:5: truncated" in v.warnings[0]
-    assert "1 op(s) never completed" in v.warnings[1]
+    assert v.valid == "unknown" and v.exit_code == 2
+    assert v.cut == v.reason == f"{p}:5: {CUT}"
+    assert v.to_json()["cut"] == v.to_json()["reason"] == v.cut
+    assert v.warnings == [f"{p}: 1 op(s) never completed (the run may have been cut short); they count as info"]
     assert v.stats["ops"] == 2  # the read whose completion was cut is an info op
+
+
+def test_a_cut_history_that_proves_an_anomaly_stays_invalid_and_says_it_was_cut(tmp_path: Path) -> None:
+    """A proof in a prefix holds in the whole: exit 1, never 0, and the cut is said too."""
+    dup = [*CLAIM, ev(2, 6, 2, "invoke", "claim", value={"owner": "w2"}), ev(3, 7, 2, "ok", "claim", value={"epoch": 1})]
+    p = tmp_path / "h.jsonl"
+    p.write_text("\n".join(lines(*dup, ev(4, 9, 3, "invoke", "read")))[:-10])
+    v = check_source(p)
+    assert v.valid is False and "duplicate-epoch" in {a.kind for a in v.anomalies} and v.exit_code == 1
+    assert v.cut == f"{p}:6: {CUT}" and v.reason is None and v.to_json()["cut"] == v.cut
+
+
+def test_a_promised_end_that_never_came_is_unknown_naming_the_last_line(tmp_path: Path) -> None:
+    p = tmp_path / "h.jsonl"
+    p.write_text("\n".join(lines(*CLAIM, header=PROMISED)) + "\n")
+    v = check_source(p)
+    assert v.valid == "unknown" and v.cut == v.reason == f"{p}:3: {NEVER_FINISHED}"
+    p.write_text("\n".join(lines(*CLAIM, END(2), header=PROMISED)) + "\n")
+    v = check_source(p)
+    assert v.valid is True and v.cut is None and v.reason is None and "cut" not in v.to_json()
+    assert v.stats["events"] == 3 and v.stats["nemesis_events"] == 0  # the end is an event, not a fault
+
+
+def test_a_history_that_promised_nothing_is_judged_by_its_lines_alone(tmp_path: Path) -> None:
+    """An older or third-party history without "end_marker": cut between two whole lines it cannot be told
+    from a finished one (what the marker is for); its history-end event, if it has one, still ends it."""
+    p = tmp_path / "h.jsonl"
+    p.write_text("\n".join(lines(*CLAIM)) + "\n")
+    assert check_source(p).valid is True
+    p.write_text("\n".join(lines(*CLAIM, END(2))) + "\n")
+    assert check_source(p).valid is True
+
+
+def test_the_reader_says_where_it_was_cut_only_once_the_ops_are_read() -> None:
+    reader = HistoryReader(lines(*CLAIM, END(2), header=PROMISED))
+    ops = list(reader.ops())
+    assert len(ops) == 1 and reader.cut is None and reader.end_line == 4 and reader.lines == 4
+    assert reader.nemesis == [] and reader.events == 3
+    reader = HistoryReader(lines(*CLAIM, header=PROMISED), name="h.jsonl")
+    list(reader.ops())
+    assert reader.cut == f"h.jsonl:3: {NEVER_FINISHED}" and reader.end_line is None
 
 
 def test_a_bad_line_that_ends_in_newline_is_an_error_even_when_last(tmp_path: Path) -> None:
@@ -149,6 +207,31 @@ def test_writer_round_trip(tmp_path: Path) -> None:
     assert header.lease_expiry == "deadline" and "lease_expiry" not in json.loads(p.read_text().splitlines()[0])
     assert [(o.f, o.type, o.invoke_time, o.complete_time) for o in ops] == [("claim", "ok", 100, 300), ("commit", "ok", 400, 500)]
     assert check_source(p).valid is True
+    written = [json.loads(x) for x in p.read_text().splitlines()]
+    assert written[0]["end_marker"] is True and header.end_marker is True  # every writer promises its end
+    assert written[-1] == {"index": 5, "time": 600, "process": "nemesis", "type": "info", "f": "history-end", "value": {}}
+
+
+def test_the_writer_finishes_on_close_with_ops_open_and_abandons_on_an_exception(tmp_path: Path) -> None:
+    """An interrupted run closes its history (its open ops count as info); a harness that fails abandons it."""
+    p = tmp_path / "h.jsonl"
+    with HistoryWriter(p, Header(1000, 50)) as w:
+        w.invoke(1, "claim", "n", {"owner": "w1"})
+    v = check_source(p)
+    assert v.valid is True and v.stats["info"] == 1 and v.cut is None
+    assert w.closed
+    w.close()  # closing twice writes nothing more
+    assert json.loads(p.read_text().splitlines()[-1])["f"] == "history-end"
+    with pytest.raises(RuntimeError), HistoryWriter(p, Header(1000, 50)) as w:
+        w.invoke(1, "claim", "n", {"owner": "w1"})
+        w.complete(1, "ok", {"epoch": 1})
+        raise RuntimeError("the harness failed")
+    assert w.closed
+    v = check_source(p)
+    assert v.valid == "unknown" and v.cut == f"{p}:3: {NEVER_FINISHED}"
+    w.abandon()
+    w.close()  # closed already: nothing is written after the fact
+    assert check_source(p).cut == v.cut
 
 
 WRITER_LOOP = textwrap.dedent(
@@ -169,15 +252,18 @@ WRITER_LOOP = textwrap.dedent(
 
 
 def test_history_survives_a_killed_writer(tmp_path: Path) -> None:
-    """SIGKILL the writing process at an arbitrary point: the file is still checkable."""
+    """SIGKILL the writing process at an arbitrary point: the file is still checkable, and never valid
+    (before: valid, exit 0), naming the line it ends on."""
     p = tmp_path / "h.jsonl"
     proc = subprocess.Popen([sys.executable, "-c", WRITER_LOOP, str(p)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     v = check_source(p)
-    assert v.valid is True
+    assert v.valid == "unknown"
     assert v.stats["ops"] >= 51
+    n = len(p.read_bytes().splitlines())
+    assert v.cut in (f"{p}:{n}: {CUT}", f"{p}:{n}: {NEVER_FINISHED}"), v.cut
 
 
 # ------------------------------------------------------------------------ effect_fence

@@ -4,8 +4,8 @@
 values inline; a line the struct rejects takes the general path. Speed must not
 change a single answer: here the reference (the reader's loop before it was made
 fast, kept verbatim but for names) reads every mutated and generated file too,
-and both must give the same ops, nemesis events, warnings and event count, or the
-same one-line error.
+and both must give the same ops, nemesis events, warnings, event count and cut,
+or the same one-line error.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from test_bad_input import byte_mutants, json_mutants, note
 from test_partitioned import EXAMPLES, combine, many_runs
 
 from leasecheck.histories import HistoryError, HistoryReader, Op
-from leasecheck.histories.format import NEMESIS
+from leasecheck.histories.format import HISTORY_END, NEMESIS
 from leasecheck.histories.reader import _decode_event
 from leasecheck.histories.rules import check_completion_value, check_invoke_value, describe
 from leasecheck.histories.vocabulary import CLIENT_FUNCTIONS, EVENT_TYPES
@@ -47,7 +47,7 @@ class ReferenceReader(HistoryReader):
                     if not raw.strip():
                         continue
                     if not raw.endswith(b"\n") and not isinstance(e, msgspec.ValidationError):
-                        self.warnings.append(f"{self.name}:{lineno}: truncated last line ignored (the run stopped mid-write)")
+                        self.cut_line = lineno
                         break
                     raise error(lineno, describe(e)) from None
                 if ev.index != expected:
@@ -65,6 +65,14 @@ class ReferenceReader(HistoryReader):
                         raise error(lineno, f'process must be an integer or "nemesis", not {p!r}')
                     if ev.type not in EVENT_TYPES:
                         raise error(lineno, f"unknown type {ev.type!r} (invoke, ok, fail or info)")
+                    if ev.f == HISTORY_END:
+                        self.end_line = end = lineno
+                        for rest in self._lines:
+                            lineno += 1
+                            if rest.strip():
+                                raise error(lineno, f"a line after the history-end event of line {end} "
+                                                    "(that event ends a history: it is its last line)")
+                        break
                     self.nemesis.append(ev)
                     continue
                 typ = ev.type
@@ -114,6 +122,7 @@ class ReferenceReader(HistoryReader):
         finally:
             self.events = expected
             self.last_time = last_time
+            self.lines = lineno
             self.close()
         if open_ops:
             self.warnings.append(f"{self.name}: {len(open_ops)} op(s) never completed (the run may have been cut short); they count as info")
@@ -132,7 +141,7 @@ def read(cls: type[HistoryReader], path: Path) -> Any:
     return (
         [msgspec.structs.astuple(op) for op in ops],
         [msgspec.structs.astuple(e) for e in r.nemesis],
-        r.warnings, r.events, r.last_time,
+        r.warnings, r.events, r.last_time, r.cut,
     )
 
 

@@ -128,7 +128,7 @@ VALID_FORMAT = sorted(name for name, exp in EXPECTED.items() if exp["valid"] != 
 
 @pytest.mark.parametrize("name", VALID_FORMAT)
 def test_every_line_of_every_example_validates(name: str) -> None:
-    truncated = EXPECTED[name].get("warning") == "truncated"
+    truncated = EXPECTED[name].get("cut", {}).get("by") == "cut-line"
     assert_history_validates(EXAMPLES / name, truncated_tail=truncated)
 
 
@@ -139,6 +139,7 @@ PER_LINE: dict[str, str] = {
     "bad-input-unknown-effect-fence.jsonl": "effect_fence 'resource' is not in the header's enum",
     "bad-input-unknown-f.jsonl": "f 'steal' is not in the op-name enum",
     "bad-input-unknown-type.jsonl": "type 'timeout' is not in the event-type enum",
+    "bad-input-end-marker-not-boolean.jsonl": "end_marker 'yes' is not a boolean",
 }
 #: bad-input examples every line of which is fine alone: only the reader's cross-line rules catch them
 CROSS_LINE: dict[str, str] = {
@@ -147,6 +148,7 @@ CROSS_LINE: dict[str, str] = {
     "bad-input-reused-retired-process.jsonl": "a process is never used again after an info completion",
     "bad-input-time-backwards.jsonl": "time must not go below the previous event's",
     "bad-input-two-outstanding-ops.jsonl": "one outstanding op per process",
+    "bad-input-line-after-history-end.jsonl": "the history-end event is the last line",
 }
 
 

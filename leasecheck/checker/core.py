@@ -20,7 +20,7 @@ from leasecheck.checker.findings import Engine
 from leasecheck.checker.in_memory import DEFAULT_BUDGET, by_node_of, check, check_nodes
 from leasecheck.checker.memory import no_gc
 from leasecheck.checker.partitioned import check_split
-from leasecheck.checker.verdict import Verdict
+from leasecheck.checker.verdict import Verdict, add_reading
 from leasecheck.checker.windows import WindowsOf
 from leasecheck.histories import HistoryReader
 from leasecheck.histories.chunks import Stitch
@@ -52,6 +52,10 @@ def check_source(
     (:mod:`leasecheck.checker.partitioned`); a small one is checked in memory.
     The verdict is the same either way. ``partitions`` (and ``chunks``, the
     byte ranges read side by side) force a split: tests hold the two to each other.
+
+    A cut history (its last line cut, or its promised ``history-end`` event
+    missing) is never valid: ``"unknown"`` with ``cut`` naming the line, or
+    invalid if the part that was read proves an anomaly (:func:`add_reading`).
     """
     if jobs is None:
         jobs = splitting.available_cores()
@@ -75,8 +79,4 @@ def check_source(
         if split is not None and faults is not None and verdict.anomalies:  # the ops were spilled: read them again
             with HistoryReader(source, name) as again:
                 attribute(verdict, again.ops(), faults(read.nemesis))
-    verdict.header = reader.header
-    verdict.warnings.extend(read.warnings)
-    verdict.stats["events"] = read.events
-    verdict.stats["nemesis_events"] = len(read.nemesis)
-    return verdict
+    return add_reading(verdict, reader.header, read)

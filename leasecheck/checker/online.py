@@ -41,7 +41,7 @@ from leasecheck.checker.findings import Engine, Findings, NodeHistory
 from leasecheck.checker.in_memory import DEFAULT_BUDGET, check_node, verdict_of
 from leasecheck.checker.linearizability import is_fenced
 from leasecheck.checker.table import CHECKS
-from leasecheck.checker.verdict import Anomaly, Verdict
+from leasecheck.checker.verdict import Anomaly, Verdict, add_reading
 from leasecheck.checker.windows import WindowsOf
 from leasecheck.histories import Event, Header, HistoryReader, Op
 from leasecheck.histories.reader import never_completed_ops
@@ -246,12 +246,7 @@ class OnlineChecker:
     def verdict_of(self, reader: HistoryReader) -> Verdict:
         """:meth:`verdict`, once ``reader`` (the one this checker followed) is exhausted, with what the reader saw of the
         history: its header, warnings and event counts, as ``check_source`` gives them."""
-        verdict = self.verdict()
-        verdict.header = reader.header
-        verdict.warnings.extend(reader.warnings)
-        verdict.stats["events"] = reader.events
-        verdict.stats["nemesis_events"] = len(reader.nemesis)
-        return verdict
+        return add_reading(self.verdict(), reader.header, reader)
 
     def coverage_so_far(self) -> Coverage:
         """The situations the ops read so far reached: the judged nodes' counts, with the open nodes' as they stand.

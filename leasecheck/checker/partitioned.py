@@ -269,7 +269,7 @@ def _read_shared(workers: Workers[Any, Any], reader: HistoryReader, path: str, f
         for i, (a, b) in enumerate(itertools.pairwise(cuts))
     ]
     results: list[ChunkResult] = workers.map(read_chunk, tasks)
-    stitch = Stitch(reader.name)
+    stitch = Stitch(reader.name, promised=reader.header.end_marker)
     pieces: list[list[Piece]] = [[] for _ in range(split.partitions)]
     try:
         for r in results:

@@ -19,6 +19,7 @@ from typing import Any
 
 from leasecheck.histories.format import Event, Op, named_epoch
 from leasecheck.histories.reader import HistoryReader, never_completed, never_completed_ops
+from leasecheck.histories.rules import cut_reason
 
 
 class HistoryChunk(HistoryReader):
@@ -53,6 +54,7 @@ class HistoryChunk(HistoryReader):
         self.last_index = -1
         self.lines = 0
         self.truncated_at: int | None = None
+        self.end_line = None
         self.orphans: list[Any] = []
         self.open: dict[int, Any] = {}
         self.retired: set[int] = set()
@@ -93,7 +95,7 @@ class HistoryChunk(HistoryReader):
         """What :class:`Stitch` needs of this chunk (after ``ops()`` ran to its end)."""
         return ChunkSummary(
             self.first_index, self.first_time, self.last_index, self.last_time, self.events, self.lines,
-            self.truncated_at, self.orphans, self.open, self.retired, self.first_invokes, self.nemesis,
+            self.truncated_at, self.orphans, self.open, self.retired, self.first_invokes, self.nemesis, self.end_line,
         )
 
 
@@ -113,6 +115,8 @@ class ChunkSummary:
     retired: set[int]
     first_invokes: dict[int, int]
     nemesis: list[Event]
+    #: the line of the chunk's ``history-end`` event, counted from the chunk's start (None: not in it)
+    end_line: int | None = None
 
 
 class ChunksDisagree(Exception):
@@ -124,13 +128,18 @@ class Stitch:
 
     :meth:`add` checks the rules that span chunks (index and time carry on,
     a completion's invoke is open in an earlier chunk with the same ``f`` and
-    node, a process invokes only when idle and never after it retired) and
-    returns the ops that span chunks; :meth:`finish` returns the ops never
-    completed. ``warnings``, ``nemesis`` and ``events`` end as the reader's.
+    node, a process invokes only when idle and never after it retired, nothing
+    follows the ``history-end`` event) and returns the ops that span chunks;
+    :meth:`finish` returns the ops never completed. ``warnings``, ``nemesis``,
+    ``events`` and ``cut`` end as the reader's (``promised``: the header's
+    ``end_marker``).
     """
 
-    def __init__(self, name: str, header_lines: int = 1) -> None:
+    def __init__(self, name: str, header_lines: int = 1, *, promised: bool = False) -> None:
         self.name = name
+        self.promised = promised
+        self.cut_line: int | None = None
+        self.end_line: int | None = None
         self.warnings: list[str] = []
         self.nemesis: list[Event] = []
         self.events = 0
@@ -141,8 +150,12 @@ class Stitch:
 
     def add(self, chunk: ChunkSummary) -> list[Op]:
         """The ops completed in ``chunk`` whose invoke is in an earlier one; raises :class:`ChunksDisagree`."""
+        if self.end_line is not None and (chunk.first_index is not None or chunk.truncated_at is not None):
+            raise ChunksDisagree(f"a line after the history-end event of line {self.end_line}")
         if chunk.truncated_at is not None:
-            self.warnings.append(f"{self.name}:{self._lines + chunk.truncated_at}: truncated last line ignored (the run stopped mid-write)")
+            self.cut_line = self._lines + chunk.truncated_at
+        if chunk.end_line is not None:
+            self.end_line = self._lines + chunk.end_line
         self._lines += chunk.lines
         if chunk.first_index is None:
             return []
@@ -170,6 +183,11 @@ class Stitch:
         self.last_time = chunk.last_time
         self.nemesis.extend(chunk.nemesis)
         return spanning
+
+    @property
+    def cut(self) -> str | None:
+        """Once every chunk was added: what :attr:`HistoryReader.cut` says of the whole file."""
+        return cut_reason(self.name, self.promised, self.cut_line, self.end_line, self._lines)
 
     def finish(self) -> list[Op]:
         """The ops never completed, as info ops (the reader's order), with the reader's warning."""

@@ -18,6 +18,15 @@ FORMAT_VERSION = 1
 #: the ``process`` of every fault event
 NEMESIS = "nemesis"
 
+#: the ``f`` of the event that ends a finished history: a nemesis-shaped line (``"process": "nemesis"``,
+#: ``"type": "info"``), so that every reader of format v1 reads it as it reads any fault event, and the last line.
+#: Why an event and not a line of its own: a reader that knows nothing of it (an older leasecheck, a third
+#: party's tool) still reads the history; only a reader that knows it can tell a finished history from one
+#: whose writer died (FORMAT.md, "The end of a history").
+HISTORY_END = "history-end"
+#: the header key by which a writer promises to end the history with its ``history-end`` event
+END_MARKER = "end_marker"
+
 #: the header's ``effect_fence``: what the protected resource's fence follows.
 #: ``"lease"``: the resource is coupled to the lease store, so granting a claim
 #: lifts the fence to the new epoch (an effect is stale once a newer epoch was
@@ -57,6 +66,9 @@ class Header(msgspec.Struct, frozen=True):
     meta: dict[str, Any] = {}
     effect_fence: EffectFence = DEFAULT_EFFECT_FENCE
     lease_expiry: LeaseExpiry = DEFAULT_LEASE_EXPIRY
+    #: the writer promises a ``history-end`` event as the last line (``"end_marker": true``): without it, the
+    #: history was never finished. Every :class:`~leasecheck.histories.writer.HistoryWriter` promises it.
+    end_marker: bool = False
 
     def __post_init__(self) -> None:
         # a header is built by the runner from a target's declaration: a typo there
@@ -86,6 +98,7 @@ class Header(msgspec.Struct, frozen=True):
             "clock_uncertainty_ms": self.clock_uncertainty_ms,
             "effect_fence": self.effect_fence,
             **({"lease_expiry": self.lease_expiry} if self.lease_expiry != DEFAULT_LEASE_EXPIRY else {}),
+            **({END_MARKER: True} if self.end_marker else {}),
         }
 
 

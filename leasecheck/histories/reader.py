@@ -23,12 +23,13 @@ from typing import Any, BinaryIO, cast
 
 import msgspec
 
-from leasecheck.histories.format import NEMESIS, Event, Header, Op, named_epoch
+from leasecheck.histories.format import HISTORY_END, NEMESIS, Event, Header, Op, named_epoch
 from leasecheck.histories.rules import (
     HistoryError,
     check_completion_value,
     check_invoke_value,
     check_resource_value,
+    cut_reason,
     describe,
     parse_header,
 )
@@ -73,8 +74,11 @@ class HistoryReader:
     ``source`` is a path, or an iterable of lines (bytes or str) for histories
     built in memory. ``ops()`` yields each operation when its completion is read
     (so in completion order), then every operation still open at the end as
-    ``info``. Nemesis events are kept in ``nemesis``; a truncated last line (a
-    run that crashed mid-write) is dropped with a note in ``warnings``.
+    ``info``. Nemesis events are kept in ``nemesis``. A cut last line (a run
+    that crashed mid-write) is not read, and once the ops are read ``cut``
+    says so, naming the line; it says so too of a history whose header
+    promises a ``history-end`` event it never reached (its writer never
+    finished it). The checker makes such a history's verdict never valid.
     """
 
     def __init__(self, source: str | os.PathLike[str] | Iterable[bytes | str], name: str | None = None) -> None:
@@ -94,6 +98,12 @@ class HistoryReader:
         self.nemesis: list[Event] = []
         self.events = 0
         self.last_time = 0
+        #: the cut last line's number (None: the last line is whole)
+        self.cut_line: int | None = None
+        #: the line of the ``history-end`` event (None: not read)
+        self.end_line: int | None = None
+        #: the number of the last line read
+        self.lines = 1
         self._consumed = False
         try:
             first = next(self._lines, None)
@@ -127,7 +137,13 @@ class HistoryReader:
         return HistoryError(self.name, line, message)
 
     def _truncated(self, line: int) -> None:
-        self.warnings.append(f"{self.name}:{line}: truncated last line ignored (the run stopped mid-write)")
+        self.cut_line = line
+
+    @property
+    def cut(self) -> str | None:
+        """Once ``ops()`` ran to its end: the one line saying the history is cut (its last line, or its promised
+        ``history-end`` event never came), naming the file and the line; None when it ends whole."""
+        return cut_reason(self.name, self.header.end_marker, self.cut_line, self.end_line, self.lines)
 
     def ops(self, open_ops: dict[int, Any] | None = None) -> Iterator[Op]:
         """Every client operation, validated; raises :class:`HistoryError` at the first bad line.
@@ -208,6 +224,14 @@ class HistoryReader:
                             raise error(lineno, f'process must be an integer or "nemesis", not {p!r}')
                         if typ not in EVENT_TYPES:
                             raise error(lineno, f"unknown type {typ!r} (invoke, ok, fail or info)")
+                        if ev.f == HISTORY_END:  # the writer finished: nothing may follow
+                            self.end_line = end = lineno
+                            for raw in self._lines:
+                                lineno += 1
+                                if raw.strip():
+                                    raise error(lineno, f"a line after the history-end event of line {end} "
+                                                        "(that event ends a history: it is its last line)")
+                            break
                         self.nemesis.append(ev)
                         continue
                     if typ == "invoke":
@@ -310,6 +334,7 @@ class HistoryReader:
     def _ended(self, expected: int | None, last_time: float, lines: int) -> None:
         self.events = expected or 0
         self.last_time = int(last_time)
+        self.lines = lines
 
 
 def never_completed(name: str, n: int) -> str:

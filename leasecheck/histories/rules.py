@@ -18,6 +18,7 @@ from leasecheck.histories.format import (
     DEFAULT_EFFECT_FENCE,
     DEFAULT_LEASE_EXPIRY,
     EFFECT_FENCES,
+    END_MARKER,
     FORMAT_NAME,
     FORMAT_VERSION,
     LEASE_EXPIRIES,
@@ -93,6 +94,10 @@ def parse_header(raw: bytes, source: str) -> Header:
     if expiry.__class__ is not str or expiry not in LEASE_EXPIRIES:
         # the timing kinds depend on it: guessing would judge a lock by a deadline it never promised
         raise HistoryError(source, 1, f'header "lease_expiry" must be "deadline", "holder" or "queue", not {expiry!r}')
+    promised = obj.get(END_MARKER, False)
+    if promised.__class__ is not bool:
+        # a promise the reader cannot read would either excuse a cut history or condemn a whole one
+        raise HistoryError(source, 1, f'header "{END_MARKER}" must be true or false, not {promised!r}')
     meta = {k: v for k, v in obj.items() if k not in HEADER_KEYS}
     return Header(
         ttl_ms=obj["ttl_ms"],
@@ -100,11 +105,28 @@ def parse_header(raw: bytes, source: str) -> Header:
         meta=meta,
         effect_fence=cast(EffectFence, fence),
         lease_expiry=cast(LeaseExpiry, expiry),
+        end_marker=promised,
     )
 
 
 #: the header keys the reader interprets; every other key is free metadata
-HEADER_KEYS = frozenset({"format", "version", "ttl_ms", "clock_uncertainty_ms", "effect_fence", "lease_expiry"})
+HEADER_KEYS = frozenset({"format", "version", "ttl_ms", "clock_uncertainty_ms", "effect_fence", "lease_expiry", END_MARKER})
+
+
+def cut_reason(source: str, promised: bool, cut_line: int | None, end_line: int | None, last_line: int) -> str | None:
+    """The one line that says a history was cut, naming the file and the line, or None when it ends whole.
+
+    ``cut_line``: the last line, cut mid-write (no ``\\n``, not complete JSON); ``end_line``: the line of its
+    ``history-end`` event, if any; ``promised``: the header's ``end_marker``; ``last_line``: the file's last
+    line. A cut line wins (it is where the writer stopped); else a promised end that never came is named at the
+    last line there is. Shared by the one-pass reader and the stitching of chunks, so both say the same words.
+    """
+    if cut_line is not None:
+        return f"{source}:{cut_line}: the last line is cut (the writer stopped mid-write): a cut history is never valid"
+    if promised and end_line is None:
+        return (f"{source}:{last_line}: the history ends without its history-end event (line 1 promises one, "
+                f'"{END_MARKER}": true): its writer never finished it, and a cut history is never valid')
+    return None
 
 
 def check_invoke_value(ev: Event) -> str | None:

@@ -2,8 +2,14 @@
 
 The file is opened unbuffered in append mode, so each event reaches the kernel
 as soon as it is recorded: if the harness dies, the history keeps every event
-but at most the one being written, and the reader accepts that truncated tail
-with a warning. Times come from one monotonic clock that no nemesis skews.
+but at most the one being written. Times come from one monotonic clock that no
+nemesis skews.
+
+The header promises a ``history-end`` event (``"end_marker": true``) and
+:meth:`HistoryWriter.close` writes it, last: the one way a reader can tell a
+history its writer finished from one whose writer died between two whole lines.
+A harness that is failing calls :meth:`HistoryWriter.abandon` instead, so that
+its history says it was never finished (a cut history is never valid).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from leasecheck.histories.format import NEMESIS, Header
+from leasecheck.histories.format import HISTORY_END, NEMESIS, Header
 
 _encode = msgspec.json.Encoder().encode
 
@@ -29,6 +35,10 @@ class HistoryWriter:
     Thread-safe: a recorder thread and a nemesis thread may share one writer.
     ``clock`` returns nanoseconds; times are written relative to the writer's
     creation (or to ``start_ns``), and never go backwards in file order.
+    The header it writes promises the ``history-end`` event that :meth:`close`
+    writes (``header.end_marker`` is set whatever the caller gave); as a
+    context manager it closes so when its block ends normally, and
+    abandons the history (:meth:`abandon`) when the block raises.
     """
 
     def __init__(
@@ -41,8 +51,8 @@ class HistoryWriter:
         fsync: bool = False,
     ) -> None:
         self.path = Path(path)
-        #: the header it wrote first (what the run told the checker: ttl, effect fence, its metadata)
-        self.header = header
+        #: the header it wrote first (what the run told the checker: ttl, effect fence, its metadata, the end's promise)
+        self.header = header = msgspec.structs.replace(header, end_marker=True)
         self._clock = clock
         self._start = clock() if start_ns is None else start_ns
         self._fsync = fsync
@@ -114,19 +124,22 @@ class HistoryWriter:
 
     def _event(self, process: int | str, type_: str, f: str, node: str | None, value: Any, at: int | None) -> int:
         with self._lock:
-            if self._fd < 0:
-                raise ValueError("history writer is closed")
-            t = self.now() if at is None else at
-            t = max(t, self._last_time)
-            index = self._index
-            ev: dict[str, Any] = {"index": index, "time": t, "process": process, "type": type_, "f": f}
-            if node is not None:
-                ev["node"] = node
-            ev["value"] = value
-            self._write(ev)
-            self._index = index + 1
-            self._last_time = t
-            return index
+            return self._event_locked(process, type_, f, node, value, at)
+
+    def _event_locked(self, process: int | str, type_: str, f: str, node: str | None, value: Any, at: int | None) -> int:
+        if self._fd < 0:
+            raise ValueError("history writer is closed")
+        t = self.now() if at is None else at
+        t = max(t, self._last_time)
+        index = self._index
+        ev: dict[str, Any] = {"index": index, "time": t, "process": process, "type": type_, "f": f}
+        if node is not None:
+            ev["node"] = node
+        ev["value"] = value
+        self._write(ev)
+        self._index = index + 1
+        self._last_time = t
+        return index
 
     def invoke(self, process: int, f: str, node: str, value: dict[str, Any], *, at: int | None = None) -> int:
         """Record that ``process`` starts ``f`` on ``node``; returns the op's index."""
@@ -150,13 +163,33 @@ class HistoryWriter:
         return self._event(NEMESIS, "info", f, None, value, at)
 
     def close(self) -> None:
+        """Finish the history: write its ``history-end`` event (ops still open stay open: they count as ``info``),
+        then close the file. Every normal end of a writer, an interrupted run's included, is this."""
         with self._lock:
             if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+                self._event_locked(NEMESIS, "info", HISTORY_END, None, {}, None)
+                self._close_locked()
+
+    def abandon(self) -> None:
+        """Close the file without finishing the history: the harness failed, and the history must say it was never
+        finished (its readers make it ``unknown``, never valid). A no-op once closed."""
+        with self._lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
 
     def __enter__(self) -> HistoryWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abandon()

@@ -331,6 +331,8 @@ class QueueRun:
         if self.interrupted is not None and valid is not False:  # what it lacked is not the news: it was cut short
             reason = f"interrupted by {self.interrupted.name}" + (f"; by then {reason}" if reason else "")
             valid = "unknown"
+        if checked.cut is not None and valid is not False:  # a cut history is never valid, whatever else it shows
+            valid, reason = "unknown", checked.cut
         verdict = replace(checked, valid=valid)
         stats = {"jobs": len(self.enqueued), "finished": len(self.watcher.finished) if self.watcher else 0,
                  "reads": len(self.watcher.reads) if self.watcher else 0,

@@ -49,7 +49,9 @@ def print_verdict(
     """A summary table (ops, nodes, verdict, anomalies by kind), then the anomalies, kind by kind.
 
     Without ``explain``, at most :data:`SHOWN_PER_KIND` of each kind, then one
-    line saying how many more there are and where to find them.
+    line saying how many more there are and where to find them. ``reason``: the
+    run's; else the verdict's own (why it is ``unknown``). A cut history says
+    so on a line of its own whatever the verdict (an invalid one too).
     """
     word, style = _STYLE[verdict.valid]
     console.print(Text(path, style="bold"))
@@ -57,8 +59,12 @@ def print_verdict(
     table.add_column(style="bold")
     table.add_column()
     table.add_row("verdict", Text(word, style=style))
+    if reason is None:
+        reason = verdict.reason
     if reason:
         table.add_row("reason", reason)
+    if verdict.cut is not None and verdict.cut != reason:
+        table.add_row("cut", verdict.cut)
     s = verdict.stats
     table.add_row("ops", f"{s['ops']:,}")
     table.add_row("nodes", f"{s['nodes']:,}")

@@ -63,6 +63,8 @@ def judge(history: Path, opts: RunOptions, kinds: Sequence[FaultKind], tail: His
                                     found=[a.kind for a in checked.anomalies], goal=opts.coverage_goal(kinds))
         if interrupts.name is not None and valid is not False:  # what it lacked is not the news: it was cut short
             reason = interrupted_reason(interrupts, started, reason)
+        if checked.cut is not None and valid is not False:  # a cut history is never valid, whatever else it shows
+            valid, reason = "unknown", checked.cut
         verdict = replace(checked, valid=valid)
     else:  # the recorder-overhead baseline: workers ran without recording, nothing to judge
         reason = "recording was off: no history to check"

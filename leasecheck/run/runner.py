@@ -134,6 +134,7 @@ class Run:
                         self._stop_workers()
                         save_faults(self.run_dir, [])
                     self._read_every_node()
+                    self.writer.close()  # finished (an interrupted run's too): its history-end event, the last line
                     producer.close()
                 finally:
                     self._clean_up()
@@ -365,9 +366,12 @@ class Run:
             read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set)
 
     def _clean_up(self) -> None:
-        """Close the history, reset every clock, stop Toxiproxy and the store (on every exit path)."""
+        """Close the history, reset every clock, stop Toxiproxy and the store (on every exit path).
+
+        A history not finished by now (the harness failed) is abandoned: it never gets its history-end
+        event, so every reader says it was cut, never valid."""
         if getattr(self, "writer", None) is not None:
-            self.writer.close()
+            self.writer.abandon()
         merge = getattr(self, "merge", None)
         if merge is not None and merge.journal is not None:  # drained, the history holds every event: the logs are redundant
             (merge.journal.remove if merge.drained else merge.journal.close)()  # else left for `leasecheck check RUN_DIR`

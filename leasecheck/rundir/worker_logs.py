@@ -17,6 +17,11 @@ history already has (the history holds a prefix of each worker's stream, plus
 at most the ``info`` the harness wrote for a worker that died, which ends the
 process), and the nemesis events past those written, in time order. A normal
 run removes the folder once everything is merged.
+
+Recovery never finishes the history: it writes no ``history-end`` event (only
+the harness's writer does, at its normal end), so a recovered history still
+says its writer never finished it, and is never valid. A history that has its
+``history-end`` event was finished, and is left as it is.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from leasecheck.histories.format import NEMESIS
+from leasecheck.histories.format import HISTORY_END, NEMESIS
 
 #: the run folder's subfolder of worker logs
 WORKERS_DIR = "workers"
@@ -168,6 +173,8 @@ def recover(run_dir: str | os.PathLike[str]) -> int | None:
             ev = decode(raw)
         except msgspec.MsgspecError:
             return None  # not a history we wrote: leave it to the checker to report
+        if ev.f == HISTORY_END and ev.process == NEMESIS:
+            return None  # finished by its writer: nothing to add, and nothing may follow its end
         seen[ev.process] += 1
         index, last = ev.index + 1, max(last, ev.time)
     added: list[tuple[int, int, LogLine]] = []
