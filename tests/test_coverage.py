@@ -518,7 +518,7 @@ def test_a_deadline_counts_the_situations_of_the_checker_following_the_run_and_o
     the checker that follows the run; when that checker failed (None), it counts them from the file."""
     path = takeover().write(tmp_path / "history.jsonl")  # one claim after expiry, in the file
     answer: list[Coverage | None] = [Coverage({"claim-after-expiry": 7})]
-    end = Deadline(path, lookup(["pause"]), (), time_limit=0, evidence_wait_s=10, now=0, coverage=lambda: answer[0])
+    end = Deadline(path, lookup(["pause"]), (), time_limit=0, longest_s=10, now=0, coverage=lambda: answer[0])
     assert end.reached()["claim-after-expiry"] == 7
     answer[0] = None
     assert end.reached()["claim-after-expiry"] == 1
@@ -527,7 +527,7 @@ def test_a_deadline_counts_the_situations_of_the_checker_following_the_run_and_o
 def test_a_deadline_reads_the_evidence_as_the_history_grows(tmp_path: Path) -> None:
     """So that the end of an hour's run reads its last second, not the hour."""
     path = takeover().write(tmp_path / "history.jsonl")
-    end = Deadline(path, lookup(["pause"]), (), time_limit=100, evidence_wait_s=10, now=0)
+    end = Deadline(path, lookup(["pause"]), (), time_limit=100, longest_s=110, now=0)
     assert not end.passed(0.5)
     assert end.tail.evidence.ok["claim"] == 2 and end.tail.evidence.takeovers == 1
 
