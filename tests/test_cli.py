@@ -201,3 +201,48 @@ def test_a_run_folder_name_stays_a_valid_file_name_for_any_target() -> None:
     assert len(name) <= MAX_FOLDER and "/" not in name
     assert name != folder_name(long + " x") and name == folder_name(long)  # cut, but still one folder per command
     assert folder_name("..") == "_"
+
+
+# ---------------------------------------------------------------- a cut history is never valid
+
+CUT = "the last line is cut (the writer stopped mid-write): a cut history is never valid"
+NEVER_FINISHED = ('the history ends without its history-end event (line 1 promises one, "end_marker": true): '
+                  "its writer never finished it, and a cut history is never valid")
+
+
+def test_a_real_runs_history_cut_in_the_middle_is_unknown_naming_the_line(tmp_path: Path) -> None:
+    """Seen on main: the first half of a run's history.jsonl checked ``valid``, exit 0 (the cut line was dropped
+    with a warning). A cut history is never valid: exit 2 naming the line, whole or from its run folder."""
+    store = tmp_path / "store"
+    r = leasecheck("run", "--time-limit", "2", "--seed", "5", "--store", str(store), "--json")
+    assert r.returncode in (0, 2), r.stderr
+    run_dir = Path(json.loads(r.stdout)["run_dir"])
+    data = (run_dir / "history.jsonl").read_bytes()
+    lines = data.splitlines()
+    assert json.loads(lines[0])["end_marker"] is True
+    assert json.loads(lines[-1]) | {"time": 0} == {"index": len(lines) - 2, "time": 0, "process": "nemesis", "type": "info",
+                                                   "f": "history-end", "value": {}}
+    whole = leasecheck("check", str(run_dir), "--json")
+    assert whole.returncode == 0, whole.stderr
+    assert json.loads(whole.stdout)["valid"] is True and "cut" not in json.loads(whole.stdout)
+
+    half = data[: len(data) // 2].rstrip(b"\n")  # a cut inside a line: what a killed writer or a copy cut short leaves
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(half)
+    line = half.count(b"\n") + 1
+    r = leasecheck("check", str(cut), "--json")
+    assert r.returncode == 2, r.stderr
+    out = json.loads(r.stdout)
+    assert out["valid"] == "unknown" and out["reason"] == out["cut"] == f"{cut}:{line}: {CUT}"
+    text = leasecheck("check", str(cut))
+    assert text.returncode == 2 and f"{cut}:{line}: {CUT}" in " ".join(text.stdout.split())
+
+    between = data[: data.rfind(b"\n", 0, len(data) // 2) + 1]  # cut between two whole lines: the promised end is missing
+    cut.write_bytes(between)
+    r = leasecheck("check", str(cut), "--json")
+    last = between.count(b"\n")
+    assert r.returncode == 2 and json.loads(r.stdout)["cut"] == f"{cut}:{last}: {NEVER_FINISHED}"
+
+    (run_dir / "history.jsonl").write_bytes(half)  # the run folder itself, as `leasecheck check store/latest` reads it
+    r = leasecheck("check", str(store / "latest"), "--json")
+    assert r.returncode == 2 and json.loads(r.stdout)["cut"].endswith(f"history.jsonl:{line}: {CUT}"), r.stdout

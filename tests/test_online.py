@@ -140,9 +140,7 @@ def assert_closing_is_offline(source: Any, every: int) -> tuple[Verdict, Verdict
     say(f"nodes closed mid-way: {'yes' if checker.closed else 'no'}", stat=True)
     so_far = checker.coverage_so_far()  # what a run's deadline asks: the closed nodes' counts and the open ones'
     proofs += checker.close_all()
-    verdict = checker.verdict()  # and what follow() adds
-    verdict.header, verdict.stats["events"], verdict.stats["nemesis_events"] = reader.header, reader.events, len(reader.nemesis)
-    verdict.warnings.extend(reader.warnings)
+    verdict = checker.verdict_of(reader)  # with what the reading found: its counts, warnings, and whether it was cut
     off = offline(source)
     assert verdict.to_json() == off.to_json()
     assert verdict.cited == off.cited

@@ -25,7 +25,7 @@ import msgspec
 
 from leasecheck.checker.windows import Window
 from leasecheck.histories import Header, HistoryError, HistoryReader
-from leasecheck.histories.format import NEMESIS, Event
+from leasecheck.histories.format import HISTORY_END, NEMESIS, Event
 from leasecheck.histories.vocabulary import FailReason, OpName
 from leasecheck.nemesis.catalogue import CATALOGUE
 from leasecheck.nemesis.members import member_label
@@ -158,6 +158,12 @@ def read_columns(path: str | os.PathLike[str]) -> Columns:
             last = ev.time
             p = ev.process
             if p == NEMESIS:
+                if ev.f == HISTORY_END:  # the writer finished: not a fault, and nothing may follow it
+                    for after, rest in enumerate(handle, start=line_no + 1):
+                        if rest.strip():
+                            raise HistoryError(name, after, f"a line after the history-end event of line {line_no} "
+                                                            "(that event ends a history: it is its last line)")
+                    break
                 fault = _decode_nemesis(raw).value
                 nemesis.append(Event(ev.index, ev.time, NEMESIS, ev.type, ev.f, None, fault))
                 continue
