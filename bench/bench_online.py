@@ -105,7 +105,7 @@ def run_one(v: Variant, seed: int, fail_fast: bool, store: Path) -> Outcome:
     reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)  # type: ignore[union-attr]
     reader.start()
     for line in proc.stderr:
-        if out.first_line_s is None and line.startswith("anomaly at "):
+        if out.first_line_s is None and line.startswith("anomaly "):
             out.first_line_s = time.monotonic() - start
     out.code = proc.wait()
     out.wall_s = time.monotonic() - start

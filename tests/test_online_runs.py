@@ -11,10 +11,12 @@ import json
 import math
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from leasecheck.histories import Header, HistoryWriter, read_history
+from leasecheck.report.live import NODES_PER_KIND
 from leasecheck.run.following import ANOMALIES_FILE, Following
 from leasecheck.run.merge import Merge
 from leasecheck.run.options import RunOptions
@@ -50,7 +52,8 @@ def test_fail_fast_stops_a_broken_variant_at_its_first_anomaly_with_the_proof_on
     cited = [op for op in ops if op.index in first["ops"]]
     assert len(cited) == len(first["ops"]) and all(op.complete_time is not None for op in cited)
     assert abs(max(op.complete_time for op in cited if op.complete_time is not None) - first["proof_s"] * 1e9) < 1000  # µs
-    assert f"anomaly at {first['proof_s']:.3f} s" in r.stderr and first["node"] in r.stderr
+    ops = ", ".join(map(str, first["ops"][:3])) + (", …" if len(first["ops"]) > 3 else "")
+    assert f"anomaly {first['kind']} {first['node']} (ops {ops}) at {first['proof_s']:.3f} s\n" in r.stderr
     assert (run_dir / "report.html").is_file()  # the report is finished all the same
 
 
@@ -68,6 +71,25 @@ def test_a_full_run_says_each_anomaly_when_proven_and_goes_on(tmp_path: Path) ->
     assert all(any(a["node"] == s["node"] for a in results["anomalies"]) for s in said if s.get("provisional"))
     assert sorted(told) == sorted(listed) and len(set(told)) == len(told)
     assert any(s["early"] for s in said)  # found while the run went, not only at the end
+    # on stderr, in short: the first proof of each (kind, node) on one line under 120 characters, at most ten nodes
+    # of a kind listed (then one line that says the rest are counted), and a summary that counts every proof
+    lines = [line for line in r.stderr.splitlines() if line.startswith("anomaly ")]
+    first: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in said:
+        first.setdefault((s["kind"], s["node"]), s)
+    kinds = list(dict.fromkeys(k for k, _ in first))
+    listed = [key for kind in kinds for key in [k for k in first if k[0] == kind][:NODES_PER_KIND]]
+    assert len(said) > len(first) > NODES_PER_KIND  # the case the lines exist for: many proofs, many nodes of a kind
+    assert len(lines) == len(listed) + sum(1 for kind in kinds if sum(k[0] == kind for k in first) > NODES_PER_KIND), lines
+    for kind, node in listed:
+        s = first[kind, node]
+        ops = ", ".join(map(str, s["ops"][:3])) + (", …" if len(s["ops"]) > 3 else "")
+        assert f"anomaly {kind} {node} (ops {ops}) at {s['proof_s']:.3f} s" + (", provisional" if s.get("provisional") else "") in lines
+    assert all(len(line) < 120 for line in lines)
+    by_kind = Counter(s["kind"] for s in said)
+    assert (f"anomalies while running: {len(said)} proofs of {len(first)} (kind, node) pairs "
+            f"({', '.join(f'{k} {n}' for k, n in by_kind.most_common())}) in {len(lines)} lines; "
+            f"all in anomalies.jsonl of the run folder") in r.stderr.splitlines()
 
 
 def test_nodes_nobody_can_touch_are_closed_while_the_run_goes(tmp_path: Path) -> None:

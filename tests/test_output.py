@@ -17,6 +17,7 @@ from pathlib import Path
 
 from leasecheck.histories.format import Header
 from leasecheck.histories.writer import HistoryWriter
+from leasecheck.report.live import LINE_MAX, NODES_PER_KIND, LiveAnomalies
 from leasecheck.report.terminal import SHOWN_PER_KIND
 
 #: the refusals one node gets (the checker lists at most 100 per node and kind)
@@ -143,3 +144,30 @@ def test_a_run_ends_with_its_coverage_and_records_it_in_results_json(tmp_path: P
     assert summary == [f"coverage: {reached}/18 situations reached" + (f"; never: {', '.join(coverage['missing'])}" if coverage["missing"] else "")]
     for situation in WORKLOAD_SITUATIONS:  # --coverage: one line per situation with its count
         assert any(line.split()[:2] == [situation, f"{coverage['counts'][situation]:,}"] for line in lines), situation
+
+
+def test_live_anomaly_lines_say_each_kind_and_node_once_then_count() -> None:
+    """A zombie's every later effect is another proof: one line for the first, the count at 10, 100, …; past ten
+    nodes of a kind, one line saying the rest are counted; the summary counts every proof."""
+    live = LiveAnomalies()
+    node = "7341e3efe651/run-12/node-15"
+    said = [live.line("stale-effect", node, [57, 91], 4.6931)]
+    said += [live.line("stale-effect", node, [100 + i, 200 + i, 300, 400], 5.0 + i) for i in range(2, 101)]
+    assert [s for s in said if s is not None] == [
+        f"anomaly stale-effect {node} (ops 57, 91) at 4.693 s",
+        f"anomaly stale-effect {node}: 10 proofs so far (latest ops 110, 210, 300, …) at 15.000 s",
+        f"anomaly stale-effect {node}: 100 proofs so far (latest ops 200, 300, 300, …) at 105.000 s",
+    ]
+    assert all(len(s) < LINE_MAX for s in said if s is not None)
+    more = [live.line("lost-commit", f"run-1/node-{i}", [i], 1.0, provisional=False) for i in range(NODES_PER_KIND + 5)]
+    assert more[:NODES_PER_KIND] == [f"anomaly lost-commit run-1/node-{i} (ops {i}) at 1.000 s" for i in range(NODES_PER_KIND)]
+    assert more[NODES_PER_KIND:] == [f"anomaly lost-commit on more than {NODES_PER_KIND} nodes: the next are counted in the summary",
+                                     None, None, None, None]
+    assert live.line("lost-commit", f"run-1/node-{NODES_PER_KIND + 1}", [1], 1.0) is None  # a counted node's count is never said
+    assert live.line("non-linearizable", "run-1/node-3", [1, 2], 2.5, provisional=True) == \
+        "anomaly non-linearizable run-1/node-3 (ops 1, 2) at 2.500 s, provisional"
+    assert live.summary() == ("anomalies while running: 117 proofs of 17 (kind, node) pairs (stale-effect 100, lost-commit 16, "
+                              "non-linearizable 1) in 15 lines; all in anomalies.jsonl")
+    alone = LiveAnomalies()
+    alone.line("stale-commit", "n", [1, 2], 0.5)
+    assert alone.summary() is None  # every proof had a line of its own: nothing to add

@@ -4,10 +4,12 @@ The writer hands this thread every byte it writes (``HistoryWriter.follow``), in
 file order; the thread reads them with the history's own reader (the same
 validation, the same pairing of invokes and completions) and feeds the ops to the
 online checker (:mod:`leasecheck.checker.online`). Whenever it has caught up with
-the writer, it probes the nodes that changed; each anomaly proven is printed on
-stderr at once and appended to ``anomalies.jsonl`` in the run folder (one JSON
-object per line: the anomaly, when its proof was complete and when it was said),
-and the first sets :attr:`Following.proven`, which ``--fail-fast`` stops the run on.
+the writer, it probes the nodes that changed; each anomaly proven is appended at
+once to ``anomalies.jsonl`` in the run folder (one JSON object per line: the
+anomaly, when its proof was complete and when it was said) and said in short on
+stderr (:mod:`leasecheck.report.live`: one line per kind and node, the rest
+counted, and :meth:`Following.summary` counts them at the end), and the first
+sets :attr:`Following.proven`, which ``--fail-fast`` stops the run on.
 
 A node the harness closes mid-run (:meth:`Following.close_after`: nobody can touch
 it again and the harness read it) is judged once that read is in, and its ops are
@@ -35,6 +37,7 @@ from leasecheck.checker.coverage import Coverage
 from leasecheck.checker.online import OnlineChecker, Proven
 from leasecheck.checker.windows import WindowsOf
 from leasecheck.histories import HistoryReader, HistoryWriter
+from leasecheck.report.live import LiveAnomalies
 from leasecheck.verdict.attribution import fault_victims
 from leasecheck.verdict.run_verdict import fault_windows
 
@@ -64,6 +67,8 @@ class Following(threading.Thread):
         self.proven = threading.Event()
         #: every anomaly said so far, in the order it was said
         self.said: list[Proven] = []
+        #: what of them was said on stderr, and what only counted (:meth:`summary`)
+        self.lines = LiveAnomalies()
         self.error: BaseException | None = None
         self.verdict: Verdict | None = None
         #: seconds of this thread's CPU time spent checking (its share of a core while the run goes)
@@ -90,18 +95,27 @@ class Following(threading.Thread):
         self._awaited[node, process] = True
 
     def finish(self, timeout: float = 600.0) -> Verdict | None:
-        """The writer is closed: judge every node left; the verdict (None if the thread failed: check the file)."""
+        """The writer is closed: judge every node left; the verdict (None if the thread failed: check the file).
+
+        Says first the one line that counts the proofs the live lines only counted (:meth:`summary`)."""
         self._chunks.put(None)
         self.join(timeout)
         self._out.close()
         if self.is_alive():
             log.warning("the online checker did not finish in %g s: the history is checked from the file", timeout)
             return None
+        self.summary()
         if self.error is not None:
             log.warning("the online checker failed (%s: %s): the history is checked from the file",
                         type(self.error).__name__, self.error, exc_info=self.error)
             return None
         return self.verdict
+
+    def summary(self) -> None:
+        """Say, on one line, the proofs the live lines only counted (nothing when each had a line of its own)."""
+        line = self.lines.summary(f"{ANOMALIES_FILE} of the run folder")
+        if self.say is not None and line is not None:
+            print(line, file=self.say, flush=True)
 
     @property
     def open_nodes(self) -> int:
@@ -182,7 +196,8 @@ class Following(threading.Thread):
         self._tell(proofs)
 
     def _tell(self, proofs: list[Proven]) -> None:
-        """Say each anomaly: one line on stderr, one JSON line in anomalies.jsonl; the first sets :attr:`proven`."""
+        """Record each anomaly whole in anomalies.jsonl, say it in short on stderr (:class:`LiveAnomalies`: one line
+        per kind and node, a count for the rest); the first sets :attr:`proven`."""
         if not proofs:
             return
         now_s = self.writer.now() / 1e9
@@ -192,11 +207,9 @@ class Following(threading.Thread):
             record: dict[str, Any] = {**a.to_json(), "proof_s": round(p.proof_ns / 1e9, 6), "said_s": round(now_s, 6),
                                       "early": p.early, **({"provisional": True} if p.provisional else {})}
             self._out.write(json.dumps(record) + "\n")
-            if self.say is not None:
-                ops = ", ".join(map(str, a.ops))
-                note = " (of its ops so far; the verdict may name it by a more precise kind)" if p.provisional else ""
-                print(f"anomaly at {p.proof_ns / 1e9:.3f} s (said at {now_s:.3f} s): {a.kind} on {a.node}, ops {ops}{note}: "
-                      f"{a.explanation}", file=self.say, flush=True)
+            line = self.lines.line(a.kind, a.node, a.ops, p.proof_ns / 1e9, p.provisional)
+            if self.say is not None and line is not None:
+                print(line, file=self.say, flush=True)
         self._out.flush()
         self.proven.set()
 
