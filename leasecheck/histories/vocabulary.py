@@ -198,4 +198,4 @@ def inside_situation(fault: str, f: str) -> Situation:
     """``paused-inside-claim`` for (``pause``, ``claim``): the situation of a ``fault`` landing inside an ``f``."""
     name = f"{INSIDE_FAULTS[fault]}-inside-{f}"
     assert name in SITUATIONS, name
-    return name  # type: ignore[return-value]
+    return name

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from leasecheck.nemesis.inside import Aiming
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.proxies import Network
 from leasecheck.nemesis.worker_clocks import ClockControl
@@ -106,6 +107,8 @@ class FaultContext:
     halted: Callable[[int], None] = lambda process: None
     #: told that worker ``process`` is about to be continued
     resuming: Callable[[int], None] = lambda process: None
+    #: what lands a pause or kill inside an op (:mod:`leasecheck.nemesis.inside`); None: the run records no ops
+    aiming: Aiming | None = None
 
     def ttl_s(self, ttls: float = 1.0) -> float:
         """``ttls`` lease durations in seconds (what sleeps and deadlines take)."""

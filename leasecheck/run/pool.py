@@ -101,6 +101,8 @@ class WorkerPool:
         self._method = self.start_method
         #: the modules the zygote imports once (None until this pool has asked for the zygote)
         self._preload: list[str] | None = None
+        #: the slot a pause or kill arms to land inside an op (:mod:`leasecheck.nemesis.inside`); the runner sets it
+        self.aim_path: str | None = None
 
     def spawn(self) -> Slot:
         """Start the next worker (a new slot, with its own clock and proxy) and register it with the recorder."""
@@ -116,7 +118,7 @@ class WorkerPool:
         recording = None
         if self.record:
             assert self.log_dir is not None, "a recording worker needs a folder for its log"
-            recording = Recording(str(self.log_dir), self.start_ns, process)
+            recording = Recording(str(self.log_dir), self.start_ns, process, self.aim_path)
         try:
             p = self._start(f"leasecheck-worker-{slot}", (child, spec, self.workload, self.seed, slot, recording))
         except BaseException:

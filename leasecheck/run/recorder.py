@@ -68,6 +68,8 @@ class Recorder:
         #: wait for its takeover does not run down while it is: nobody can take a node over from a store that is
         #: out, and how long one takes to come back is the machine's (a loaded one restarts Postgres in 3 s, not 1)
         self.store_out: Callable[[], bool] = lambda: False
+        #: told (process, serial, f, boundary, invoke time) when an aimed op is held (:class:`leasecheck.run.aiming.Aimer`)
+        self.on_between: Callable[[int, int, str, int, int], None] = lambda *note: None
         self._ticked = time.monotonic()
         self._next_process = 0
         self._lock = threading.Lock()
@@ -316,6 +318,9 @@ class Recorder:
             alive = self.takeovers.complete(s.process, typ, value, t)
             if alive is not None:
                 self.deliveries.touch(alive[1])
+        elif kind == "between":  # an op held for the nemesis' aim reached a request boundary (run/holds.py)
+            _, serial, f, boundary, invoked = msg
+            self.on_between(s.process, serial, f, boundary, invoked)
         elif kind == "idle":  # asleep until this time at least: nothing it sends next is stamped before it
             s.stream.bound = max(s.stream.bound, msg[1])
         elif kind == "hello":

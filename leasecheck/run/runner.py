@@ -32,12 +32,14 @@ from typing import Any
 
 from leasecheck.checker.coverage import Coverage
 from leasecheck.histories import Header, HistoryWriter
+from leasecheck.histories.vocabulary import INSIDE_FAULTS
 from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.host_clock import ClockWatch
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
+from leasecheck.run.aiming import AIM_SLOT, Aimer
 from leasecheck.run.closing import Closer
 from leasecheck.run.deadline import Deadline
 from leasecheck.run.deliveries import Deliveries, new_run_id
@@ -225,6 +227,10 @@ class Run:
                                          quiet_s=self.timing.expiry_wait_s)
         self.pool = WorkerPool(self.spec, opts.workload, self.seed, opts.record, self.recorder, self.clocks, self.network,
                                log_dir=self.run_dir / WORKERS_DIR, start_ns=self.start_ns)
+        self.aimer: Aimer | None = None  # a worker pause or kill lands inside an op: the slot it arms, the notes that answer it
+        if opts.record and any(kind.name in INSIDE_FAULTS for kind in self.kinds):
+            self.aimer = Aimer(self.run_dir / CLOCKS_DIR / AIM_SLOT, reads_resource(producer))
+            self.recorder.on_between, self.pool.aim_path = self.aimer.note, str(self.aimer.path)
 
     def _set_up_nemesis(self) -> None:
         """The nemesis on its seeded schedule, and what its faults act on (not started yet)."""
@@ -235,7 +241,7 @@ class Run:
             writing=self.recorder.takeovers.writing, clocks=self.clocks,
             network=self.network.network if self.network is not None else None,
             server=self.env.server, cluster=self.env.cluster, store_skew_ms=self.timing.store_skew_ms,
-            halted=self.recorder.halted, resuming=self.recorder.resuming,
+            halted=self.recorder.halted, resuming=self.recorder.resuming, aiming=self.aimer,
         )
         self.nemesis = Nemesis(
             self.kinds, opts.nemesis_interval, context, self.merge.nemesis, random.Random(f"{self.seed}/nemesis"),
@@ -377,6 +383,8 @@ class Run:
             (merge.journal.remove if merge.drained else merge.journal.close)()  # else left for `leasecheck check RUN_DIR`
         self.clocks.reset_all()
         self.clocks.cleanup()
+        if getattr(self, "aimer", None) is not None:
+            self.aimer.close()  # type: ignore[union-attr]
         if self.network is not None:
             self.network.stop()
         if self.env is not None:

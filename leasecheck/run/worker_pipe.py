@@ -9,15 +9,24 @@ hub without waiting; the hub merges the workers' streams in time order
 one, whatever the timing. One case keeps the round trip: a claim racing a
 duplicate delivery waits until its rival's claim is in (see
 :meth:`leasecheck.run.recorder.Recorder._claim_invoked`).
+
+When the nemesis aims a fault inside an op (:mod:`leasecheck.nemesis.inside`),
+the hub reads the armed kind at each invoke; the op it matches runs under a
+:class:`~leasecheck.run.holds.Hold`, which sends a ``between`` note after each
+of its requests and holds it at the armed one (between the invoke's stamp and
+the completion's: the interval still contains the real one).
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from leasecheck.nemesis.inside import AimSlot
+from leasecheck.run.holds import Hold
 from leasecheck.rundir.worker_logs import WorkerLog
 
 #: a worker about to sleep at least this long says so first (``idle``), so that the merge need not wait for it
@@ -31,6 +40,8 @@ class Recording:
     log_dir: str
     start_ns: int
     process: int
+    #: the shared slot the nemesis arms to land a fault inside an op (None: no pause or kill to aim)
+    aim: str | None = None
 
 
 class Hub:
@@ -45,6 +56,10 @@ class Hub:
         self.log = WorkerLog(recording.log_dir, slot) if recording is not None else None
         #: the last completion, stamped but not yet logged nor sent: (its log line, its message)
         self._held: tuple[bytes, tuple[Any, ...]] | None = None
+        self.aim = AimSlot(recording.aim) if recording is not None and recording.aim else None
+        #: the last invoke's stamp, and the last arm this worker held an op for (one op per arm)
+        self._invoked = 0
+        self._aimed = 0
 
     def _release(self, line: bytes = b"", msg: tuple[Any, ...] | None = None) -> None:
         """Log ``line`` and send ``msg``, each after the held completion's: one write, one message."""
@@ -80,10 +95,21 @@ class Hub:
         hub one message: half the system calls of recording an op.
         """
         t = self.stamp()
+        self._invoked = t
         assert self.log is not None
         self._release(self.log.line(t, self.process, "invoke", f, node, value), ("invoke", f, node, value, t, wait))
         if wait:
             self.conn.recv()
+
+    def hold(self, f: str) -> AbstractContextManager[object]:
+        """What the op of kind ``f`` just invoked runs under: a :class:`Hold` if the nemesis armed its kind (once per
+        arm), else nothing."""
+        arm = self.aim.armed() if self.aim is not None else None
+        if arm is None or arm.f != f or arm.serial == self._aimed:
+            return nullcontext()
+        self._aimed = serial = arm.serial
+        invoked = self._invoked
+        return Hold(arm, lambda k: self.conn.send(("between", serial, f, k, invoked)))
 
     def complete(self, f: str, node: str, typ: str, value: dict[str, Any]) -> None:
         """Stamp the completion, after the store's reply; it is logged and sent with this worker's next message.

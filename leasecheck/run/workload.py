@@ -127,7 +127,8 @@ class Client:
         if self.hub.record:
             self.hub.invoke(f, node, value, wait)
         try:
-            out = call()
+            with self.hub.hold(f):  # held between its round trips when the nemesis aims a fault inside it
+                out = call()
         except Unavailable as e:
             typ, val, out = "fail", {"reason": "unavailable", "message": str(e)}, None
         except Indeterminate as e:
