@@ -88,8 +88,10 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
     apply (the workload's, and those of the faults the header's "nemesis"
     names) the history reached, and which never happened (--coverage: every
     count; with --json, the "coverage" key). Coverage never changes the exit
-    code: 0 valid, 1 anomalies found, 2 unknown (search budget ran out),
-    3 bad input. A run directory whose run failed before it recorded anything
+    code: 0 valid, 1 anomalies found, 2 unknown (search budget ran out, or the
+    history is cut: its last line cut, or its promised history-end event
+    missing; named by file and line), 3 bad input. A cut history is never
+    valid. A run directory whose run failed before it recorded anything
     (results.json says "status": "error") is named on stderr and skipped;
     given alone, it is exit 3.
     """
