@@ -166,6 +166,7 @@ def test_a_default_run_reaches_every_situation_and_stays_valid(tmp_path: Path, t
     assert len(zombies) == 15 and all(n >= 1 for n in zombies.values()), zombies
     # the windows pause seeks (issue 25), required here like the rest: each reached
     assert coverage["counts"]["zombie-op-while-new-lapsed"] >= 1 and coverage["counts"]["op-in-flight-across-claim"] >= 1
+    assert coverage["counts"]["late-write-across-claim"] >= 1  # issue 34: a late write held across a rival's grant
 
 
 # ---------------------------------------------------------------- the windows of issue 25 (leasecheck.run.steering)
@@ -242,12 +243,48 @@ def test_when_every_live_worker_waits_the_first_due_wait_ends_at_once() -> None:
     assert [w.conn for w in s.waits] == ["c0"]
 
 
-def test_a_lagging_clock_is_handed_a_node_another_worker_was_granted_lately() -> None:
-    s, t = _steering(lagging=True)
-    _claim_at(t, 1, "mine", 1, 5_000)
-    _claim_at(t, 2, "old", 1, 100)
-    _claim_at(t, 2, "recent", 1, 4_000)
-    picks = {s.lagging_duplicate(0, 1, 5_000, 1_000) for _ in range(30)}
-    assert picks <= {"recent", None} and "recent" in picks  # not its own, not one granted 3 ttl ago or more
+def test_a_lagging_clock_is_handed_a_claimable_node_another_worker_was_granted_lately() -> None:
+    """Released, or lapsed (silent past the lapse, no renew in flight): a claim of it is granted while the clock lags."""
+    from leasecheck.run.steering import Steering
+
+    ms = 1_000_000  # ttl 1000 ms, uncertainty 10 ms
+    t = Takeovers()
+    s = Steering(t, _queue(), lapse_ns=1_010 * ms, lagging=(lambda slot: True), rng=random.Random(3))
+    _claim_at(t, 1, "mine", 1, 5_000 * ms)
+    _claim_at(t, 2, "old", 1, 100 * ms)  # lapsed, but granted 2 ttl ago or more
+    _claim_at(t, 2, "held", 1, 4_500 * ms)  # granted lately, still live
+    _claim_at(t, 2, "released", 1, 4_000 * ms)
+    _op(t, 2, "release", "released", 1)
+    _claim_at(t, 3, "lapsed", 1, 4_100 * ms)  # silent since 4100 ms: lapsed from 5112 ms (+ the margin)
+    picks = {s.steered(0, 1, 5_200 * ms, 1_000 * ms, 0.0) for _ in range(40)}
+    assert picks <= {("lagging", "released"), ("lagging", "lapsed"), None}, picks
+    assert ("lagging", "released") in picks and ("lagging", "lapsed") in picks
     calm, _ = _steering(lagging=False)
-    assert calm.lagging_duplicate(0, 1, 5_000, 1_000) is None
+    assert calm.steered(0, 1, 5_000, 1_000, 0.0) is None
+
+
+def test_a_late_writers_node_goes_to_the_next_other_worker_as_a_contender() -> None:
+    s, t = _steering()
+    _claim_at(t, 1, "n", 1, 100)
+    s.late("n", 1, now_s=0.0, ttl_s=1.0)
+    assert s.steered(0, 1, 200, 1_000, 0.1) is None, "not to the late writer itself"
+    assert s.steered(1, 2, 200, 1_000, 0.1) == ("contend", "n")
+    assert s.steered(2, 3, 200, 1_000, 0.1) is None, "one contender per late write"
+    s.late("m", 1, now_s=0.0, ttl_s=1.0)
+    assert s.steered(1, 2, 200, 1_000, 2.0) is None, "nobody asked in time: the lease lapsed with nobody there"
+
+
+def test_a_contender_is_woken_at_the_lapse_and_the_late_writer_at_the_rivals_grant() -> None:
+    t, lapse = Takeovers(), 1_010
+    _claim_at(t, 1, "n", 1, 100)
+    t.invoke(1, "effect", "n", {"epoch": 1, "payload": "p"})  # the late write, held
+    assert t.wake("n", None, 2, "at-lapse", 1_110, lapse) is None, "surely live until 100 + ttl + u"
+    assert t.wake("n", None, 2, "at-lapse", 1_111, lapse) == "reached"
+    assert t.wake("n", 1, 1, "rival-granted", 1_111, lapse) is None
+    _claim_at(t, 2, "n", 2, 1_200)
+    assert t.wake("n", 1, 1, "rival-granted", 1_200, lapse) == "reached"
+    assert t.wake("n", None, 2, "at-lapse", 1_300, lapse) == "passed", "its own lease now"
+    ended = Takeovers()
+    _claim_at(ended, 1, "n", 1, 100)
+    _op(ended, 1, "commit", "n", 1)
+    assert ended.wake("n", None, 2, "at-lapse", 5_000, lapse) == "passed", "committed: nothing to claim"

@@ -144,6 +144,12 @@ class WorkerClock:
     def __hash__(self) -> int:
         return hash(self.path)
 
+    def state(self) -> ClockState:
+        """What the harness set on this clock now: its offset, and a strobe's schedule (a worker times a claim by it)."""
+        if self._view is None:
+            self._view = _map(self.path, writable=False)
+        return ClockState(*_read_body(self._view))
+
     def offset_ms(self) -> float:
         """How far ahead (positive) or behind this clock runs right now."""
         if self._view is None:

@@ -338,9 +338,10 @@ class Recorder:
             if self.stopping.is_set():
                 self._send(conn, None)
                 return
-            lagging = self.steering.lagging_duplicate(s.slot, s.process, self.merge.now(), int(self.writer.header.ttl_ms * 1_000_000))
-            if lagging is not None:
-                self._deliver(conn, lagging)
+            ttl_ns = int(self.writer.header.ttl_ms * 1_000_000)
+            steered = self.steering.steered(s.slot, s.process, self.merge.now(), ttl_ns, time.monotonic())
+            if steered is not None:  # a late writer's contender, or a lagging clock's claimable node
+                self._deliver(conn, steered)
                 return
             node = self.deliveries.next()
             twin = self._twin
@@ -356,7 +357,9 @@ class Recorder:
             if twin is None and node and self.deliveries.copy_waits(node):
                 self._twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
                 return
-            self._deliver(conn, ("stall", node) if node and self.steering.stall(node) else node)
+            self._deliver(conn, self.steering.tagged(node) if node else node)
+        elif kind == "late":  # granted a lease it will write late in: a contender may wait for it (run/steering.py)
+            self.steering.late(msg[1], s.process, time.monotonic(), self.writer.header.ttl_ms / 1000)
         elif kind == "done":
             self.deliveries.ack(msg[1])
         elif kind == "requeue":

@@ -12,6 +12,11 @@ tells the queue when a holder went silent (its node is delivered again at once, 
 queue whose visibility a heartbeat extends would), and tells a fault which workers
 hold a lease right now.
 
+Two moments serve issue 34's windows, asked by workers that are no zombies: a holder that writes late
+in its lease holds its write until ``rival-granted`` (another worker was granted its node), and the
+contender the hub handed that node waits for ``at-lapse`` (the node's newest lease lapsed: silent past
+ttl + uncertainty, no renew pending) to claim the moment it does (:mod:`leasecheck.run.steering`).
+
 Two more moments come from issue 25's windows: ``at-new-claim`` (the zombie's own
 lease surely lapsed, and another worker's claim of its node is in flight: an effect
 sent now is in flight when that claim is granted) and ``while-new-lapsed`` (the newer
@@ -33,8 +38,11 @@ from typing import Any, Literal
 
 from leasecheck.histories.format import lease_key
 
-#: the moments relative to a takeover that a zombie can ask to be woken at, in the order they come
-Phase = Literal["at-new-claim", "before-new-effect", "while-new-runs", "while-new-lapsed", "after-new-ends"]
+#: the moments a worker can ask to be woken at: relative to a takeover, a zombie's (:data:`PHASES`), then a late
+#: writer's (``rival-granted``) and its contender's (``at-lapse``)
+Phase = Literal["at-new-claim", "before-new-effect", "while-new-runs", "while-new-lapsed", "after-new-ends",
+                "rival-granted", "at-lapse"]
+#: a zombie's moments, in the order they come
 PHASES: tuple[Phase, ...] = ("at-new-claim", "before-new-effect", "while-new-runs", "while-new-lapsed", "after-new-ends")
 
 #: what the hub answers a zombie's wait: its phase is here, was missed, or never came in time
@@ -53,6 +61,13 @@ class _Lease:
     effect_invoked: bool = False
     end_invoked: bool = False
     ended: bool = False
+    #: ended by an ok release (its node claimable again at once), not a commit
+    released: bool = False
+
+    def lapsed(self, now: int, lapse: int, pending: Callable[[str, int | None], bool]) -> bool:
+        """Silent past ``lapse`` (ttl + uncertainty + a margin) since its latest sign of life at ``now``, no renew of
+        its holder in flight, not ended: no store still holds it."""
+        return not self.ended and now > self.life + lapse and not pending("renew", self.process)
 
 
 @dataclass
@@ -82,9 +97,18 @@ class NodeLeases:
         """Has the node reached ``phase`` relative to the newest lease granted after ``process``'s lease ``key``?
         None: not yet. ``now``: the history time; ``lapse``: ttl + uncertainty (+ a margin), ns; ``pending(f, p)``:
         has process ``p`` (None: any other than ``process``) an ``f`` of this node in flight?"""
+        if phase == "at-lapse":  # a contender: the node's newest lease, another's, lapsed (ended: nothing to wait for)
+            if not self.leases:
+                return None
+            newest = self.leases[-1]
+            if newest.process == process or newest.ended:
+                return "passed"
+            return "reached" if newest.lapsed(now, lapse, pending) else None
         mine = self.index(key, process)
         if mine is None:
             return None
+        if phase == "rival-granted":  # a late writer: another worker was granted the node since
+            return "reached" if any(lease.process != process for lease in self.leases[mine + 1:]) else None
         if phase == "at-new-claim":  # my lease surely lapsed, and another's claim is on its way
             if mine < len(self.leases) - 1:
                 return "passed"
@@ -95,7 +119,7 @@ class NodeLeases:
         if phase == "while-new-lapsed":
             if new.end_invoked:
                 return "passed"
-            return "reached" if now > new.life + lapse and not pending("renew", new.process) else None
+            return "reached" if new.lapsed(now, lapse, pending) else None
         if phase == "before-new-effect":
             return "passed" if new.effect_invoked or new.end_invoked else "reached"
         if phase == "while-new-runs":
@@ -140,6 +164,7 @@ class Takeovers:
         if lease is not None:
             if f in ("commit", "release"):
                 lease.ended = True
+                lease.released = f == "release"
             elif f == "renew":
                 lease.life = max(lease.life, t)
         return (f, node) if f == "renew" else None
@@ -155,10 +180,29 @@ class Takeovers:
             return any(q != process and op[:2] == (f, node) for q, op in self._pending.items())
         return pending
 
-    def recent(self, process: int, since: int) -> list[str]:
-        """The nodes whose newest lease another process than ``process`` was granted at history time ``since`` or later."""
-        return [node for node, leases in self.nodes.items()
-                if leases.leases and leases.leases[-1].process != process and leases.leases[-1].granted >= since]
+    def claimable(self, process: int, since: int, now: int, lapse: int) -> list[str]:
+        """The nodes whose newest lease another process than ``process`` was granted at history time ``since`` or later
+        and that a claim can have now: released, or lapsed (see :meth:`_Lease.lapsed`)."""
+        out = []
+        for node, leases in list(self.nodes.items()):
+            newest = leases.leases[-1] if leases.leases else None
+            if newest is None or newest.process == process or newest.granted < since:
+                continue
+            if newest.released or (not newest.end_invoked and newest.lapsed(now, lapse, self._pending_on(node, process))):
+                out.append(node)
+        return out
+
+    def silent(self, process: int, since: int, now: int, quiet: int) -> list[str]:
+        """The nodes whose newest lease another process than ``process`` was granted at ``since`` or later, not ended,
+        its holder silent for more than ``quiet`` ns (no sign of life, no renew in flight): a lease about to lapse."""
+        out = []
+        for node, leases in list(self.nodes.items()):
+            newest = leases.leases[-1] if leases.leases else None
+            if newest is None or newest.process == process or newest.granted < since or newest.end_invoked:
+                continue
+            if now - newest.life > quiet and not self._pending_on(node, process)("renew", newest.process):
+                out.append(node)
+        return out
 
     def forget(self, node: str) -> None:
         """``node`` is closed (nobody touches it again): drop its leases, so that a soak's memory stays flat."""

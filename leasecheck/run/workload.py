@@ -20,6 +20,13 @@ an event, not a sleep. A worker woken from a real pause (SIGSTOP) past its
 lease, or refused a heartbeat, becomes such a zombie too (or, as a careful worker
 would, stops). Every choice comes from the worker's seeded RNG.
 
+Two more windows are steered (issue 34): some holders write *late* in their
+lease (no heartbeat; the effect or commit sent in the lease's last tenth) and
+hold that write, before or after the store's answer, until another worker's claim
+of the node is granted: the hub hands the node to a contender that waits for the
+lease to lapse and claims the moment it does. And a worker handed a node by the
+steering because its clock is behind claims inside a strobe's behind half-period.
+
 Now and then a worker reads one of the nodes it claimed lately: its record, and
 (when the target can: :func:`~leasecheck.targets.base.reads_resource`) its
 protected resource, whose fence and log of accepted effects the checker holds
@@ -43,6 +50,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from leasecheck.histories.format import lease_key
+from leasecheck.nemesis.worker_clocks import WorkerClock
 from leasecheck.run.interrupts import ignore_in_child
 from leasecheck.run.slots import SEEN_NODES
 from leasecheck.run.takeovers import PHASES
@@ -53,6 +61,16 @@ from leasecheck.targets.registry import TargetSpec
 
 #: what a zombie may try in a phase, in the order a seeded shuffle starts from
 ZOMBIE_ACTS = ("renew", "effect", "read", "commit", "release")
+#: a late write is sent no later than this far into its lease (in ttls since its grant's invoke), or not at all: the
+#: window of ``late-write-across-claim`` is the lease's last tenth while it is surely live (ttl - uncertainty)
+LATE_LAST = 0.975
+#: the longest a late write is held for a rival's grant, in ttls (the contender claims about a tenth past the lapse)
+LATE_HOLD_TTLS = 1.5
+#: the longest a contender waits for the lease it contends to lapse, in ttls
+CONTEND_WAIT_TTLS = 2.0
+#: a claim timed to a strobe's behind half-period starts this long into it and needs this long left of it (s): the
+#: checker trusts a strobe's phases from its event's stamp, a little after it began, and up to 5 ms before they end
+STROBE_INTO_S, STROBE_LEFT_S = 0.001, 0.012
 
 
 @dataclass(frozen=True)
@@ -70,6 +88,14 @@ class Workload:
     zombie_rate: float = 0.5
     #: share of executions that stall (stop heartbeating) at a seeded moment
     stall_rate: float = 0.15
+    #: share of executions whose holder writes late in its lease: no heartbeat, one effect or commit sent at a seeded
+    #: point of :attr:`late_at` of the ttl after its claim, held until a rival's claim is granted (see the module)
+    late_rate: float = 0.1
+    late_at: tuple[float, float] = (0.91, 0.95)
+    #: share of late writes that are commits (the others effects), and of late effects held after the store's answer
+    #: (accepted before the rival's grant) rather than before the request (refused after it, by a fenced store)
+    late_commit_rate: float = 0.4
+    late_hold_after_rate: float = 0.5
     #: share of stalls that are short (0.5-0.9 ttl: the lease survives, its next heartbeat is late);
     #: the others last until the node is taken over, and the worker wakes a zombie
     short_stall_rate: float = 0.25
@@ -186,18 +212,48 @@ class Worker:
                 self.hub.sleep(0.01)
                 continue
             # ("race", node): a duplicate delivered to us and a rival at once; the claim waits for the rival's.
-            # ("stall", node): a zombie waits on the node; this execution stalls, so its lease lapses while it is there
+            # ("stall", node): a zombie waits on the node; this execution stalls, so its lease lapses while it is there.
+            # ("contend", node): a late writer holds it; claim the moment its lease lapses. ("lagging", node): our clock
+            # is behind, the node was granted to another lately and is claimable; claim while the skew shows
             how, node = delivery if isinstance(delivery, tuple) else ("", delivery)
+            if how == "contend" and self.hub.record:
+                self.hub.ask("await", node, None, "at-lapse", CONTEND_WAIT_TTLS * self.ttl)
+            if how in ("contend", "lagging"):
+                self.behind_phase()
             if self.seen and self.rng.random() < self.w.read_rate:
                 other = self.rng.choice(self.seen)
                 self.op("read", other, {}, partial(self.client.target.read, other))
             if self.resource_rng is not None and self.seen and self.resource_rng.random() < self.w.resource_read_rate:
                 other = self.resource_rng.choice(self.seen)
                 self.op("read-resource", other, {}, partial(self.client.target.read_resource, other))
-            self.execute(node, how == "race", how == "stall")
+            self.execute(node, how == "race", how == "stall", how == "late", how in ("contend", "lagging"))
 
-    def execute(self, node: str, racing: bool = False, stall: bool = False) -> None:
+    def behind_phase(self) -> None:
+        """Under a strobe that sets this worker's clock behind, wait (by its schedule) for a behind half-period with
+        time left for a claim; under a step, or no skew, go at once."""
+        clock = self.client.spec.config.clock
+        if not isinstance(clock, WorkerClock):
+            return
+        state = clock.state()
+        now = time.monotonic()
+        period = state.strobe_period_ms / 1000.0
+        if state.strobe_delta_ms >= 0 or period <= 0 or not state.strobe_start <= now < state.strobe_until:
+            return
+        k = int((now - state.strobe_start) // period)
+        into = now - state.strobe_start - k * period
+        if k % 2 == 0 and STROBE_INTO_S <= into <= period - STROBE_LEFT_S:
+            return
+        nxt = state.strobe_start + (k + (1 if k % 2 else 2)) * period + STROBE_INTO_S  # the next behind half-period
+        if into < STROBE_INTO_S and k % 2 == 0:
+            nxt = state.strobe_start + k * period + STROBE_INTO_S
+        if nxt + STROBE_LEFT_S < state.strobe_until:
+            self.hub.sleep(nxt - now)
+
+    def execute(self, node: str, racing: bool = False, stall: bool = False, late: bool = False, brief: bool = False) -> None:
+        """Claim ``node`` and work on it; ``late``: write late in the lease (steered, :meth:`late_write`); ``brief``: a
+        steered claim (a contender's, a lagging clock's), then a short execution, so that it is free to claim again."""
         t = self.client.target
+        since = time.monotonic()  # no later than the claim's invoke: its lease runs from no earlier
         typ, lease = self.op("claim", node, {"owner": self.owner}, lambda: t.try_claim(node, self.owner), wait=racing)
         if typ != "ok":
             if isinstance(lease, Refused) and lease.reason == "terminal":
@@ -214,12 +270,18 @@ class Worker:
             return
         carried = lease.to_json()
         rng, ttl, w = self.rng, self.ttl, self.w
+        if self.hub.record and w.exec_scale > 0 and not stall and not brief and (rng.random() < w.late_rate or late):
+            self.late_write(node, lease, carried, since)
+            return
         duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < w.long_rate else rng.uniform(0.05, 0.8) * ttl
         duration *= w.exec_scale
         effects = sorted(rng.uniform(0, duration) for _ in range(rng.randint(1, w.max_effects)))
         # a stall needs an execution to stall in (exec_scale 0 is the throughput benchmark: none) and a hub that sees takeovers
         stalls = self.hub.record and w.exec_scale > 0 and (rng.random() < w.stall_rate or stall)
-        stall_at = rng.uniform(0, duration) if stalls else None
+        stall_at = rng.uniform(0, duration) if stalls and not brief else None
+        if brief:
+            duration = min(duration, 0.2 * ttl)
+            effects = [e for e in effects if e < duration] or [0.0]
         start = time.monotonic()
         next_beat = start + ttl / 3
         while True:
@@ -270,6 +332,38 @@ class Worker:
             return
         typ, out = self.commit(node, lease, carried)
         if typ == "ok" or (isinstance(out, Refused) and out.reason == "terminal"):
+            self.hub.tell("done", node)
+
+    def late_write(self, node: str, lease: Lease, carried: dict[str, Any], since: float) -> None:
+        """Write late in ``lease`` (claimed at ``since``): no heartbeat, one effect or commit sent at a seeded point of
+        its last tenth, held until another worker's claim of ``node`` is granted (or :data:`LATE_HOLD_TTLS` ttl), before
+        the request or after the answer. Legal: a fenced store accepts the write before the grant or refuses it after."""
+        rng, w, ttl, target = self.rng, self.w, self.ttl, self.client.target
+        commit = rng.random() < w.late_commit_rate
+        after = not commit and rng.random() < w.late_hold_after_rate
+        at = since + rng.uniform(*w.late_at) * ttl
+        self.hub.tell("late", node)  # the hub hands the node to a contender, who claims the moment the lease lapses
+        self.hub.sleep(max(0.0, at - time.monotonic()))
+        if time.monotonic() > since + LATE_LAST * ttl:  # overslept (a loaded machine, a pause): not a late write now
+            return
+        hold = partial(self.hub.ask, "await", node, lease_key(carried), "rival-granted", LATE_HOLD_TTLS * ttl)
+        if commit:
+            result = f"result-of-{node}-by-{self.owner}"
+            f, value, store = "commit", {**carried, "result": result}, partial(target.commit, lease, result)
+        else:
+            payload = f"{self.owner}:{node}:{rng.getrandbits(32):08x}"
+            f, value, store = "effect", {**carried, "payload": payload}, partial(target.effect, lease, payload)
+
+        def held() -> Any:
+            if not after:
+                hold()
+            out = store()
+            if after:
+                hold()
+            return out
+
+        typ, out = self.op(f, node, value, held)
+        if commit and (typ == "ok" or (isinstance(out, Refused) and out.reason == "terminal")):
             self.hub.tell("done", node)
 
     def commit(self, node: str, lease: Lease, carried: dict[str, Any]) -> tuple[str, Any]:
