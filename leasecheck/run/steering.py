@@ -147,7 +147,9 @@ class Steering:
             return ("lagging", self.deliveries.duplicate(self.rng.choice(claimable)))
         quiet = int(SILENT_QUIET_TTLS * ttl_ns)
         silent = sorted(self.takeovers.silent(process, now_ns - int(SILENT_GRANTED_TTLS * ttl_ns), now_ns, quiet))
-        return ("contend", self.deliveries.duplicate(self.rng.choice(silent))) if silent else None
+        if silent:
+            return ("contend", self.deliveries.duplicate(self.rng.choice(silent)))
+        return ""  # none yet: ask again at once; the next delivery to another worker is steered for it (see tagged)
 
     def _someone_behind(self) -> bool:
         """Is a worker that asked lately still behind?"""
@@ -156,11 +158,12 @@ class Steering:
 
     def tagged(self, node: str) -> str | tuple[str, str]:
         """The queue's delivery of ``node``, steered: with a stall (see :meth:`stall`), or, while a lagging clock waits
-        for one and none is pending, as a late write (``("late", node)``: its holder writes late, and is contended)."""
+        for one and none is pending, as a late write (``("late", node)``: its holder writes late, and is contended) or a
+        release (``("release", node)``: claimed and given back at once, claimable by the lagging clock next)."""
         if self.stall(node):
             return ("stall", node)
         if not self.lates and self.behind and self._someone_behind():
-            return ("late", node)
+            return (self.rng.choice(("late", "release")), node)
         return node
 
     def stall(self, node: str) -> bool:

@@ -226,7 +226,7 @@ class Worker:
             if self.resource_rng is not None and self.seen and self.resource_rng.random() < self.w.resource_read_rate:
                 other = self.resource_rng.choice(self.seen)
                 self.op("read-resource", other, {}, partial(self.client.target.read_resource, other))
-            self.execute(node, how == "race", how == "stall", how == "late", how in ("contend", "lagging"))
+            self.execute(node, how == "race", how == "stall", how == "late", how in ("contend", "lagging"), how == "release")
 
     def behind_phase(self) -> None:
         """Under a strobe that sets this worker's clock behind, wait (by its schedule) for a behind half-period with
@@ -249,9 +249,11 @@ class Worker:
         if nxt + STROBE_LEFT_S < state.strobe_until:
             self.hub.sleep(nxt - now)
 
-    def execute(self, node: str, racing: bool = False, stall: bool = False, late: bool = False, brief: bool = False) -> None:
+    def execute(self, node: str, racing: bool = False, stall: bool = False, late: bool = False, brief: bool = False,
+                give_back: bool = False) -> None:
         """Claim ``node`` and work on it; ``late``: write late in the lease (steered, :meth:`late_write`); ``brief``: a
-        steered claim (a contender's, a lagging clock's), then a short execution, so that it is free to claim again."""
+        steered claim (a contender's, a lagging clock's), then a short execution, so that it is free to claim again;
+        ``give_back``: release it at once (steered: a lagging clock claims it next)."""
         t = self.client.target
         since = time.monotonic()  # no later than the claim's invoke: its lease runs from no earlier
         typ, lease = self.op("claim", node, {"owner": self.owner}, lambda: t.try_claim(node, self.owner), wait=racing)
@@ -272,6 +274,10 @@ class Worker:
         rng, ttl, w = self.rng, self.ttl, self.w
         if self.hub.record and w.exec_scale > 0 and not stall and not brief and (rng.random() < w.late_rate or late):
             self.late_write(node, lease, carried, since)
+            return
+        if give_back:  # steered for a lagging clock: given back at once, claimable again by it
+            if self.op("release", node, dict(carried), lambda: t.release(lease))[0] == "ok":
+                self.hub.tell("requeue", node)
             return
         duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < w.long_rate else rng.uniform(0.05, 0.8) * ttl
         duration *= w.exec_scale
