@@ -13,7 +13,8 @@ The one import name. Its rooms, and the way the arrows point (import-linter chec
               servers                    store servers leasecheck starts, external tools
                 checker / targets / nemesis
                   histories              history format v1: nothing of ours below it
-    errors, exits, waiting               the one environment error, the exit codes (the checker's too), the one poll
+    errors, exits, waiting, lists        the one environment error, the exit codes (the checker's too), the one poll,
+                                         the one reading of a list of names
 
 A room imports only rooms below it; ``report`` never imports ``run``.
 """

@@ -505,3 +505,119 @@ def test_console_script_valid_and_invalid(tmp_path: Path) -> None:
         assert "Traceback" not in p.stderr + p.stdout
         assert p.returncode == want, (p.returncode, p.stdout, p.stderr)
         assert json.loads(p.stdout)["valid"] is (want == 0)
+
+
+# --------------------------------------------------------------------------------------
+# lists: an option that takes several names refuses an empty or repeated one (leasecheck/lists.py), before anything starts
+
+#: (arguments, the one line on stderr): every list option of every command; `check` and `summary` take none
+BAD_LISTS: dict[str, tuple[list[str], str]] = {
+    "run --nemesis, an empty last item": (["run", "--nemesis", "pause,,"], "leasecheck run: Error: --nemesis pause,,: an empty item (the 2nd)"),
+    "run --nemesis, an empty first item": (["run", "--nemesis", ",kill"], "leasecheck run: Error: --nemesis ,kill: an empty item (the 1st)"),
+    "run --nemesis, blank between": (["run", "--nemesis", "pause, ,kill"], "leasecheck run: Error: --nemesis pause, ,kill: an empty item (the 2nd)"),
+    "run --nemesis, a fault twice": (["run", "--nemesis", "pause,pause"], "leasecheck run: Error: --nemesis pause,pause: pause is named twice"),
+    "run --nemesis, twice with spaces": (["run", "--nemesis", "kill, pause, kill"],
+                                         "leasecheck run: Error: --nemesis kill, pause, kill: kill is named twice"),
+    "run --require, twice": (["run", "--require", "claim-while-held", "--require", "claim-while-held"],
+                             "leasecheck run: Error: --require claim-while-held --require claim-while-held: claim-while-held is named twice"),
+    "run --require, empty": (["run", "--require", "claim-while-held", "--require", " "],
+                             "leasecheck run: Error: --require claim-while-held --require ' ': an empty item (the 2nd)"),
+    "audit --seeds, an empty item": (["audit", "filelock", "--seeds", "1,,2"], "leasecheck audit: Error: --seeds 1,,2: an empty item (the 2nd)"),
+    "audit --seeds, a seed twice": (["audit", "filelock", "--seeds", "3,1,3"], "leasecheck audit: Error: --seeds 3,1,3: 3 is named twice"),
+    "audit --seeds, one seed spelled twice": (["audit", "filelock", "--seeds", "1,01"], "leasecheck audit: Error: --seeds 1,01: 1 is named twice"),
+    "audit --seeds, empty": (["audit", "filelock", "--seeds", ""], "leasecheck audit: Error: --seeds '': names nothing"),
+    "audit --mode, twice": (["audit", "filelock", "--mode", "documented", "--mode", "documented"],
+                            "leasecheck audit: Error: --mode documented --mode documented: documented is named twice"),
+    "audit --fault, twice": (["audit", "filelock", "--fault", "pause", "--fault", "pause"],
+                             "leasecheck audit: Error: --fault pause --fault pause: pause is named twice"),
+}
+
+
+@pytest.mark.parametrize("args, line", BAD_LISTS.values(), ids=BAD_LISTS.keys())
+def test_a_list_option_with_an_empty_or_repeated_item_is_exit_3_in_one_line(tmp_path: Path, args: list[str], line: str) -> None:
+    store = tmp_path / "store"
+    r = CliRunner().invoke(main, [*args, "--store", str(store)], prog_name="leasecheck", catch_exceptions=False)
+    assert r.exit_code == 3, (r.exit_code, r.stdout, r.stderr)
+    assert r.stderr.strip("\n").splitlines() == [f"{line} (see {line.split(':')[0]} --help)"], r.stderr
+    assert not store.exists()  # refused before anything started
+
+
+def _spec(entry: str) -> str:
+    return f"[[entry]]\n{entry}\n"
+
+
+#: a matrix spec's lists: (its [[entry]] body, what follows "FILE: entry 1 (LABEL): " on the one line)
+BAD_SPEC_LISTS: dict[str, tuple[str, str]] = {
+    "a nemesis set with an empty item": ("target='sqlite'\nnemesis=['pause,,']\nseeds=[1]", "nemesis set 'pause,,': an empty item (the 2nd)"),
+    "a nemesis set naming a fault twice": ("target='sqlite'\nnemesis=['pause,pause']\nseeds=[1]", "nemesis set 'pause,pause': pause is named twice"),
+    "a nemesis set as a list, a fault twice": ("target='sqlite'\nnemesis=[['kill', 'kill']]\nseeds=[1]",
+                                               "nemesis set ['kill', 'kill']: kill is named twice"),
+    "a nemesis set as a list, an empty item": ("target='sqlite'\nnemesis=[['kill', ' ']]\nseeds=[1]",
+                                               "nemesis set ['kill', ' ']: an empty item (the 2nd)"),
+    "targets, one twice": ("targets=['sqlite', 'sqlite']\nnemesis=['pause']\nseeds=[1]", "targets = ['sqlite', 'sqlite']: sqlite is named twice"),
+    "targets, an empty one": ("targets=['sqlite', '']\nnemesis=['pause']\nseeds=[1]", "targets = ['sqlite', '']: an empty item (the 2nd)"),
+    "seeds, one twice": ("target='sqlite'\nnemesis=['pause']\nseeds=[2, 1, 2]", "seeds = [2, 1, 2]: 2 is named twice"),
+    "kinds, one twice": ("target='sqlite-ttl-only'\nnemesis=['pause']\nseeds=[1]\nexpect='invalid'\nkinds=['stale-commit', 'stale-commit']",
+                         "kinds = ['stale-commit', 'stale-commit']: stale-commit is named twice"),
+}
+
+
+@pytest.mark.parametrize("body, why", BAD_SPEC_LISTS.values(), ids=BAD_SPEC_LISTS.keys())
+@pytest.mark.parametrize("command", ["matrix", "summary"])
+def test_a_matrix_spec_list_with_an_empty_or_repeated_item_is_exit_3_in_one_line(
+        tmp_path: Path, body: str, why: str, command: str) -> None:
+    path = tmp_path / "night.toml"
+    path.write_text(_spec(body))
+    label = "sqlite-ttl-only" if "ttl-only" in body else "sqlite, sqlite" if "'sqlite', 'sqlite'" in body else \
+        "sqlite, " if "'sqlite', ''" in body else "sqlite"
+    store = tmp_path / "store"
+    store.mkdir()
+    args = ["matrix", str(path), "--store", str(store)] if command == "matrix" else ["summary", str(store), "--spec", str(path)]
+    code, out, err = run_cli(args)
+    assert code == 3, (code, out, err)
+    assert err.strip("\n").splitlines() == [f"leasecheck {command}: {path}: entry 1 ({label}): {why}"], err
+    assert list(store.iterdir()) == []
+
+
+#: ``leasecheck_run(...)`` keyword arguments that are lists: (the call's arguments, the error's one line)
+BAD_CALL_LISTS: dict[str, tuple[dict[str, Any], str]] = {
+    "nemesis text, an empty item": ({"nemesis": "pause,,"}, "leasecheck_run: nemesis='pause,,': an empty item (the 2nd)"),
+    "nemesis text, a fault twice": ({"nemesis": "pause,kill,pause"}, "leasecheck_run: nemesis='pause,kill,pause': pause is named twice"),
+    "nemesis list, a fault twice": ({"nemesis": ["kill", "kill"]}, "leasecheck_run: nemesis=['kill', 'kill']: kill is named twice"),
+    "nemesis list, an empty item": ({"nemesis": ["kill", ""]}, "leasecheck_run: nemesis=['kill', '']: an empty item (the 2nd)"),
+    "seeds, one twice": ({"seeds": [4, 4]}, "leasecheck_run: seeds=[4, 4]: 4 is named twice"),
+    "require, one twice": ({"require": ["claim-while-held", "claim-while-held"]},
+                           "leasecheck_run: require=['claim-while-held', 'claim-while-held']: claim-while-held is named twice"),
+    "require, an empty one": ({"require": ("", "claim-while-held")}, "leasecheck_run: require=('', 'claim-while-held'): an empty item (the 1st)"),
+}
+
+
+@pytest.mark.parametrize("call, line", BAD_CALL_LISTS.values(), ids=BAD_CALL_LISTS.keys())
+def test_the_pytest_plugins_list_arguments_refuse_an_empty_or_repeated_item(tmp_path: Path, call: dict[str, Any], line: str) -> None:
+    """The fixture's value itself, called as a test calls it (from its arguments or its marker): refused before any run."""
+    from leasecheck.ci.plugin_runner import LeasecheckRunner
+
+    runner = LeasecheckRunner(tmp_path / "store", tmp_path, default_time_limit=1.0)
+    with pytest.raises(ValueError) as refused:
+        runner(target="sqlite", **call)
+    assert str(refused.value) == line
+    assert runner.runs == [] and not (tmp_path / "store").exists()
+    marked = LeasecheckRunner(tmp_path / "store", tmp_path, default_time_limit=1.0, defaults={"target": "sqlite", **call})
+    with pytest.raises(ValueError, match=re.escape(line)):
+        marked()
+
+
+@pytest.mark.parametrize("nemesis, require, line", [
+    (("pause", "pause"), (), "--nemesis pause,pause: pause is named twice"),
+    (("pause", ""), (), "--nemesis pause,: an empty item (the 2nd)"),
+    (("pause",), ("claim-while-held", "claim-while-held"), "--require claim-while-held --require claim-while-held: claim-while-held is named twice"),
+])
+def test_run_options_made_in_python_refuse_an_empty_or_repeated_item(tmp_path: Path, nemesis: tuple[str, ...],
+                                                                      require: tuple[str, ...], line: str) -> None:
+    """An audit or a benchmark builds RunOptions without the CLI: the run refuses the same lists the same way."""
+    from leasecheck.run.options import BadOptions, RunOptions
+    from leasecheck.run.runner import Run
+
+    with pytest.raises(BadOptions) as refused:
+        Run(RunOptions(nemesis=nemesis, require=require, store=str(tmp_path / "store")))
+    assert str(refused.value) == line

@@ -24,6 +24,7 @@ from typing import Any
 from leasecheck.ci.audited import MARKDOWN_HEADER, Audited, AuditResult, Unloadable, is_class_path
 from leasecheck.ci.findings import FaultVerdict, fault_verdict, first_anomaly
 from leasecheck.ci.queue_audit import QUEUE_PREFIX, queue_audit, queue_audits, queue_name, run_queue_audit
+from leasecheck.lists import names
 from leasecheck.run.options import RunOptions
 from leasecheck.run.workload import Workload
 from leasecheck.targets.registry import TargetNotFound, load, not_installed, registered
@@ -107,7 +108,7 @@ def options_for(audited: Audited, nemesis: str, seed: int, store: Path, time_lim
     plan = audited.plan
     fault = audited.fault(nemesis)  # refuses a fault the plan does not publish
     limit = time_limit if time_limit is not None else plan.time_limit
-    opts = RunOptions(target=audited.target, nemesis=tuple(faults_of(nemesis).split(",")), seed=seed, time_limit=limit,
+    opts = RunOptions(target=audited.target, nemesis=names(faults_of(nemesis), "--fault"), seed=seed, time_limit=limit,
                       evidence_wait_s=limit, store=str(store), require=tuple(fault.require), cluster=fault.cluster)
     options = dict(plan.options)
     if isinstance(options.get("workload"), dict):

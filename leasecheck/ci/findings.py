@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.checker.verdict import Anomaly, Validity, Verdict
+from leasecheck.lists import names
 from leasecheck.nemesis.catalogue import FaultKind
 
 
@@ -35,8 +36,8 @@ def fault_verdict(verdict: Verdict, reason: str | None, nemesis: str, history: P
     and ``unknown`` when anomalies were only counted (past 100 per node and
     kind), since whom they were proven by is not known.
     """
-    names = set(nemesis.split(","))
-    mine = [a for a in verdict.anomalies if a.faults is None or any(f.get("fault") in names for f in a.faults)]
+    faults = set(names(nemesis, "--fault"))
+    mine = [a for a in verdict.anomalies if a.faults is None or any(f.get("fault") in faults for f in a.faults)]
     ours = {id(a) for a in mine}
     without = [a for a in verdict.anomalies if id(a) not in ours]
     if mine or not without:
@@ -52,7 +53,7 @@ def fault_verdict(verdict: Verdict, reason: str | None, nemesis: str, history: P
     with history.open("rb") as f:
         evidence = evidence_of(f)
     checked: Validity = "unknown" if verdict.unknown_nodes else True
-    rows = lookup(nemesis.split(",")) if kinds is None else kinds
+    rows = lookup(names(nemesis, "--fault")) if kinds is None else kinds
     valid, why = run_verdict(checked, evidence, rows, verdict.coverage or Coverage(), (), *(() if ops is None else (ops,)))
     return FaultVerdict(word(valid), why, [], without)
 

@@ -61,14 +61,28 @@ def seed_list(seeds: int | Iterable[int]) -> list[int]:
     chosen = list(seeds)
     if not chosen or not all(isinstance(s, int) and not isinstance(s, bool) for s in chosen):
         raise TypeError(f"leasecheck_run: seeds must be an int or a non-empty list of ints, not {seeds!r}")
-    return chosen
+    return list(_distinct(chosen, "seeds", seeds))
+
+
+def _distinct(items: list[Any], key: str, given: object) -> tuple[Any, ...]:
+    """A call's list, none of its items empty or named twice (:func:`leasecheck.lists.distinct`); ValueError naming it."""
+    __tracebackhide__ = True
+    from leasecheck.lists import BadList, distinct
+
+    try:
+        return distinct(items, key)
+    except BadList as e:
+        raise ValueError(f"leasecheck_run: {key}={given!r}: {e.why}") from None
 
 
 def nemesis_arg(nemesis: str | Iterable[str]) -> str:
-    """``"pause,kill"`` or ``["pause", "kill"]`` as ``--nemesis`` takes it."""
+    """``"pause,kill"`` or ``["pause", "kill"]`` as ``--nemesis`` takes it; an empty or repeated fault is refused."""
+    __tracebackhide__ = True
     if isinstance(nemesis, str):
-        return nemesis
-    return ",".join(nemesis)
+        if nemesis.strip().lower() in ("", "none"):  # "": refused by the run itself, naming --nemesis
+            return nemesis
+        return ",".join(_distinct([f.strip() for f in nemesis.split(",")], "nemesis", nemesis))
+    return ",".join(_distinct([str(f).strip() for f in nemesis], "nemesis", nemesis))
 
 
 def _flag_value(value: object) -> str:
@@ -79,11 +93,15 @@ def _flag_value(value: object) -> str:
 
 
 def check_run_options(options: Mapping[str, Any]) -> None:
-    """Refuse keys that are no ``leasecheck run`` flag, naming the close ones and all the known ones."""
+    """Refuse keys that are no ``leasecheck run`` flag, naming the close ones and all the known ones, and a list
+    (``require=[...]``) with an empty or repeated item."""
     __tracebackhide__ = True
     known = run_flags()
     unknown = [key for key in options if key not in known]
     if not unknown:
+        for key, value in options.items():
+            if isinstance(value, list | tuple):
+                _distinct(list(value), key, value)
         return
     hints = []
     for key in unknown:

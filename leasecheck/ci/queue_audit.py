@@ -13,6 +13,7 @@ from typing import Any
 from leasecheck.ci.audited import Audited, AuditResult, Unloadable
 from leasecheck.ci.findings import FaultVerdict, fault_verdict, first_anomaly, word
 from leasecheck.exits import Exit
+from leasecheck.lists import names
 
 #: how an audited job queue is named among the audits' targets (``queue:rq``): its runs are queue runs
 QUEUE_PREFIX = "queue:"
@@ -63,7 +64,7 @@ def queue_options(audited: Audited, nemesis: str, seed: int, store: Path, time_l
     fault = audited.fault(nemesis)
     name = queue_name(audited.target) or audited.target
     return QueueOptions(library=name, mode=plan.mode, seed=seed,  # type: ignore[arg-type]
-                        nemesis=() if nemesis == "none" else tuple(nemesis.split(",")),
+                        nemesis=() if nemesis == "none" else names(nemesis, "--fault"),
                         time_limit=time_limit if time_limit is not None else plan.time_limit, store=str(store),
                         require=tuple(fault.require), **plan.options)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from leasecheck.lists import BadList, distinct
 from leasecheck.run.flags import FLAGS, RunFlag, parse, run_options
 from leasecheck.servers.base import python_module
 from leasecheck.verdict.outcomes import Expectation, Row, nemesis_label
@@ -136,9 +137,15 @@ def _options(table: dict[str, Any], where: str, index: dict[str, RunFlag]) -> di
 def _seeds(value: object, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
         raise SpecError(f"{where}: seeds = {value!r}: give a non-empty list of integers, e.g. seeds = [1, 2, 3]")
-    if len(set(value)) != len(value):
-        raise SpecError(f"{where}: seeds = {value!r}: a seed is listed twice")
-    return tuple(value)
+    return _distinct(value, "seeds =", value, where)
+
+
+def _distinct(items: list[Any], option: str, written: object, where: str) -> tuple[Any, ...]:
+    """A spec's list (``written`` so), none of its items empty or named twice (:func:`leasecheck.lists.distinct`)."""
+    try:
+        return distinct(items, option, repr(written))
+    except BadList as e:
+        raise SpecError(f"{where}: {e}") from None
 
 
 def _nemesis_sets(value: object, where: str) -> list[tuple[str, ...]]:
@@ -148,15 +155,14 @@ def _nemesis_sets(value: object, where: str) -> list[tuple[str, ...]]:
         raise SpecError(f"{where}: nemesis = {value!r}: {hint}")
     sets: list[tuple[str, ...]] = []
     for item in value:
+        if isinstance(item, str) and not item.strip():
+            raise SpecError(f"{where}: nemesis set {item!r} names no fault (write \"none\" for a run without faults)")
         if isinstance(item, str):
-            faults = [] if item.strip().lower() == "none" else [f.strip() for f in item.split(",") if f.strip()]
-            if not faults and item.strip().lower() != "none":
-                raise SpecError(f"{where}: nemesis set {item!r} names no fault (write \"none\" for a run without faults)")
-        elif isinstance(item, list) and all(isinstance(f, str) and f.strip() for f in item):
-            faults = [f.strip() for f in item]
+            one = () if item.strip().lower() == "none" else _distinct([f.strip() for f in item.split(",")], "nemesis set", item, where)
+        elif isinstance(item, list) and item and all(isinstance(f, str) for f in item):
+            one = _distinct([f.strip() for f in item], "nemesis set", item, where)
         else:
             raise SpecError(f"{where}: nemesis set {item!r}: {hint}")
-        one = tuple(dict.fromkeys(faults))
         if frozenset(one) in {frozenset(s) for s in sets}:
             raise SpecError(f"{where}: nemesis set {item!r} is listed twice")
         sets.append(one)
@@ -172,11 +178,9 @@ def _targets(entry: dict[str, Any], where: str) -> list[str]:
             raise SpecError(f"{where}: target = {value!r}: give a backend name (see leasecheck targets)")
         return [value.strip()]
     value = entry["targets"]
-    if not isinstance(value, list) or not value or not all(isinstance(t, str) and t.strip() for t in value):
+    if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
         raise SpecError(f"{where}: targets = {value!r}: give a non-empty list of backend names")
-    if len(set(value)) != len(value):
-        raise SpecError(f"{where}: targets = {value!r}: a target is listed twice")
-    return [t.strip() for t in value]
+    return list(_distinct([t.strip() for t in value], "targets =", value, where))
 
 
 def _check_run(target: str, nemesis: tuple[str, ...], options: dict[str, Any], where: str) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 
 from leasecheck.exits import SIGNALLED, Exit, worst
-from leasecheck.run.flags import Finite, comma_list, output_file
+from leasecheck.lists import BadList, distinct, names, repeated
+from leasecheck.run.flags import Finite, output_file
 
 
 @click.command()
@@ -56,15 +57,15 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
         print_audit_plans(console, found, broken)
         return
     try:
+        repeated(modes, "--mode")
+        repeated(faults, "--fault")
+        seed_list = _seeds(seeds) if seeds is not None else None
         chosen = select(library, modes)
-        seed_list = [int(s) for s in comma_list(seeds)] if seeds is not None else None
+    except BadList as e:
+        raise click.UsageError(str(e)) from None
     except LookupError as e:
         click.echo(f"leasecheck audit: {e.args[0]}", err=True)
         sys.exit(Exit.BAD_INPUT)
-    except ValueError:
-        raise click.BadParameter(f"{seeds!r}: give comma-separated integers", param_hint="'--seeds'") from None
-    if seed_list == []:
-        raise click.BadParameter("names no seed", param_hint="'--seeds'")
     plan_faults = {f.key for a in chosen for f in a.plan.faults}
     unknown = sorted(set(faults) - plan_faults)
     if unknown:
@@ -96,6 +97,16 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
     if as_published:
         sys.exit(Exit.INVALID if mismatches else Exit.VALID)
     sys.exit(worst(codes))
+
+
+def _seeds(text: str) -> list[int]:
+    """``--seeds 1,2,3``: integers, none empty or named twice (:func:`leasecheck.lists.names`)."""
+    items = names(text, "--seeds")
+    try:
+        numbers = [int(s) for s in items]
+    except ValueError:
+        raise BadList("--seeds", text, "give comma-separated integers") from None
+    return list(distinct(numbers, "--seeds", text))  # "1,01" names seed 1 twice
 
 
 def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:

@@ -7,6 +7,7 @@ import json
 import sys
 
 from leasecheck.exits import Exit
+from leasecheck.lists import names
 from leasecheck.queue_run.runner import QueueOptions, run_queue
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.targets.queues.registry import QueueNotFound
@@ -24,9 +25,9 @@ def main() -> int:
     p.add_argument("--nemesis", default="")
     p.add_argument("--store", default="store")
     a = p.parse_args()
-    opts = QueueOptions(a.library, a.mode, a.seed, tuple(n for n in a.nemesis.split(",") if n), a.time_limit, a.ttl,
-                        a.workers, a.stall_rate, store=a.store)
     try:
+        faults = () if a.nemesis.strip() in ("", "none") else names(a.nemesis, "--nemesis")
+        opts = QueueOptions(a.library, a.mode, a.seed, faults, a.time_limit, a.ttl, a.workers, a.stall_rate, store=a.store)
         result = run_queue(opts)
     except (ValueError, QueueNotFound) as e:  # bad input: one line, exit 3, before anything starts
         print(f"python -m leasecheck.queue_run: {e}", file=sys.stderr)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
+from leasecheck.lists import BadList, names, repeated
 from leasecheck.report.inputs import ReplayFlag
 from leasecheck.run.clusters import CLUSTERS
 
@@ -67,20 +68,26 @@ def output_file(ctx: click.Context, param: click.Parameter, value: str | None) -
     return value
 
 
-def comma_list(value: str) -> tuple[str, ...]:
-    """``"a, b,,c"`` -> ``("a", "b", "c")``."""
-    return tuple(v.strip() for v in value.split(",") if v.strip())
-
-
 def faults(nemesis: str) -> tuple[str, ...]:
-    """``--nemesis``: fault names, or ``none``. Empty is refused: an unset CI variable must not mean a fault-free run."""
+    """``--nemesis``: fault names, or ``none``. Empty is refused: an unset CI variable must not mean a fault-free run;
+    so is an empty or repeated item (:func:`leasecheck.lists.names`)."""
     if nemesis.strip().lower() == "none":
         return ()
-    names = comma_list(nemesis)
-    if not names:
+    if not nemesis.strip():
         raise click.BadParameter(f"{nemesis!r} names no fault: give faults (see `leasecheck nemeses`), or 'none' for a run without faults",
                                  param_hint="'--nemesis'")
-    return names
+    try:
+        return names(nemesis, "--nemesis")
+    except BadList as e:
+        raise click.UsageError(str(e)) from None
+
+
+def requirements(values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--require``'s values, none empty or given twice (:func:`leasecheck.lists.repeated`)."""
+    try:
+        return repeated(values, "--require")
+    except BadList as e:
+        raise click.UsageError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,7 @@ FLAGS: tuple[RunFlag, ...] = (
           help="Seconds between snapshots of results.json and the report while a run goes (0: none): a soak's verdict so far."),
     _flag("--evidence-wait", "evidence_wait_s", field="evidence_wait_s", type=Finite(min=0), default=0.0, show_default=True,
           help="After --time-limit, go on up to this many seconds more while the run lacks what the run verdict needs (ok claim/renew/effect/commit, a contended claim, every fault started and healed, the situations each fault requires and those of --require)."),
-    _flag("--require", "require", field="require", convert=tuple, multiple=True, metavar="SITUATION",
+    _flag("--require", "require", field="require", convert=requirements, multiple=True, metavar="SITUATION",
           help="A coverage situation the run must reach (repeatable; see docs/coverage.md): it goes on up to --evidence-wait while one is missing, and is unknown if one never happened."),
     _flag("--until-covered", field="until_covered", is_flag=True,
           help="End on evidence, not on the clock: past --time-limit, go on until every coverage situation that applies to "
@@ -220,4 +227,4 @@ def replay_flags() -> tuple[ReplayFlag, ...]:
     return tuple(sorted(out, key=lambda f: "." in f.option))
 
 
-__all__ = ["FLAGS", "Finite", "RunFlag", "comma_list", "faults", "output_file", "parse", "replay_flags", "run_options"]
+__all__ = ["FLAGS", "Finite", "RunFlag", "faults", "output_file", "parse", "replay_flags", "requirements", "run_options"]

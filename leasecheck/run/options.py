@@ -17,6 +17,7 @@ from typing import Any
 from leasecheck.checker import Verdict
 from leasecheck.exits import Exit, interrupted
 from leasecheck.histories.vocabulary import SITUATIONS
+from leasecheck.lists import BadList, distinct, repeated
 from leasecheck.nemesis import clock
 from leasecheck.nemesis.catalogue import CATALOGUE, FaultKind, Need, UnknownFault, lookup, needing
 from leasecheck.nemesis.store_clock import required_uncertainty_ms
@@ -149,8 +150,10 @@ def _they(names: list[str], one: str, many: str) -> str:
 def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
     """Reject options that cannot make a run, before anything is started; the catalogue rows of ``--nemesis``."""
     try:
+        distinct(opts.nemesis, "--nemesis")  # options made in Python too (an audit's, a benchmark's), not only parsed ones
+        repeated(opts.require, "--require")
         kinds = lookup(opts.nemesis)
-    except UnknownFault as e:
+    except (BadList, UnknownFault) as e:
         raise BadOptions(str(e)) from None
     if opts.exec_store not in EXEC_STORES:
         raise BadOptions(f"--exec-store must be one of {', '.join(EXEC_STORES)}, not {opts.exec_store!r}")

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from leasecheck.exits import Exit, worst
 from leasecheck.histories.vocabulary import KINDS
+from leasecheck.lists import BadList, distinct
 
 #: the verdicts a run can expect (docs/contracts/verdict.md's three)
 EXPECTABLE = ("valid", "invalid", "unknown")
@@ -64,7 +65,10 @@ class Expectation:
             raise ValueError(f"kinds: {', '.join(map(repr, unknown))} is no anomaly kind (they are: {', '.join(KINDS)})")
         if kinds and verdict != "invalid":
             raise ValueError(f"kinds are what an invalid run must find: they need expect = \"invalid\", not {verdict!r}")
-        return cls(str(verdict), tuple(dict.fromkeys(kinds)), source)
+        try:
+            return cls(str(verdict), distinct(kinds, "kinds =", repr(kinds)), source)
+        except BadList as e:
+            raise ValueError(str(e)) from None
 
 
 DEFAULT = Expectation()
