@@ -224,5 +224,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     counts = config.stash.get(_RUNS, None)
     if output is not None and counts:
         output["leasecheck_runs"] = dict(counts)
-        output["leasecheck_lines"] = config.stash[_LINES] if _LINES in config.stash else []
+        output["leasecheck_lines"] = config.stash.get(_LINES, None) or []
         output["leasecheck_store"] = str(config.stash[_STORE])
