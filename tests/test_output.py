@@ -13,10 +13,12 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from leasecheck.histories.format import Header
 from leasecheck.histories.writer import HistoryWriter
+from leasecheck.report.figures import ops_text, seconds_text
 from leasecheck.report.live import LINE_MAX, NODES_PER_KIND, LiveAnomalies
 from leasecheck.report.terminal import SHOWN_PER_KIND
 
@@ -112,8 +114,9 @@ def test_run_with_stdout_piped_prints_the_seed_first_and_progress_while_it_runs(
 
     results = json.loads(next(store.glob("*/*/results.json")).read_text())
     assert results["seed"] == int(seed.group(1))
-    ops_lines = [line.split() for line in lines if line.split()[:1] == ["ops"]]
-    assert ops_lines == [["ops", f"{results['stats']['ops']:,}"]], "one ops count, the verdict's"
+    ops_lines = [line.split(None, 1) for line in lines if line.split()[:1] == ["ops"]]
+    assert [[k, v.strip()] for k, v in ops_lines] == [["ops", ops_text(results["stats"], results["run"])]], \
+        "one ops count, the verdict's"
 
 
 def test_explain_prints_every_anomaly(tmp_path: Path) -> None:
@@ -171,3 +174,87 @@ def test_live_anomaly_lines_say_each_kind_and_node_once_then_count() -> None:
     alone = LiveAnomalies()
     alone.line("stale-commit", "n", [1, 2], 0.5)
     assert alone.summary() is None  # every proof had a line of its own: nothing to add
+
+
+def _rows(text: str) -> dict[str, str]:
+    """A rich table's rows as printed off a terminal: first word → the rest of the line."""
+    rows = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key and value.strip():
+            rows.setdefault(key, value.strip())
+    return rows
+
+
+def test_a_run_says_each_figure_as_one_number_in_the_terminal_results_json_and_the_report(tmp_path: Path) -> None:
+    """Issue 34, item 7: the report counted the harness's reading process as a worker process (6 against the
+    terminal's 5), gave the history's length in ms where the terminal gives seconds, and the ops once without saying
+    that they include the harness's reads of every node; and the refusals had no breakdown in the verdict."""
+    from html import unescape
+
+    from leasecheck.histories import read_history
+    from leasecheck.report.refusals import refusals_text
+
+    done = subprocess.run(leasecheck("run", "--seed", "1", "--time-limit", "5", "--store", str(tmp_path / "store")),
+                          capture_output=True, text=True, env=piped_env(), timeout=300)
+    assert done.returncode in (0, 2), done.stderr[-2000:]
+    run_dir = next((tmp_path / "store").glob("*/*/results.json")).parent
+    results = json.loads((run_dir / "results.json").read_text())
+    stats, run = results["stats"], results["run"]
+    page = (run_dir / "report.html").read_text()
+    facts = {k: unescape(v) for k, v in re.findall(r'<div class="fact"><span>(.*?)</span><b>(.*?)</b></div>', page)}
+    terminal = _rows(done.stdout)
+
+    # ops: the history's, then the workers' and the harness's reads, counted from the history itself
+    _, ops, _ = read_history(run_dir / "history.jsonl")
+    workers = {op.process for op in ops if op.f == "claim"}
+    harness = sum(op.process not in workers for op in ops)
+    assert harness > 0 and len(ops) == stats["ops"] and run["ops"] == len(ops) - harness
+    said = f"{len(ops):,} ({len(ops) - harness:,} by the workers, {harness:,} reads by the harness)"
+    assert terminal["ops"] == facts["ops"] == said
+    # worker processes: the pool's, not the history's process numbers (the harness reads under one of its own)
+    assert terminal["faults"].endswith(f"; worker processes {run['worker_processes']}")
+    assert facts["worker processes"] == str(run["worker_processes"]) == "5"
+    assert facts["timeline lanes"] == f"5 for {len({op.process for op in ops})} process numbers"
+    # one unit for lengths of time
+    assert terminal["seconds"] == facts["seconds"] == seconds_text(run["seconds"])
+    assert re.fullmatch(r"\d+\.\d s", facts["history spans"])
+    # the refusals, by reason, in the verdict block and the report alike, adding up to the fails
+    refusals = run["refusals"]
+    assert refusals["total"] == stats["fail"] == sum(refusals["reasons"].values()) > 0
+    assert refusals["reasons"] == dict(Counter(op.result["reason"] for op in ops if op.type == "fail"))
+    assert terminal["refusals"] == facts["refusals"] == refusals_text(refusals)
+    assert terminal["refusals"] == f"{stats['fail']:,}: " + ", ".join(f"{r} {n:,}" for r, n in refusals["reasons"].items())
+
+
+def test_refusals_a_fault_explains_are_counted_under_it() -> None:
+    """Unavailable and error refusals whose op a fault hit are said with the fault; the workload's own are not."""
+    from leasecheck.checker.attribution import FaultWindow
+    from leasecheck.histories import Op
+    from leasecheck.report.refusals import Refusals, refusals_text
+
+    def fail(i: int, process: int, f: str, reason: str, start: int, end: int) -> Op:
+        return Op(index=i, process=process, f=f, node="n", value={}, type="fail", result={"reason": reason},
+                  invoke_time=start, complete_time=end)
+
+    store = FaultWindow("kill-store", 100, 200, frozenset(), True, "killed", "killed the store")
+    cut = FaultWindow("partition", 300, None, frozenset({2}), False, "cut off from the store", "cut every worker off")
+    r = Refusals()
+    for op in [fail(0, 1, "claim", "held", 10, 20), fail(1, 1, "claim", "unavailable", 150, 160),
+               fail(2, 3, "renew", "unavailable", 190, 210),  # in flight when the store was killed
+               fail(3, 3, "claim", "unavailable", 210, 220),  # after the store was back: no fault explains it
+               fail(4, 2, "effect", "unavailable", 400, 401), fail(5, 1, "effect", "unavailable", 400, 401),  # 1 is not cut
+               fail(6, 2, "commit", "error", 500, 510), fail(7, 1, "renew", "stale", 500, 510)]:
+        r.add(op)
+    obj = r.to_json([store, cut])
+    assert obj["total"] == 8 and obj["reasons"] == {"held": 1, "stale": 1, "unavailable": 5, "error": 1}
+    assert obj["explained"] == [
+        {"reason": "unavailable", "fault": "kill-store", "did": "killed the store", "count": 2, "ops": {"claim": 1, "renew": 1}},
+        {"reason": "unavailable", "fault": "partition", "did": "had its worker cut off from the store", "count": 1,
+         "ops": {"effect": 1}},
+        {"reason": "error", "fault": "partition", "did": "had its worker cut off from the store", "count": 1, "ops": {"commit": 1}},
+    ]
+    assert refusals_text(obj) == ("8: held 1, stale 1, unavailable 5 (2 while kill-store killed the store, 1 while partition "
+                                  "had its worker cut off from the store), error 1 (1 while partition had its worker cut off "
+                                  "from the store)")
+    assert refusals_text(Refusals().to_json([])) == "none"

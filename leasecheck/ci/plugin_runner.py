@@ -81,10 +81,13 @@ def _exit_meaning(code: int) -> str:
 
 def run_line(result: LeasecheckResult, elapsed: float) -> str:
     """A run's one line in pytest's output: its verdict, its anomalies' kinds, how long, what it covered."""
-    from leasecheck.verdict.covered import covered_line  # the standard library only; loaded once a run was made
+    from leasecheck.report.figures import run_seconds, seconds_text  # loaded once a run was made
+    from leasecheck.verdict.covered import covered_line
 
     found = f" ({len(result.anomalies)} anomalies: {', '.join(result.kinds)})" if result.anomalies else ""
-    return (f"leasecheck: {result.target} seed {result.seed}: {result.verdict}{found} in {elapsed:.1f} s; "
+    seconds = run_seconds(result.results)  # the run's own figure, as its terminal and report say it
+    return (f"leasecheck: {result.target} seed {result.seed}: {result.verdict}{found} in "
+            f"{seconds_text(elapsed if seconds is None else seconds)}; "
             f"{covered_line(result.results.get('coverage'))}")
 
 
@@ -161,6 +164,7 @@ class LeasecheckRunner:
         __tracebackhide__ = True
         args = run_args(target, nemesis, seed, time_limit, options)
         command = replay_command(self.rootdir, args, self.store)
+        from leasecheck.report.inputs import REPLAY_ENV  # the run keeps the line in test.json: its report shows it
         from leasecheck.servers.base import python_module  # not at the plugin's import: every pytest session loads it
 
         argv = [*python_module("leasecheck"), *args, "--store", str(self.store), "--json"]
@@ -169,7 +173,7 @@ class LeasecheckRunner:
             longest = max(longest, float(options.get("max_time") or MAX_TIME_LIMITS * time_limit))
         timeout = longest + RUN_SLACK_S
         started = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=self.rootdir, env=child_env(), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(argv, cwd=self.rootdir, env={**child_env(), REPLAY_ENV: command}, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             out, err = proc.communicate(timeout=timeout)

@@ -33,8 +33,10 @@ from leasecheck import __version__
 from leasecheck.checker.attribution import attribution_of
 from leasecheck.histories import Header
 from leasecheck.report.columns import F_NAMES, OUTCOMES, REASONS, Columns, read_columns
+from leasecheck.report.figures import ops_text, run_seconds, seconds_text, worker_processes
 from leasecheck.report.inputs import KIND_MEANING, ReplayFlag, RunInputs, load, replay_command, settings, sorted_anomalies
 from leasecheck.report.page_columns import encode, lanes
+from leasecheck.report.refusals import refusals_text
 
 REPORT = "report.html"
 #: the plots the page shows, in order: (file H2's write_plots makes, what it shows)
@@ -62,10 +64,6 @@ def _ms(ns: int | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
-def _fmt_ms(ms: float) -> str:
-    return f"{ms / 1000:,.1f} s" if ms >= 10_000 else f"{ms:,.1f} ms"
-
-
 def _verdict_badge(results: dict[str, Any]) -> str:
     valid = results.get("valid")
     word, cls = _VERDICT_WORDS[valid if valid in (True, False) else "unknown"]
@@ -87,21 +85,27 @@ def _verdict_reason(results: dict[str, Any], source: str) -> str:
 
 
 def _facts(cols: Columns, header: Header, results: dict[str, Any], lane_count: int) -> str:
+    """The figures at the top, each worded as the terminal words it (:mod:`leasecheck.report.figures`)."""
     stats = results.get("stats") or {}
+    run = results.get("run") if isinstance(results.get("run"), dict) else None
     nemesis = results.get("nemesis", header.meta.get("nemesis"))
     seed = results.get("seed", header.meta.get("seed"))
-    procs = len(set(cols.process))
-    span = _ms(cols.end_time_ns - (cols.start_ns[0] if cols.n else 0)) or 0.0
+    span = (cols.end_time_ns - (cols.start_ns[0] if cols.n else 0)) / 1e9
+    workers, seconds = worker_processes(results), run_seconds(results)
+    refused = refusals_text((run or {}).get("refusals"))
     facts: list[tuple[str, str]] = [
         ("seed", "-" if seed is None else str(seed)),
         ("nemesis", ", ".join(map(str, nemesis)) if isinstance(nemesis, list) and nemesis else ("none" if isinstance(nemesis, list) else "-")),
         ("ttl", f"{header.ttl_ms:g} ms"),
         ("clock uncertainty", f"{header.clock_uncertainty_ms:g} ms"),
-        ("ops", f"{cols.n:,}"),
+        ("ops", ops_text(stats if isinstance(stats.get("ops"), int) else {"ops": cols.n}, run)),
         ("outcomes", f"{stats['ok']:,} ok · {stats['fail']:,} fail · {stats['info']:,} info" if all(isinstance(stats.get(k), int) for k in ("ok", "fail", "info")) else "-"),
+        *([("refusals", refused)] if refused is not None else []),
         ("nodes", f"{len(cols.nodes):,}"),
-        ("worker processes", f"{procs:,} in {lane_count:,} lanes"),
-        ("history spans", _fmt_ms(span)),
+        *([("worker processes", f"{workers:,}")] if workers is not None else []),
+        ("timeline lanes", f"{lane_count:,} for {len(set(cols.process)):,} process numbers"),
+        *([("seconds", seconds_text(seconds))] if seconds is not None else []),
+        ("history spans", seconds_text(span)),
         ("faults", f"{len(cols.faults):,}"),
     ]
     return "".join(f'<div class="fact"><span>{_e(k)}</span><b>{_e(v)}</b></div>' for k, v in facts)

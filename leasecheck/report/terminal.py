@@ -24,6 +24,8 @@ from leasecheck.checker import Anomaly, Verdict
 from leasecheck.checker.coverage import Coverage
 from leasecheck.checker.explain import render_chain
 from leasecheck.histories.vocabulary import KINDS, SITUATIONS
+from leasecheck.report.figures import ops_text, seconds_text
+from leasecheck.report.refusals import refusals_text
 from leasecheck.verdict.covered import covered_line
 
 #: anomalies of one kind that ``check`` and ``run`` print; ``--json`` and ``--explain`` give all
@@ -45,13 +47,16 @@ def console_for(stderr: bool = False) -> Console:
 
 def print_verdict(
     console: Console, path: str, verdict: Verdict, explain: bool = False, reason: str | None = None,
+    run: dict[str, Any] | None = None,
 ) -> None:
     """A summary table (ops, nodes, verdict, anomalies by kind), then the anomalies, kind by kind.
 
     Without ``explain``, at most :data:`SHOWN_PER_KIND` of each kind, then one
     line saying how many more there are and where to find them. ``reason``: the
     run's; else the verdict's own (why it is ``unknown``). A cut history says
-    so on a line of its own whatever the verdict (an invalid one too).
+    so on a line of its own whatever the verdict (an invalid one too). ``run``:
+    results.json's ``run`` of a run's verdict (the workers' ops, the refusals
+    by reason: :mod:`leasecheck.report.figures`, :mod:`leasecheck.report.refusals`).
     """
     word, style = _STYLE[verdict.valid]
     console.print(Text(path, style="bold"))
@@ -66,10 +71,13 @@ def print_verdict(
     if verdict.cut is not None and verdict.cut != reason:
         table.add_row("cut", verdict.cut)
     s = verdict.stats
-    table.add_row("ops", f"{s['ops']:,}")
+    table.add_row("ops", ops_text(s, run))
     table.add_row("nodes", f"{s['nodes']:,}")
     if "ok" in s:
         table.add_row("outcomes", f"{s['ok']:,} ok, {s['fail']:,} fail, {s['info']:,} info")
+    refused = refusals_text((run or {}).get("refusals"))
+    if refused is not None:
+        table.add_row("refusals", refused)
     counts = Counter({k: v for k, v in s.get("anomalies", {}).items()})
     by_kind: dict[str, list[Anomaly]] = {}
     for a in verdict.anomalies:
@@ -164,8 +172,9 @@ def print_run(console: Console, result: Any, coverage_counts: bool = False) -> N
 
     ``ops`` is printed once, in the verdict: every op in the history (an
     invoke with its completion, or without one, which counts as ``info``),
-    final reads included. The run table has no ops count of its own, so no
-    two numbers can disagree.
+    then how many of them the workers did and how many the harness read
+    (:func:`~leasecheck.report.figures.ops_text`, as the report says them).
+    The refusals by reason, with those a fault explains, follow the outcomes.
     """
     s = result.stats
     saved = _results(result.run_dir)
@@ -174,7 +183,7 @@ def print_run(console: Console, result: Any, coverage_counts: bool = False) -> N
     table.add_column(style="bold")
     table.add_column()
     table.add_row("seed", str(result.seed))
-    table.add_row("seconds", f"{s['seconds']:.1f}")
+    table.add_row("seconds", seconds_text(s["seconds"]))
     interrupted = saved.get("interrupted", getattr(result, "interrupted", None))
     if interrupted:
         table.add_row("interrupted", Text(f"by {interrupted}", style="bold yellow"))
@@ -182,8 +191,9 @@ def print_run(console: Console, result: Any, coverage_counts: bool = False) -> N
         table.add_row("stopped", "at the first proven anomaly (--fail-fast)")
     if s.get("resource_read") is False:
         table.add_row("resource", Text("never read back: the target has no read_resource (docs/extending.md)", style="yellow"))
-    reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(s.get("fail_reasons", {}).items()))
-    table.add_row("refusals", reasons or "none")
+    if "refusals" not in s:  # the checker thread failed: the recorder's counts, no fault named (else in the verdict)
+        reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(s.get("fail_reasons", {}).items()))
+        table.add_row("refusals", reasons or "none")
     if "deliveries" in s:
         table.add_row("deliveries", f"{s['deliveries']:,} ({s['duplicate_deliveries']:,} duplicated), {s['runs']} runs")
     if "faults" in s:
@@ -192,7 +202,7 @@ def print_run(console: Console, result: Any, coverage_counts: bool = False) -> N
     console.print(table)
     console.print()
     reason = saved.get("reason", getattr(result, "reason", None))
-    print_verdict(console, "verdict", result.verdict, reason=reason if isinstance(reason, str) else None)
+    print_verdict(console, "verdict", result.verdict, reason=reason if isinstance(reason, str) else None, run=s)
     reached = coverage_of_results(saved)
     if reached is not None:
         console.print()

@@ -38,6 +38,7 @@ from leasecheck.checker.online import OnlineChecker, Proven
 from leasecheck.checker.windows import WindowsOf
 from leasecheck.histories import HistoryReader, HistoryWriter
 from leasecheck.report.live import LiveAnomalies
+from leasecheck.report.refusals import Refusals
 from leasecheck.verdict.attribution import fault_victims
 from leasecheck.verdict.run_verdict import fault_windows
 
@@ -70,6 +71,9 @@ class Following(threading.Thread):
         #: what of them was said on stderr, and what only counted (:meth:`summary`)
         self.lines = LiveAnomalies()
         self.error: BaseException | None = None
+        #: the run's refusals by reason, those a fault explains counted under it (:mod:`leasecheck.report.refusals`),
+        #: once the thread is done; None if it failed
+        self.refusals: dict[str, Any] | None = None
         self.verdict: Verdict | None = None
         #: seconds of this thread's CPU time spent checking (its share of a core while the run goes)
         self.cpu_s = 0.0
@@ -147,9 +151,12 @@ class Following(threading.Thread):
             checker = self._checker = OnlineChecker(reader.header, reader.nemesis, budget=self.budget,
                                                     windows=self.windows, faults=self.faults)
             awaited, lock = self._awaited, self._lock
+            refusals = Refusals()
             for op in reader.ops(open_ops=checker.in_flight):
                 with lock:
                     checker.add(op)
+                if op.type == "fail":
+                    refusals.add(op)
                 if awaited and op.f == "read" and awaited.pop((op.node, op.process), False):
                     with lock:
                         proofs = checker.close(op.node)
@@ -158,6 +165,7 @@ class Following(threading.Thread):
                 proofs = checker.close_all()
             self._tell(proofs)
             self.verdict = checker.verdict_of(reader)
+            self.refusals = refusals.to_json(self.faults(reader.nemesis) if self.faults is not None else [])
         except BaseException as e:  # reported by finish(): the run checks the file instead
             self.error = e
             while not self._ended and self._chunks.get() is not None:  # let the writer go on: drain until the end

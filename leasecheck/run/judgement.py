@@ -141,6 +141,7 @@ def run_stats(run: Any, seconds: float) -> dict[str, Any]:
         **({"stopped_at_first_anomaly": True} if run.stopped_early else {}),
         **({"checker_cpu_s": round(run.following.cpu_s, 3)} if run.following is not None and run.following.cpu_s else {}),
         **({"nodes_closed_while_running": run.closer.closed} if getattr(run, "closer", None) is not None else {}),
+        **({"refusals": run.following.refusals} if run.following is not None and run.following.refusals else {}),
     }
 
 
