@@ -338,6 +338,14 @@ def test_replay_command_comes_from_the_command_line_or_the_options() -> None:
     assert replay_command(None, header, {}, replay_flags())[0] == "leasecheck run --target sqlite --nemesis pause --ttl 1000 --seed 9"
     generated = Header(1000, 0, {"target": "bench-sim", "seed": 1, "generator": {"name": "bench.gen"}})
     assert replay_command(None, generated, {}, replay_flags())[0] is None
+    # what only says where the verdict went is no part of replaying it (the pytest plugin runs with --json)
+    piped = {"argv": ["/x/leasecheck/__main__.py", "run", "--target", "redis", "--json", "--junit", "out.xml", "--store", "s"],
+             "seed": 4}
+    assert replay_command(piped, header, {}, replay_flags()) == \
+        ("leasecheck run --target redis --store s --seed 4", "test.json (the command line of the run)")
+    # a command recorded by whoever started the run (the pytest plugin: its cd and PYTHONPATH) is shown as it is
+    plugin = {**piped, "replay": "cd /proj && PYTHONPATH=/proj/src leasecheck run --target mypkg:L --seed 4 --store /s"}
+    assert replay_command(plugin, header, {}, replay_flags()) == (plugin["replay"], "test.json (as the pytest plugin ran it)")
 
 
 def test_an_unknown_verdict_shows_its_reason(caught: Path, tmp_path: Path) -> None:

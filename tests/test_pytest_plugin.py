@@ -9,8 +9,10 @@ folders the inner session left and check the failure message against them.
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -170,6 +172,9 @@ def test_a_broken_variant_fails_with_its_anomalies_report_and_replay(inner: pyte
     replay = (f"cd {inner.path} && leasecheck run --target {BROKEN} --nemesis pause --seed 1"
               f" --time-limit {SECONDS} --evidence-wait {SECONDS} --fail-fast --until-covered --store {run_dir.parent.parent}")
     assert f"  replay:     {replay}\n" in out
+    # the run's report shows the same line, not the plugin's own command line (python -m leasecheck ... --json)
+    shown = re.search(r'<code id="replay">(.*?)</code>', (run_dir / "report.html").read_text(), re.S)
+    assert shown is not None and html.unescape(shown.group(1)) == replay
     # ...and it does: pasted into a shell (leasecheck on its PATH), it makes the same run again, in the same store
     env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     subprocess.run(["bash", "-c", replay], env=env, capture_output=True, text=True, timeout=300)

@@ -10,6 +10,7 @@ with a warning, never fatal: the history alone makes a report.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,8 +21,14 @@ import msgspec
 
 from leasecheck.histories import Header, HistoryError
 from leasecheck.histories.vocabulary import KINDS
+from leasecheck.verdict.outcomes import replay_args
 
 HISTORY, RESULTS, TEST = "history.jsonl", "results.json", "test.json"
+
+#: the command that replays a run as whoever started it would type it, when that is not the run's own command line:
+#: the pytest plugin sets it for its runs (``cd ROOTDIR && [PYTHONPATH=...] leasecheck run ... --store STORE``, with no
+#: ``--json``), the run keeps it in test.json as ``replay``, and the report shows it as it is
+REPLAY_ENV = "LEASECHECK_REPLAY"
 
 #: one line per anomaly kind, for the report's group headings (docs/anomalies.md)
 KIND_MEANING: dict[str, str] = {
@@ -157,20 +164,34 @@ def _option(options: dict[str, Any], key: str, default: Any) -> Any:
     return options.get(name, default)
 
 
+def recorded_replay() -> dict[str, str]:
+    """What test.json records of :data:`REPLAY_ENV`: ``{"replay": COMMAND}``, or nothing when it is not set."""
+    command = os.environ.get(REPLAY_ENV, "")
+    return {"replay": command} if command.strip() else {}
+
+
 def replay_command(test: dict[str, Any] | None, header: Header, results: dict[str, Any],
                    flags: Sequence[ReplayFlag]) -> tuple[str | None, str]:
     """(the command that replays the run, where it came from), or (None, why there is none).
 
-    test.json's argv when it was ``leasecheck run`` itself (with ``--seed``
-    added if the seed was drawn); else built from its options, flag by flag
-    (``flags``, in their order) for what differs from the defaults; without
-    test.json, from the history's header (target, nemesis, seed, ttl).
+    test.json's ``replay`` when whoever started the run recorded one (the
+    pytest plugin: its ``cd`` and ``PYTHONPATH`` are part of it); else its argv
+    when it was ``leasecheck run`` itself, without the flags that only say
+    where the verdict goes (``--json``, ``--junit``: :func:`replay_args`) and
+    with ``--seed`` added if the seed was drawn; else built from its options,
+    flag by flag (``flags``, in their order) for what differs from the
+    defaults; without test.json, from the history's header (target, nemesis,
+    seed, ttl).
     """
     seed = (test or {}).get("seed", results.get("seed", header.meta.get("seed")))
+    recorded = (test or {}).get("replay")
+    if isinstance(recorded, str) and recorded.strip():
+        return recorded, "test.json (as the pytest plugin ran it)"
     argv = (test or {}).get("argv")
-    if isinstance(argv, list) and len(argv) >= 2 and all(isinstance(a, str) for a in argv) \
-            and argv[1] == "run" and Path(argv[0]).name in ("leasecheck", "__main__.py"):
-        args = argv[2:]
+    args = replay_args(argv)
+    if args is not None and len(args) >= 1 and args[0] == "run" and isinstance(argv, list) \
+            and Path(argv[0]).name in ("leasecheck", "__main__.py"):
+        args = args[1:]
         if seed is not None and not any(a == "--seed" or a.startswith("--seed=") for a in args):
             args = args + ["--seed", str(seed)]
         return shlex.join(["leasecheck", "run", *args]), "test.json (the command line of the run)"
@@ -236,4 +257,5 @@ def settings(inputs: RunInputs, header: Header) -> list[tuple[str, str]]:
     return rows
 
 
-__all__ = ["KIND_MEANING", "ReplayFlag", "RunInputs", "history_of", "load", "replay_command", "settings", "sorted_anomalies"]
+__all__ = ["KIND_MEANING", "REPLAY_ENV", "ReplayFlag", "RunInputs", "history_of", "load", "recorded_replay", "replay_command",
+           "settings", "sorted_anomalies"]

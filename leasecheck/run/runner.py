@@ -39,6 +39,7 @@ from leasecheck.nemesis.host_clock import ClockWatch
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
+from leasecheck.report.inputs import recorded_replay
 from leasecheck.run.aiming import AIM_SLOT, Aimer
 from leasecheck.run.closing import Closer
 from leasecheck.run.deadline import Deadline
@@ -153,7 +154,8 @@ class Run:
         opts = self.opts
         self.run_dir = new_run_dir(Path(opts.store), opts.target)
         handler = log_to(log, self.run_dir / "leasecheck.log")
-        write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "run_id": self.run_id, "argv": sys.argv})
+        write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "run_id": self.run_id, "argv": sys.argv,
+                                                   **recorded_replay()})
         log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
         self.started = time.monotonic()
         self.clocks = ClockControl(self.run_dir / CLOCKS_DIR)  # removed at the end, or by ``leasecheck heal``
@@ -306,7 +308,7 @@ class Run:
         self.clock_watch = ClockWatch.started(self.merge.nemesis, self.timing.uncertainty_ms)  # a VM restored, a resume
         end = self.deadline = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require, self.opts.time_limit,
                                        self.opts.longest_s, time.monotonic(), self.following.coverage if self.following else None,
-                                       self.opts.coverage_goal(self.kinds))
+                                       self.opts.coverage_goal(self.kinds, self.resource_read))
         self.tail = end.tail
         snapshots = Snapshots(self.run_dir, self.opts.snapshot_every_s, self.following, now=time.monotonic())
         while not self.interrupts.event.is_set():
@@ -397,17 +399,24 @@ class Run:
         seconds = time.monotonic() - self.started
         online = self.following.finish() if self.following is not None else None
         verdict, reason, reached = judge(self.run_dir / "history.jsonl", self.opts, self.kinds, self.tail, self.interrupts,
-                                         self.started, online)
+                                         self.started, online, self.deadline.goal if self.deadline is not None else None)
         stats = run_stats(self, seconds)
         write_json(self.run_dir / "results.json", {
             **verdict.to_json(), "reason": reason, "target": self.opts.target, "nemesis": list(self.opts.nemesis),
             "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
-            "coverage": coverage_json(reached, self.kinds, self.opts.require, self._goal_json(reached)),
+            "coverage": coverage_json(reached, self.kinds, self.opts.require, self._goal_json(reached), self.resource_read),
         })
         if self.opts.record:
             write_report(self.run_dir, in_child=0 < self.opts.snapshot_every_s < seconds)  # a soak's: drawn aside
         return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
 
+
+    @property
+    def resource_read(self) -> bool:
+        """Does the target read its protected resource back (as the history's header says)? Without, no situation of a
+        ``read-resource`` op applies to the run."""
+        writer = getattr(self, "writer", None)
+        return bool(writer.header.meta.get("resource_read", True)) if writer is not None else True
 
     def _goal_json(self, reached: Coverage) -> dict[str, Any] | None:
         """results.json's ``coverage.goal``: ``--until-covered``'s count, what stayed short, when it was met; None without."""

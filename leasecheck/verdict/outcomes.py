@@ -255,8 +255,9 @@ def write_expected(run_dir: Path, expected: Expectation, **about: Any) -> None:
     (run_dir / EXPECTED_FILE).write_text(json.dumps({**expected.to_json(), **about}, indent=2) + "\n", encoding="utf-8")
 
 
-def replay_command(argv: object) -> str | None:
-    """The command line that replays a run, from test.json's ``argv`` (argv[0] becomes ``leasecheck``; ``--json`` and ``--junit FILE`` go)."""
+def replay_args(argv: object) -> list[str] | None:
+    """test.json's ``argv`` without its program and without what only says where the verdict goes (``--json``,
+    ``--junit FILE``); None when it is not a command line."""
     if not isinstance(argv, list) or len(argv) < 2 or not all(isinstance(a, str) for a in argv):
         return None
     args: list[str] = []
@@ -268,7 +269,13 @@ def replay_command(argv: object) -> str | None:
             skip = True
         elif a != "--json" and not a.startswith("--junit="):
             args.append(a)
-    return shlex.join(["leasecheck", *args])
+    return args
+
+
+def replay_command(argv: object) -> str | None:
+    """The command line that replays a run, from test.json's ``argv`` (argv[0] becomes ``leasecheck``; ``--json`` and ``--junit FILE`` go)."""
+    args = replay_args(argv)
+    return None if args is None else shlex.join(["leasecheck", *args])
 
 
 def read_run(run_dir: Path, expected: Expectation | None = None) -> Row:
@@ -297,7 +304,8 @@ def read_run(run_dir: Path, expected: Expectation | None = None) -> Row:
     name = str(target) if target is not None else "?"
     faults = tuple(str(n) for n in nemesis) if isinstance(nemesis, list) else ()
     number = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
-    command = replay_command(test.get("argv"))
+    recorded = test.get("replay")  # the pytest plugin's own line (its cd and PYTHONPATH), as the report shows it
+    command = recorded if isinstance(recorded, str) and recorded.strip() else replay_command(test.get("argv"))
     if results.get("status") == "error" or "valid" not in results:
         reason = results.get("reason") or "results.json holds no verdict"
         return Row(name, faults, number, "error", expected=exp, reason=_one_line(reason), run_dir=run_dir, command=command)
