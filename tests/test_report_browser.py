@@ -35,6 +35,7 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from leasecheck.report.inputs import sorted_anomalies
 from leasecheck.verdict.outcomes import Expectation, write_expected
 
 REPO = Path(__file__).resolve().parent.parent
@@ -193,6 +194,34 @@ def test_caught_bug_report_leads_from_the_anomaly_to_its_ops(browser: WebDriver,
     WebDriverWait(browser, 10).until(lambda d: status in d.find_element(By.ID, "filter-status").text)
     WebDriverWait(browser, 10).until(lambda d: canvas_pixels(d) != drawn, "the node filter changed nothing on the timeline")
     assert js(browser, "lcReport.highlighted()") == cited, "filtering keeps the selection"
+    assert_clean(browser)
+
+
+def test_the_anomaly_band_shows_each_proof_as_its_own_mark(browser: WebDriver, tmp_path: Path) -> None:
+    """Issue 34: proofs that overlap in time were drawn as one red block (a kind's many proofs on a node, or
+    several kinds at once, read as one); now each anomaly is a mark of its own, a tick at each op it cites, and
+    proofs that overlap go to different rows of the band."""
+    run_dir = run_folder(tmp_path, "--target", "sqlite-fence-at-commit", "--time-limit", "8", "--seed", "3", expect=1)
+    results = json.loads((run_dir / "results.json").read_text())
+    listed = sorted_anomalies(results)  # in the page's order (grouped by kind)
+    open_report(browser, run_dir / "report.html")
+    js(browser, "lcReport.fit()")
+    marks = js(browser, "lcReport.anomalyMarks()")
+    assert sorted(m["i"] for m in marks) == list(range(len(listed))), "one mark per anomaly listed"
+    for m in marks:
+        a = listed[m["i"]]
+        starts = sorted({js(browser, f"lcReport.opAt({i})")["start"] for i in a["ops"]})
+        assert 1 <= len(m["ticks"]) <= len(starts), (a, m)
+        x = m["ticks"][0]
+        r, g, b = js(browser, f"lcReport.pixel({x}, {m['y'] + 2})")[:3]
+        assert r > 150 and r - g > 100 and r - b > 100, f"no red tick drawn for {a}: {(r, g, b)}"  # #c62f2f, smoothed
+    # overlapping proofs are drawn apart: the band packs them in its rows (three), reusing one only when all are taken
+    overlapping = [(a, b) for a in marks for b in marks if a["i"] < b["i"] and a["x0"] <= b["x1"] and b["x0"] <= a["x1"]]
+    assert overlapping, "this run has proofs that overlap in time: the case the rows exist for"
+    for a, b in overlapping:
+        later = b if b["x0"] >= a["x0"] else a
+        open_at_start = [m for m in marks if m["x0"] <= later["x0"] <= m["x1"] and m is not later]
+        assert a["slot"] != b["slot"] or len(open_at_start) >= 3, (a, b)
     assert_clean(browser)
 
 

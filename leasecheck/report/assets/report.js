@@ -28,6 +28,9 @@
     setView: function (t0, t1) { if (S) { setView(t0, t1); drawNow(); } },
     // the kills the last frame drew as instants: [{i (in faults), kind, t (ms), x (css px), colour, victims, lanes (theirs)}]
     kills: function () { return S ? S.killsDrawn.slice() : []; },
+    // the anomaly band's marks the last frame drew, one per anomaly in view:
+    // [{i (in the list), slot (its row in the band), x0, x1, y (css px), ticks (css x of each proving op)}]
+    anomalyMarks: function () { return S ? S.marksDrawn.slice() : []; },
     // what the canvas holds at css pixel (x, y), as [r, g, b, a]
     pixel: function (x, y) {
       var d = L_.dpr || 1;
@@ -213,6 +216,23 @@
       });
     });
     R.anomalyCount = A.length;
+    // each proof its own mark: anomalies whose spans overlap go to different rows of the band (ASLOTS of them;
+    // past that, the row that frees up first), so many proofs at once stay as many marks
+    var slotEnd = [];
+    for (var s0 = 0; s0 < ASLOTS; s0++) slotEnd.push(-Infinity);
+    A.map(function (an, i) { return i; })
+      .filter(function (i) { return A[i].pos.length; })
+      .sort(function (x, y) { return A[x].tMin - A[y].tMin || x - y; })
+      .forEach(function (i) {
+        var an = A[i], slot = -1, best = 0;
+        for (var k = 0; k < ASLOTS; k++) {
+          if (slotEnd[k] < an.tMin) { slot = k; break; }
+          if (slotEnd[k] < slotEnd[best]) best = k;
+        }
+        if (slot < 0) slot = best;
+        an.slot = slot;
+        slotEnd[slot] = Math.max(slotEnd[slot], an.tMax);
+      });
 
     var faultKinds = [];
     M.faults.forEach(function (f) { if (faultKinds.indexOf(f.kind) < 0) faultKinds.push(f.kind); });
@@ -227,7 +247,7 @@
       laneOff: laneOff, lanePos: lanePos, posLane: posLane, laneS: laneS, laneE: laneE, laneEmax: laneEmax,
       segJ: Int32Array.from(segJ), segProc: Float64Array.from(segProc), segOff: segOff, procLane: procLane, procEnd: procEnd,
       dataMin: dataMin, dataMax: dataMax, A: A, faultKinds: faultKinds, faultColour: faultColour,
-      killKinds: killKinds, killColour: killColour, killsDrawn: [],
+      killKinds: killKinds, killColour: killColour, killsDrawn: [], marksDrawn: [],
       t0: 0, t1: 1, keep: null, sel: -1, hlIndices: [], hlPos: [], pinned: -1, hover: null,
       rendered: {}, canvas: $('timeline'), wrap: $('canvas-wrap'), lo: new Int32Array(L), hi: new Int32Array(L)
     };
@@ -294,7 +314,8 @@
   }
 
   // ------------------------------------------------------------------ layout
-  var GUT = 84, AXIS = 22, FROW = 16, AROW = 14;
+  // the anomaly band: ASLOTS rows of ASLOT px, so overlapping proofs are drawn apart
+  var GUT = 84, AXIS = 22, FROW = 16, ASLOTS = 3, ASLOT = 6, AROW = 4 + ASLOTS * ASLOT;
   var L_ = {};
   function layout() {
     var c = S.canvas, dpr = window.devicePixelRatio || 1;
@@ -452,26 +473,34 @@
   }
 
   function drawAnomalyTrack(ctx) {
+    var drawn = S.marksDrawn = [];
     if (!S.A.length) return;
-    var y = AXIS + S.faultKinds.length * FROW + 2, h = AROW - 4;
+    var top = AXIS + S.faultKinds.length * FROW + 2, h = ASLOT - 1;
     ctx.save();
     ctx.beginPath();
     ctx.rect(GUT, 0, L_.pw, L_.h);
     ctx.clip();
-    ctx.fillStyle = '#d64545';
-    var px = -1;
     S.A.forEach(function (a, i) {
       if (!a.pos.length) return;
       var x0 = X(a.tMin), x1 = X(a.tMax);
       if (x1 < GUT || x0 > L_.w) return;
-      if (x1 - x0 < 3) { var c = Math.round(x0); if (c === px) return; px = c; ctx.fillRect(c - 1, y, 3, h); }
-      else ctx.fillRect(x0, y, x1 - x0, h);
+      var y = top + a.slot * ASLOT, ticks = [];
+      ctx.fillStyle = '#e79a9a';  // the span of the proof: from its first op's start to its last op's end
+      ctx.fillRect(x0, y + Math.floor(h / 2), Math.max(1, x1 - x0), 1);
+      ctx.fillStyle = '#c62f2f';  // a tick at each op it cites
+      a.pos.forEach(function (p) {
+        var x = Math.round(X(S.C.start[p]));
+        if (ticks.length && ticks[ticks.length - 1] === x) return;
+        ticks.push(x);
+        ctx.fillRect(x - 1, y, 2, h);
+      });
+      drawn.push({ i: i, slot: a.slot, x0: x0, x1: x1, y: y, ticks: ticks });
     });
     if (S.sel >= 0 && S.A[S.sel].pos.length) {
-      var a = S.A[S.sel], s0 = X(a.tMin), s1 = Math.max(X(a.tMax), s0 + 3);
+      var a = S.A[S.sel], s0 = X(a.tMin), s1 = Math.max(X(a.tMax), s0 + 3), y = top + a.slot * ASLOT;
       ctx.strokeStyle = '#111';
-      ctx.lineWidth = 2;
-      ctx.strokeRect(s0 - 1, y - 1, s1 - s0 + 2, h + 2);
+      ctx.lineWidth = 1.5;
+      ctx.strokeRect(s0 - 2, y - 1, s1 - s0 + 4, h + 2);
     }
     ctx.restore();
   }
@@ -690,9 +719,9 @@
     }
     var ay = AXIS + S.faultKinds.length * FROW;
     if (S.A.length && my >= ay && my < ay + AROW) {
-      var bestA = -1, bestAD = Infinity;
+      var bestA = -1, bestAD = Infinity, slot = Math.max(0, Math.min(ASLOTS - 1, Math.floor((my - ay - 2) / ASLOT)));
       S.A.forEach(function (a, n) {
-        if (!a.pos.length) return;
+        if (!a.pos.length || a.slot !== slot) return;
         var d = tt < a.tMin ? a.tMin - tt : tt > a.tMax ? tt - a.tMax : 0;
         if (d <= tl * 1.5 && d < bestAD) { bestA = n; bestAD = d; }
       });
