@@ -72,7 +72,7 @@ def test_goal_options_that_cannot_make_a_run_exit_3_with_one_line(tmp_path: Path
 
 
 def test_a_run_goes_on_past_its_time_limit_until_every_situation_was_reached_three_times(tmp_path: Path) -> None:
-    done, results = _run(tmp_path, "--time-limit", "2", "--until-covered", "--max-time", "120")
+    done, results = _run(tmp_path, "--nemesis", "none", "--time-limit", "2", "--until-covered", "--max-time", "120")
     assert done.returncode == Exit.VALID, done.stderr[-2000:]
     cov = results["coverage"]
     goal = cov["goal"]
@@ -85,15 +85,30 @@ def test_a_run_goes_on_past_its_time_limit_until_every_situation_was_reached_thr
 
 
 def test_at_the_cap_the_short_situations_are_named_and_strict_coverage_makes_it_unknown(tmp_path: Path) -> None:
-    done, results = _run(tmp_path / "lenient", "--time-limit", "2", "--until-covered", "--min-count", "100000", "--max-time", "3")
+    done, results = _run(tmp_path / "lenient", "--nemesis", "none", "--time-limit", "2", "--until-covered", "--min-count", "100000", "--max-time", "3")
     assert done.returncode == Exit.VALID, done.stderr[-2000:]
     goal = results["coverage"]["goal"]
     assert goal["ended_by"] == "max-time" and set(goal["short"]) == set(results["coverage"]["applicable"])
     assert "(the goal of 100000 each not met in 3 s, the most --max-time allows); fewer than 100000 times: " in done.stdout
 
-    done, results = _run(tmp_path / "strict", "--time-limit", "2", "--until-covered", "--min-count", "100000", "--max-time", "3",
+    done, results = _run(tmp_path / "strict", "--nemesis", "none", "--time-limit", "2", "--until-covered", "--min-count", "100000", "--max-time", "3",
                          "--strict-coverage")
     assert done.returncode == Exit.UNKNOWN, done.stderr[-2000:]
     assert results["valid"] == "unknown"
     assert "the run did not test enough: reached fewer than 100000 times: " in results["reason"]
     assert results["coverage"]["goal"]["strict"] is True
+
+
+def test_a_target_that_never_reads_its_resource_back_is_not_held_to_the_situations_of_that_read() -> None:
+    """A pause can only land inside a ``read-resource`` of a target that has one: a gate must not wait for it."""
+    from leasecheck.histories.vocabulary import RESOURCE_SITUATIONS
+    from leasecheck.nemesis.catalogue import lookup
+    from leasecheck.verdict.run_verdict import applicable, coverage_goal
+
+    kinds = lookup(("pause", "kill"))
+    assert set(RESOURCE_SITUATIONS) == {"paused-inside-read-resource", "killed-inside-read-resource"}
+    assert set(RESOURCE_SITUATIONS) <= set(applicable(kinds))
+    without = applicable(kinds, resource_read=False)
+    assert not set(RESOURCE_SITUATIONS) & set(without)
+    assert set(applicable(kinds)) - set(without) == set(RESOURCE_SITUATIONS)
+    assert coverage_goal(kinds, resource_read=False).situations == tuple(without)

@@ -183,6 +183,8 @@ Situation = Literal[WorkloadSituation, FaultSituation, InsideSituation]
 
 #: every situation, in the order reports list them
 SITUATIONS: tuple[Situation, ...] = get_args(Situation)
+#: the situations only a target that reads its protected resource back can reach (``read-resource`` ops)
+RESOURCE_SITUATIONS: tuple[Situation, ...] = tuple(s for s in SITUATIONS if s.endswith("-inside-read-resource"))
 #: the situations every run's workload should reach by itself, whatever its faults
 WORKLOAD_SITUATIONS: tuple[WorkloadSituation, ...] = get_args(WorkloadSituation)
 #: the zombie ops' ``f``, and their phases relative to the newer lease, in the order of :data:`SITUATIONS`

@@ -29,7 +29,8 @@ from leasecheck.run.interrupts import Interrupts
 from leasecheck.run.options import RunOptions
 from leasecheck.rundir.storedir import write_json
 from leasecheck.verdict.attribution import fault_victims
-from leasecheck.verdict.run_verdict import fault_windows, run_verdict
+from leasecheck.verdict.read_back import read_back_gap
+from leasecheck.verdict.run_verdict import CoverageGoal, fault_windows, run_verdict
 from leasecheck.verdict.tails import HistoryTail
 
 log = logging.getLogger("leasecheck.run")
@@ -45,8 +46,10 @@ class OnlineMismatch(AssertionError):
 
 
 def judge(history: Path, opts: RunOptions, kinds: Sequence[FaultKind], tail: HistoryTail | None,
-          interrupts: Interrupts, started: float | None, online: Verdict | None = None) -> tuple[Verdict, str | None, Coverage]:
-    """(verdict, its reason, the coverage reached) of a run's history; ``tail``: its evidence watched so far, if any.
+          interrupts: Interrupts, started: float | None, online: Verdict | None = None,
+          goal: CoverageGoal | None = None) -> tuple[Verdict, str | None, Coverage]:
+    """(verdict, its reason, the coverage reached) of a run's history; ``tail``: its evidence watched so far, if any;
+    ``goal``: the run's ``--until-covered`` goal (a strict one short at the end makes the run ``unknown``).
 
     ``online``: the verdict of the checker that followed the run (:mod:`leasecheck.run.following`); None: check
     the file now (the checker failed, or the run did not record).
@@ -60,7 +63,10 @@ def judge(history: Path, opts: RunOptions, kinds: Sequence[FaultKind], tail: His
         evidence = (tail or HistoryTail(history)).poll()
         reached = checked.coverage or reached
         valid, reason = run_verdict(checked.valid, evidence, kinds, reached, opts.require,
-                                    found=[a.kind for a in checked.anomalies], goal=opts.coverage_goal(kinds))
+                                    found=[a.kind for a in checked.anomalies], goal=goal)
+        if valid is True and tail is not None:  # no node read back: no last word on any (verdict/read_back.py)
+            gap = read_back_gap(len(tail.read_back.unread()), int(checked.stats.get("nodes", 0)))
+            valid, reason = ("unknown", gap) if gap is not None else (valid, reason)
         if interrupts.name is not None and valid is not False:  # what it lacked is not the news: it was cut short
             reason = interrupted_reason(interrupts, started, reason)
         if checked.cut is not None and valid is not False:  # a cut history is never valid, whatever else it shows

@@ -364,14 +364,19 @@ class Run:
         self.merge.drain()  # every worker is gone: what is still buffered goes into the history, in time order
 
     def _read_every_node(self) -> None:
-        """Once every lease can have expired (unless a signal came first): the final read of every node."""
+        """Once every fault is healed and every lease can have expired (unless a signal came first): the final read of
+        every node not closed, those whose closing read failed or met a store fault among them, each read again while
+        the store comes back (:func:`~leasecheck.run.final_reads.read_every_node`)."""
         stop = self.interrupts.event
         if self.stopped_early:  # the verdict is proven already: what the reads would add is not worth the wait
             log.info("--fail-fast: no final reads")
             return
+        pending = self.closer.settle(timeout=60.0) if self.closer is not None else set()  # the checker's word on its reads
+        if pending:
+            log.warning("final reads: %d node(s) read by the closer still await the checker's word, not read again", len(pending))
         if not stop.wait(self.timing.expiry_wait_s):
-            nodes = list(self.deliveries.unclosed)  # those the closer read are judged and forgotten already
-            read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set)
+            nodes = [n for n in self.deliveries.unclosed if n not in pending]  # those closed are judged and forgotten already
+            read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set, wait=stop.wait)
 
     def _clean_up(self) -> None:
         """Close the history, reset every clock, stop Toxiproxy and the store (on every exit path).
@@ -398,6 +403,7 @@ class Run:
         assert self.started is not None
         seconds = time.monotonic() - self.started
         online = self.following.finish() if self.following is not None else None
+        self.tail = self.tail or HistoryTail(self.run_dir / "history.jsonl")  # its read_back: the nodes never read back
         verdict, reason, reached = judge(self.run_dir / "history.jsonl", self.opts, self.kinds, self.tail, self.interrupts,
                                          self.started, online, self.deadline.goal if self.deadline is not None else None)
         stats = run_stats(self, seconds)
@@ -405,6 +411,7 @@ class Run:
             **verdict.to_json(), "reason": reason, "target": self.opts.target, "nemesis": list(self.opts.nemesis),
             "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
             "coverage": coverage_json(reached, self.kinds, self.opts.require, self._goal_json(reached), self.resource_read),
+            "unread_nodes": (unread := self.tail.read_back.unread()), "unread_count": len(unread),
         })
         if self.opts.record:
             write_report(self.run_dir, in_child=0 < self.opts.snapshot_every_s < seconds)  # a soak's: drawn aside

@@ -53,7 +53,14 @@ from leasecheck.checker.verdict import Validity
 from leasecheck.checker.windows import CLOCK_BEHIND, KILLED, MEMBER_PARTITION, PAUSED, PRIMARY_LOST, Window, skew_of
 from leasecheck.histories import Header
 from leasecheck.histories.format import NEMESIS, Event, lease_key
-from leasecheck.histories.vocabulary import INSIDE_FAULTS, SITUATIONS, TIMING_KINDS, WORKLOAD_SITUATIONS, inside_situation
+from leasecheck.histories.vocabulary import (
+    INSIDE_FAULTS,
+    RESOURCE_SITUATIONS,
+    SITUATIONS,
+    TIMING_KINDS,
+    WORKLOAD_SITUATIONS,
+    inside_situation,
+)
 from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Need
 from leasecheck.nemesis.host_clock import HOST_CLOCK_STEP
 
@@ -392,12 +399,13 @@ def history_coverage(source: str | os.PathLike[str] | Iterable[bytes | str]) -> 
     return coverage_source(source, fault_windows)
 
 
-def applicable(kinds: Sequence[FaultKind], require: Sequence[str] = ()) -> list[str]:
+def applicable(kinds: Sequence[FaultKind], require: Sequence[str] = (), resource_read: bool = True) -> list[str]:
     """The situations a run with these faults should reach: the workload's, each fault's own (required) and those it
     makes likely (sought: reported when missing, not required), and those it was told to reach (``--require``), in
-    vocabulary order."""
+    vocabulary order. ``resource_read``: the target reads its protected resource back; without, the situations of a
+    ``read-resource`` op cannot happen (:data:`RESOURCE_SITUATIONS`), and a run must not wait for them."""
     wanted = set(WORKLOAD_SITUATIONS) | {s for situations in required(kinds, require).values() for s in situations}
-    wanted |= {s for kind in kinds for s in kind.seeks}
+    wanted |= {s for kind in kinds for s in kind.seeks if resource_read or s not in RESOURCE_SITUATIONS}
     return [s for s in SITUATIONS if s in wanted]
 
 
@@ -410,18 +418,18 @@ def header_faults(header: Header) -> tuple[FaultKind, ...]:
 
 
 def coverage_goal(kinds: Sequence[FaultKind], require: Sequence[str] = (), min_count: int = 3,
-                  strict: bool = False) -> CoverageGoal:
+                  strict: bool = False, resource_read: bool = True) -> CoverageGoal:
     """The ``--until-covered`` goal of a run with these faults: every :func:`applicable` situation ``min_count`` times."""
-    return CoverageGoal(tuple(applicable(kinds, require)), min_count, strict)
+    return CoverageGoal(tuple(applicable(kinds, require, resource_read)), min_count, strict)
 
 
 def coverage_json(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[str] = (),
-                  goal: dict[str, Any] | None = None) -> dict[str, Any]:
+                  goal: dict[str, Any] | None = None, resource_read: bool = True) -> dict[str, Any]:
     """results.json's ``coverage``: every count, what applies to the run, what of that never happened, and why it
     applies (by fault; ``--require`` for those the run was told to reach; ``sought``: by fault, those it makes likely
     but does not require); ``goal``: with ``--until-covered``, its count, what stayed short of it and when it was met
     (null without)."""
-    wanted = applicable(kinds, require)
+    wanted = applicable(kinds, require, resource_read)
     return {
         "counts": cov.to_json(),
         "applicable": wanted,
