@@ -27,6 +27,7 @@ from leasecheck.histories.vocabulary import KINDS, SITUATIONS
 from leasecheck.report.figures import ops_text, seconds_text
 from leasecheck.report.refusals import refusals_text
 from leasecheck.verdict.covered import covered_line
+from leasecheck.verdict.read_back import unread_line
 
 #: anomalies of one kind that ``check`` and ``run`` print; ``--json`` and ``--explain`` give all
 SHOWN_PER_KIND = 5
@@ -198,6 +199,10 @@ def print_run(console: Console, result: Any, coverage_counts: bool = False) -> N
         table.add_row("deliveries", f"{s['deliveries']:,} ({s['duplicate_deliveries']:,} duplicated), {s['runs']} runs")
     if "faults" in s:
         table.add_row("faults", f"{s['faults']}; worker processes {s['worker_processes']}")
+    unread = saved.get("unread_nodes")
+    if isinstance(unread, list) and unread:  # the nodes whose last word the history lacks (verdict/read_back.py)
+        line = unread_line([str(n) for n in unread], int((saved.get("stats") or {}).get("nodes", len(unread))))
+        table.add_row("read back", Text(line or "", style="yellow"))
     table.add_row("store", str(result.run_dir))
     console.print(table)
     console.print()

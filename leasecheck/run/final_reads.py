@@ -15,10 +15,26 @@ while the run goes. Both read the same way, through a client of their own:
 A read that fails is recorded ``info``, and its process is retired: the next node
 is read by a fresh client under a new process number, as a crashed worker would be
 replaced.
+
+Every node read back, once the store is back. Under a store fault a closing read
+may fail, or be answered while the fault was on; such a node is not closed (the
+checker that follows the run closes a node on a clean read alone), so the final
+phase, which runs once every fault is healed, reads it with the rest. A final read
+that fails is tried again while the store comes back (a killed server restarting):
+the same node is read again until a read succeeds (the evidence that the store
+answers again), then the next at once; bounded by :data:`NODE_RETRIES` reads of one
+node, :data:`RETRY_PROBES` in all and :data:`RETRY_PATIENCE_S` seconds, the waits
+between them doubling from 50 ms (a signal ends them).
+What the history still never read back is named in results.json
+(:mod:`leasecheck.verdict.read_back`).
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +43,8 @@ from leasecheck.run.deliveries import node_name
 from leasecheck.run.recorder import Recorder
 from leasecheck.targets.base import Target, reads_resource
 from leasecheck.targets.registry import TargetSpec
+
+log = logging.getLogger("leasecheck.run")
 
 #: records one event of a read: (type, f, value)
 Emit = Callable[[str, str, dict[str, Any]], None]
@@ -53,24 +71,89 @@ def last_reads(target: Target, node: str, emit: Emit) -> bool:
     return True
 
 
+#: the most reads the final phase tries again in all (a store that does not answer yet), the most of them on one
+#: node, and the most seconds it goes on trying from the first failure
+RETRY_PROBES = 20
+NODE_RETRIES = 8
+RETRY_PATIENCE_S = 30.0
+#: the first wait between probes (doubling, up to :data:`RETRY_PAUSE_MAX_S`)
+RETRY_PAUSE_S = 0.05
+RETRY_PAUSE_MAX_S = 2.0
+
+
+class _Reader:
+    """The final phase's client, recording each read under its process number (a new one after a failure)."""
+
+    def __init__(self, spec: TargetSpec, recorder: Recorder, writer: HistoryWriter) -> None:
+        self.spec, self.recorder, self.writer = spec, recorder, writer
+        self.client: Target | None = None
+        self.process = -1
+        #: reads that failed (or found no client), in all
+        self.failures = 0
+
+    def read(self, node: str) -> bool:
+        """:func:`last_reads` of ``node``; False if a read failed (or no client could be made: nothing was invoked)."""
+        if self.client is None:
+            try:
+                self.client = self.spec.make()
+            except Exception as e:  # the store not back yet: as a failed read, but nothing happened
+                log.info("final reads: no client yet (%s: %s)", type(e).__name__, e)
+                self.failures += 1
+                return False
+            self.process = self.recorder.new_process()
+
+        def emit(typ: str, f: str, value: dict[str, Any]) -> None:
+            if typ == "invoke":
+                self.writer.invoke(self.process, f, node, value)
+            else:
+                self.writer.complete(self.process, typ, value)
+
+        if last_reads(self.client, node, emit):
+            return True
+        self.failures += 1
+        self.close()  # its process is retired: the next read comes from a new client under a new number
+        return False
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
 def read_every_node(
     spec: TargetSpec, recorder: Recorder, writer: HistoryWriter, nodes: list[str], stop: Callable[[], bool] = lambda: False,
-) -> None:
-    """:func:`last_reads` of each node through a client of its own, recorded as ops; ``stop()`` cuts it short (a signal)."""
-    reader = spec.make()
-    process = recorder.new_process()
-
-    def emit(typ: str, f: str, value: dict[str, Any]) -> None:
-        if typ == "invoke":
-            writer.invoke(process, f, node, value)
-        else:
-            writer.complete(process, typ, value)
-
-    for node in nodes:
-        if stop():
-            break
-        if not last_reads(reader, node, emit):
-            process = recorder.new_process()
-            reader.close()
-            reader = spec.make()
-    reader.close()
+    wait: Callable[[float], object] = time.sleep, patience_s: float = RETRY_PATIENCE_S,
+) -> list[str]:
+    """:func:`last_reads` of each node through a client of its own, recorded as ops; a node whose read failed is read
+    again while the store comes back (see the module docstring). The nodes whose reads failed to the end (and those
+    left when ``stop()`` cut it short: a signal). ``wait(s)``: how a wait between reads is spent (a signal ends it)."""
+    reader = _Reader(spec, recorder, writer)
+    todo, failed = deque(nodes), list[str]()
+    tries: dict[str, int] = {}
+    probes, pause, deadline = 0, RETRY_PAUSE_S, math.inf
+    try:
+        while todo:
+            if stop():
+                return failed + list(todo)
+            node = todo[0]
+            if reader.read(node):  # the store answers: on with the next, at once
+                todo.popleft()
+                pause = RETRY_PAUSE_S
+                continue
+            if deadline == math.inf:
+                deadline = time.monotonic() + patience_s
+            tries[node] = tries.get(node, 0) + 1
+            if tries[node] > NODE_RETRIES or probes >= RETRY_PROBES or time.monotonic() >= deadline:
+                failed.append(todo.popleft())  # given up: named as never read back
+                continue
+            probes += 1
+            wait(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(2 * pause, RETRY_PAUSE_MAX_S)
+        if failed:
+            log.warning("final reads: %d of %d node(s) never read back (%d reads failed): %s", len(failed), len(nodes),
+                        reader.failures, ", ".join(failed[:10]))
+        elif reader.failures:
+            log.info("final reads: every node read back, after %d failed read(s)", reader.failures)
+        return failed
+    finally:
+        reader.close()

@@ -13,7 +13,10 @@ sets :attr:`Following.proven`, which ``--fail-fast`` stops the run on.
 
 A node the harness closes mid-run (:meth:`Following.close_after`: nobody can touch
 it again and the harness read it) is judged once that read is in, and its ops are
-dropped: what keeps a soak's memory flat. At the end every node left is judged,
+dropped: what keeps a soak's memory flat. Only a clean read closes it (ok, and no
+store fault on while it went: :mod:`leasecheck.verdict.read_back`); a node whose
+read was not clean stays open, to be read again, and the harness is told which
+(:attr:`Following.on_read`), so that it forgets only the nodes closed. At the end every node left is judged,
 and :meth:`Following.finish` gives the verdict ``leasecheck check`` gives of the
 same file. If the thread fails (a bug: the history is the harness's own), the
 run falls back to checking the file after the end, and says so in its log.
@@ -27,7 +30,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,9 +40,11 @@ from leasecheck.checker.coverage import Coverage
 from leasecheck.checker.online import OnlineChecker, Proven
 from leasecheck.checker.windows import WindowsOf
 from leasecheck.histories import HistoryReader, HistoryWriter
+from leasecheck.histories.format import Event, Op
 from leasecheck.report.live import LiveAnomalies
 from leasecheck.report.refusals import Refusals
 from leasecheck.verdict.attribution import fault_victims
+from leasecheck.verdict.read_back import StoreOutWindows
 from leasecheck.verdict.run_verdict import fault_windows
 
 log = logging.getLogger("leasecheck.run")
@@ -80,6 +85,11 @@ class Following(threading.Thread):
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         #: (node, process) of the harness's closing reads: each node is judged once that read's completion is in
         self._awaited: dict[tuple[str, int], bool] = {}
+        #: told of each closing read that completed ok: (node, closed); closed False when a store fault met the read
+        self.on_read: Callable[[str, bool], None] = lambda node, closed: None
+        #: the store faults' windows, from the nemesis events the reader has seen
+        self._store_out = StoreOutWindows()
+        self._nemesis_seen = 0
         self._checker: OnlineChecker | None = None
         self._last_probe = 0.0
         #: the writer is closed: every byte was taken
@@ -157,10 +167,13 @@ class Following(threading.Thread):
                     checker.add(op)
                 if op.type == "fail":
                     refusals.add(op)
-                if awaited and op.f == "read" and awaited.pop((op.node, op.process), False):
-                    with lock:
-                        proofs = checker.close(op.node)
-                    self._tell(proofs)
+                if awaited and op.f == "read" and awaited.pop((op.node, op.process), False) and op.type == "ok":
+                    clean = self._clean(op, reader.nemesis)
+                    if clean:
+                        with lock:
+                            proofs = checker.close(op.node)
+                        self._tell(proofs)
+                    self.on_read(op.node, clean)
             with lock:
                 proofs = checker.close_all()
             self._tell(proofs)
@@ -172,6 +185,14 @@ class Following(threading.Thread):
                 pass
         finally:
             self.cpu_s = time.thread_time() - began
+
+    def _clean(self, read: Op, nemesis: list[Event]) -> bool:
+        """Was no store fault on while ``read`` went? (The nemesis events before its completion are all read.)"""
+        for ev in nemesis[self._nemesis_seen:]:
+            self._store_out.feed(ev)
+        self._nemesis_seen = len(nemesis)
+        end = read.complete_time if read.complete_time is not None else read.invoke_time
+        return not self._store_out.overlaps(read.invoke_time, end)
 
     def _lines(self) -> Iterator[bytes]:
         """The history's lines as the writer writes them; probes whenever it has caught up (or every 0.1 s)."""

@@ -20,6 +20,7 @@ import msgspec
 from leasecheck.checker.coverage import Coverage
 from leasecheck.histories import HistoryError
 from leasecheck.histories.format import Event
+from leasecheck.verdict.read_back import ReadBack
 from leasecheck.verdict.run_verdict import Evidence, history_coverage
 
 #: how much of the file one read of :meth:`HistoryTail.poll` takes at most
@@ -27,11 +28,14 @@ TAIL_CHUNK = 1 << 20
 
 
 class HistoryTail:
-    """Feeds :class:`Evidence` from a history file as it grows (whole lines only; the header skipped)."""
+    """Feeds :class:`Evidence` and :class:`~leasecheck.verdict.read_back.ReadBack` from a history file as it grows
+    (whole lines only; the header skipped)."""
 
     def __init__(self, path: str | os.PathLike[str], evidence: Evidence | None = None) -> None:
         self.path = path
         self.evidence = evidence if evidence is not None else Evidence()
+        #: which nodes the history read back once their last write was done (the run names the others)
+        self.read_back = ReadBack()
         self._offset = 0
         self._header_seen = False
         self._decode = msgspec.json.Decoder(Event).decode
@@ -62,9 +66,11 @@ class HistoryTail:
                 self._header_seen = True
                 continue
             try:
-                self.evidence.feed(self._decode(line))
+                event = self._decode(line)
             except msgspec.MsgspecError:
                 continue  # not an event (the checker reports bad lines; here they prove nothing)
+            self.evidence.feed(event)
+            self.read_back.feed(event)
         return len(data) == TAIL_CHUNK
 
 
