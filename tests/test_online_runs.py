@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.histories import Header, HistoryWriter, read_history
-from leasecheck.report.live import NODES_PER_KIND
+from leasecheck.report.live import NODES_PER_KIND, is_resaid
 from leasecheck.run.following import ANOMALIES_FILE, Following
 from leasecheck.run.merge import Merge
 from leasecheck.run.options import RunOptions
@@ -80,7 +80,11 @@ def test_a_full_run_says_each_anomaly_when_proven_and_goes_on(tmp_path: Path) ->
     kinds = list(dict.fromkeys(k for k, _ in first))
     listed = [key for kind in kinds for key in [k for k in first if k[0] == kind][:NODES_PER_KIND]]
     assert len(said) > len(first) > NODES_PER_KIND  # the case the lines exist for: many proofs, many nodes of a kind
-    assert len(lines) == len(listed) + sum(1 for kind in kinds if sum(k[0] == kind for k in first) > NODES_PER_KIND), lines
+    proofs = Counter((s["kind"], s["node"]) for s in said)
+    resaid = [f"anomaly {k} {n}: {c:,} proofs so far" for (k, n), m in proofs.items() if (k, n) in listed
+              for c in range(2, m + 1) if is_resaid(c)]  # a listed (kind, node)'s count at its 10th, 100th, ... proof
+    assert len(lines) == len(listed) + len(resaid) + sum(sum(k[0] == kind for k in first) > NODES_PER_KIND for kind in kinds), lines
+    assert all(any(line.startswith(r + " (latest ops ") for line in lines) for r in resaid)
     for kind, node in listed:
         s = first[kind, node]
         ops = ", ".join(map(str, s["ops"][:3])) + (", …" if len(s["ops"]) > 3 else "")
