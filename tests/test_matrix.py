@@ -98,7 +98,8 @@ kinds = ["stale-effect"]
     ]
     first, broken = spec.cells[0], spec.cells[4]
     # defaults merged under the entry's own options; names as leasecheck run spells them; a cell expected valid fails fast
-    assert dict(first.options) == {"time-limit": 5, "ttl": 300, "nodes": 7, "fail-fast": True}
+    # and goes on until covered
+    assert dict(first.options) == {"time-limit": 5, "ttl": 300, "nodes": 7, "fail-fast": True, "until-covered": True}
     assert dict(broken.options) == {"time-limit": 9, "ttl": 300}
     assert first.expected == Expectation("valid", (), "spec")
     assert broken.expected == Expectation("invalid", ("stale-effect",), "spec") and broken.entry == "broken"
