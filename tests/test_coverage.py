@@ -22,7 +22,8 @@ from leasecheck.checker.coverage import Coverage
 from leasecheck.histories.vocabulary import SITUATIONS, WORKLOAD_SITUATIONS, ZOMBIE_FUNCTIONS, ZOMBIE_PHASES
 from leasecheck.nemesis.catalogue import CATALOGUE, lookup
 from leasecheck.run.deadline import Deadline
-from leasecheck.verdict.run_verdict import applicable, coverage_gaps, coverage_json, history_coverage
+from leasecheck.verdict.run_verdict import history_coverage
+from leasecheck.verdict.situations import applicable, coverage_gaps, coverage_json
 from leasecheck.verdict.tails import CoverageTail
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,7 +14,8 @@ from leasecheck.checker.coverage_inside import split_stops
 from leasecheck.checker.windows import KILLED, PAUSED, Window
 from leasecheck.histories.vocabulary import INSIDE_FUNCTIONS, SITUATIONS, inside_situation
 from leasecheck.nemesis.catalogue import FAULTS
-from leasecheck.verdict.run_verdict import applicable, fault_windows
+from leasecheck.verdict.run_verdict import fault_windows
+from leasecheck.verdict.situations import applicable
 from tests.test_coverage import MS, History
 
 INSIDE = [s for s in SITUATIONS if "-inside-" in s]

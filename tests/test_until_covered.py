@@ -19,7 +19,7 @@ from leasecheck.checker.coverage import Coverage
 from leasecheck.exits import Exit
 from leasecheck.histories.vocabulary import SITUATIONS
 from leasecheck.verdict.covered import covered_line
-from leasecheck.verdict.run_verdict import CoverageGoal
+from leasecheck.verdict.situations import CoverageGoal
 
 CLI = [sys.executable, "-m", "leasecheck"]
 
@@ -103,7 +103,7 @@ def test_a_target_that_never_reads_its_resource_back_is_not_held_to_the_situatio
     """A pause can only land inside a ``read-resource`` of a target that has one: a gate must not wait for it."""
     from leasecheck.histories.vocabulary import RESOURCE_SITUATIONS
     from leasecheck.nemesis.catalogue import lookup
-    from leasecheck.verdict.run_verdict import applicable, coverage_goal
+    from leasecheck.verdict.situations import applicable, coverage_goal
 
     kinds = lookup(("pause", "kill"))
     assert set(RESOURCE_SITUATIONS) == {"paused-inside-read-resource", "killed-inside-read-resource"}

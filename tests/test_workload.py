@@ -21,7 +21,7 @@ from leasecheck.nemesis.catalogue import lookup
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.runner import RunOptions, run
 from leasecheck.run.takeovers import Takeovers
-from leasecheck.verdict.run_verdict import applicable
+from leasecheck.verdict.situations import applicable
 
 
 def _claim(t: Takeovers, process: int, node: str, epoch: int) -> None:

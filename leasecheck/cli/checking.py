@@ -96,7 +96,8 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
     given alone, it is exit 3.
     """
     from leasecheck.verdict.attribution import fault_victims
-    from leasecheck.verdict.run_verdict import applicable, fault_windows, header_faults  # the catalogue: only when checking
+    from leasecheck.verdict.run_verdict import fault_windows  # the catalogue: only when checking
+    from leasecheck.verdict.situations import applicable, header_faults
 
     if not as_json:
         from leasecheck.report.terminal import console_for, print_coverage, print_verdict

@@ -24,7 +24,8 @@ from typing import Any
 
 from leasecheck.checker.coverage import Coverage
 from leasecheck.nemesis.catalogue import FaultKind
-from leasecheck.verdict.run_verdict import CoverageGoal, gaps, required
+from leasecheck.verdict.run_verdict import gaps
+from leasecheck.verdict.situations import CoverageGoal, required
 from leasecheck.verdict.tails import CoverageTail, HistoryTail
 
 log = logging.getLogger("leasecheck.run")

@@ -30,7 +30,8 @@ from leasecheck.run.options import RunOptions
 from leasecheck.rundir.storedir import write_json
 from leasecheck.verdict.attribution import fault_victims
 from leasecheck.verdict.read_back import read_back_gap
-from leasecheck.verdict.run_verdict import CoverageGoal, fault_windows, run_verdict
+from leasecheck.verdict.run_verdict import fault_windows, run_verdict
+from leasecheck.verdict.situations import CoverageGoal
 from leasecheck.verdict.tails import HistoryTail
 
 log = logging.getLogger("leasecheck.run")

@@ -27,7 +27,7 @@ from leasecheck.targets.base import Target
 from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES, ExecTarget
 from leasecheck.targets.registry import load, server_not_installed
 from leasecheck.targets.urls import url_problem
-from leasecheck.verdict.run_verdict import CoverageGoal, coverage_goal
+from leasecheck.verdict.situations import CoverageGoal, coverage_goal
 
 #: stores we run as servers (what the store faults pause, kill and proxy)
 SERVER_STORES = ("postgres", "redis", "zookeeper", "etcd")

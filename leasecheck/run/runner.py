@@ -61,7 +61,7 @@ from leasecheck.servers.store_network import StoreNetwork
 from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable, reads_resource
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.targets.registry import TargetSpec
-from leasecheck.verdict.run_verdict import coverage_json
+from leasecheck.verdict.situations import coverage_json
 from leasecheck.verdict.tails import HistoryTail
 
 log = logging.getLogger("leasecheck.run")
