@@ -288,3 +288,130 @@ def test_a_contender_is_woken_at_the_lapse_and_the_late_writer_at_the_rivals_gra
     _claim_at(ended, 1, "n", 1, 100)
     _op(ended, 1, "commit", "n", 1)
     assert ended.wake("n", None, 2, "at-lapse", 5_000, lapse) == "passed", "committed: nothing to claim"
+
+
+# ---------------------------------------------------------------- a lagging clock is free to claim (issue 34)
+
+
+def test_a_lagging_clock_is_handed_a_claimable_node_before_a_late_writers_and_else_one_given_back_for_it() -> None:
+    """A claimable node (granted at once) comes before a late writer's (claimed only at its lapse, a ttl on); with
+    neither, the worker asks again at once and the next delivery to another worker is given back once, for it."""
+    from leasecheck.run.steering import Steering
+
+    ms = 1_000_000
+    t = Takeovers()
+    behind = {0}
+    s = Steering(t, _queue(), lapse_ns=1_010 * ms, lagging=lambda slot: slot in behind, rng=random.Random(3))
+    _claim_at(t, 2, "released", 1, 4_000 * ms)
+    _op(t, 2, "release", "released", 1)
+    _claim_at(t, 3, "late", 1, 4_900 * ms)
+    s.late("late", 3, now_s=0.0, ttl_s=1.0)
+    picks = [s.steered(0, 1, 5_000 * ms, 1_000 * ms, 0.1) for _ in range(20)]
+    assert picks == [("lagging", "released")] * 20, picks
+    assert s.steered(1, 4, 5_000 * ms, 1_000 * ms, 0.1) == ("contend", "late"), "the late writer's node, to another"
+    quiet = Takeovers()
+    _claim_at(quiet, 2, "soon", 1, 4_200 * ms)  # silent 0.8 ttl at 5000 ms: lapses within a quarter ttl
+    _claim_at(quiet, 3, "later", 1, 4_500 * ms)  # silent 0.5 ttl: half a ttl to wait, too long beside a 1-3 ttl skew
+    s = Steering(quiet, _queue(), lapse_ns=1_010 * ms, lagging=lambda slot: slot in behind, rng=random.Random(3))
+    assert {s.steered(0, 1, 5_000 * ms, 1_000 * ms, 0.1) for _ in range(10)} == {("contend", "soon")}
+    empty = Steering(Takeovers(), _queue(), lapse_ns=1_010 * ms, lagging=lambda slot: slot in behind, rng=random.Random(3))
+    assert empty.steered(0, 1, 5_000 * ms, 1_000 * ms, 0.1) == "", "nothing to claim: ask again at once"
+    assert empty.tagged("n0") == ("release", "n0"), "claimed by another worker and given back at once, for the lagging clock"
+    assert empty.tagged("n1") == "n1", "one is enough until the lagging clock asks again"
+    behind.clear()
+    assert empty.steered(0, 1, 5_000 * ms, 1_000 * ms, 0.1) is None and empty.tagged("n2") == "n2", "no longer behind"
+
+
+def test_a_worker_whose_clock_went_behind_is_woken_from_a_zombies_wait_but_not_from_contending() -> None:
+    from leasecheck.run.steering import Steering, Wait
+
+    behind: set[int] = set()
+    t = Takeovers()
+    s = Steering(t, _queue(), lapse_ns=1_010, lagging=lambda slot: slot in behind, rng=random.Random(3))
+    _claim(t, 0, "a", 1)
+    _claim(t, 1, "b", 1)
+    s.wait(Wait("zombie", "a", 1, 0, "before-new-effect", 100.0, slot=0))  # type: ignore[arg-type]
+    s.wait(Wait("contender", "b", None, 2, "at-lapse", 100.0, slot=0))  # type: ignore[arg-type]
+    s.wait(Wait("other", "a", 1, 0, "while-new-runs", 100.0, slot=1))  # type: ignore[arg-type]
+    assert s.due(0, 0.0, 0.0, lambda c: True, False, live=5) == [], "nobody's clock is behind: every phase is awaited"
+    behind.add(0)
+    assert s.due(0, 0.0, 0.0, lambda c: True, False, live=5) == [("zombie", "timeout")]
+    assert sorted(w.conn for w in s.waits) == ["contender", "other"]
+
+
+
+class _Harness:
+    """The harness's end of a worker's pipe, played in-process (the store under test is a real SQLite): it hands out
+    ``deliveries``, records the ops, and calls ``on_sleep`` at the worker's first sleep (where a fault lands)."""
+
+    record = True
+
+    def __init__(self, deliveries: list[Any], on_sleep: Any) -> None:
+        self.deliveries, self.on_sleep = deliveries, on_sleep
+        self.ops: list[tuple[str, str, str]] = []  # (f, node, completion type)
+        self.told: list[tuple[Any, ...]] = []
+
+    def ask(self, *msg: Any) -> Any:
+        assert msg[0] == "next", msg
+        return self.deliveries.pop(0) if self.deliveries else None
+
+    def tell(self, *msg: Any) -> None:
+        self.told.append(msg)
+
+    def invoke(self, f: str, node: str, value: dict[str, Any], wait: bool = False) -> None:
+        self.ops.append((f, node, "invoke"))
+
+    def complete(self, f: str, node: str, typ: str, value: dict[str, Any]) -> None:
+        self.ops[-1] = (f, node, typ)
+
+    def hold(self, f: str) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def sleep(self, seconds: float) -> None:
+        if self.on_sleep is not None:
+            self.on_sleep, on_sleep = None, self.on_sleep
+            on_sleep()
+        import time
+
+        time.sleep(seconds)
+
+    def flush(self) -> None:
+        pass
+
+    def renumber(self) -> None:
+        raise AssertionError("no op of a local SQLite is indeterminate here")
+
+
+def test_a_worker_gives_its_lease_back_when_its_clock_goes_behind_and_then_claims_briefly(tmp_path: Path) -> None:
+    """An execution the skew began in sends one heartbeat (under the skew) and releases: the worker is free to claim
+    while its clock lags; the execution it starts then is brief and heartbeats at once. Before issue 34's fix the
+    worker went on with its 0.05-2.5 ttl execution, or its zombie's waits, through most of the 1-3 ttl of skew."""
+    import time
+
+    from leasecheck.nemesis.worker_clocks import ClockControl
+    from leasecheck.run.workload import Worker, Workload
+    from leasecheck.targets.base import TargetConfig
+    from leasecheck.targets.registry import TargetSpec
+
+    with ClockControl(tmp_path / "clocks") as clocks:
+        spec = TargetSpec("sqlite", TargetConfig(url=str(tmp_path / "lease.sqlite3"), ttl_ms=1000, clock=clocks.clock(0)))
+        setup = spec.make()
+        setup.setup()
+        setup.add_nodes(["n1", "n2"])
+        setup.close()
+        # every execution long (heartbeats keep it), no stall, late write, release or crash: only the skew ends it early
+        workload = Workload(long_rate=1.0, stall_rate=0.0, late_rate=0.0, release_rate=0.0, crash_rate=0.0, read_rate=0.0,
+                            resource_read_rate=0.0, claim_read_rate=0.0)
+        hub = _Harness(["n1", "n2"], on_sleep=lambda: clocks.bump(0, -3000))
+        worker = Worker(hub, spec, workload, seed=1, slot=0)  # type: ignore[arg-type]
+        began = time.monotonic()
+        worker.run()
+        took = time.monotonic() - began
+    n1 = [(f, typ) for f, node, typ in hub.ops if node == "n1"]
+    n2 = [(f, typ) for f, node, typ in hub.ops if node == "n2"]
+    assert n1 == [("claim", "ok"), ("renew", "ok"), ("release", "ok")], n1
+    assert ("requeue", "n1") in hub.told, "given back: handed out again at once"
+    assert n2[0] == ("claim", "ok") and ("renew", "ok") in n2 and n2[-1] == ("commit", "ok"), n2
+    assert took < 0.6, f"the first execution (1.2-2.5 ttl) was cut at the skew and the second was brief: {took:.2f} s"

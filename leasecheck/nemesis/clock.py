@@ -100,9 +100,11 @@ class ClockStrobe(_ResetsClocks):
 def _victim(ctx: FaultContext, rng: random.Random) -> tuple[ClockControl, Worker, float] | None:
     """A ready worker whose clock no fault moves now (a heal resets it to 0), and a delta of ±2-10 ttl.
 
-    The second clock fault of a run goes the other way from the first: a clock ahead and a clock behind catch
-    different bugs (a lease stolen early; a claim that judges a recent holder's lease by a lagging clock), and a
-    30 s run has only four or five clock faults to draw both from."""
+    The first clock fault of a run goes the way the seed draws, and each next one the other way from the one before:
+    a clock ahead and a clock behind catch different bugs (a lease stolen early; a claim that judges a recent holder's
+    lease by a lagging clock), and a 30 s run has only four to six clock faults to draw both from, so each direction
+    gets half of them (a run of random signs left some seeds one short window behind, and the lagging clock's
+    situation a count of 0 or 1)."""
     clocks = ctx.clocks
     if clocks is None:
         return None
@@ -110,8 +112,8 @@ def _victim(ctx: FaultContext, rng: random.Random) -> tuple[ClockControl, Worker
     if victim is None:
         return None
     sign = rng.choice((-1, 1))
-    if len(clocks.directions) == 1:
-        sign = -clocks.directions[0]
+    if clocks.directions:
+        sign = -clocks.directions[-1]
     return clocks, victim, sign * rng.uniform(2, 10) * ctx.ttl_ms
 
 

@@ -83,6 +83,11 @@ class ClockState:
         """Is a fault acting on this clock: an offset, or a strobe not over yet?"""
         return self.offset_ms != 0.0 or monotonic_s < self.strobe_until
 
+    def behind_at(self, monotonic_s: float) -> bool:
+        """Has a fault set this clock behind the host's at this instant: a negative offset, or a strobe by a negative
+        delta not over yet (both its halves count: the worker times its claims to the behind ones)?"""
+        return self.offset_ms < 0 or (self.strobe_delta_ms < 0 and monotonic_s < self.strobe_until)
+
 
 def _read_body(view: mmap.mmap) -> tuple[float, float, float, float, float]:
     """A consistent snapshot of a slot's body (seqlock read); a plain tuple, the worker's hot path."""
@@ -238,7 +243,7 @@ class ClockControl:
             state = self.state(worker)
         except KeyError:
             return False
-        return state.offset_ms < 0 or (state.strobe_delta_ms < 0 and _monotonic() < state.strobe_until)
+        return state.behind_at(_monotonic())
 
     def set_offset(self, worker: Key, offset_ms: float) -> None:
         """Make the worker's clock run exactly ``offset_ms`` ahead of the host's; ends any strobe."""

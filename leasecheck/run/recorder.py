@@ -69,7 +69,7 @@ class Recorder:
         #: out, and how long one takes to come back is the machine's (a loaded one restarts Postgres in 3 s, not 1)
         self.store_out: Callable[[], bool] = lambda: False
         #: told (process, serial, f, boundary, invoke time) when an aimed op is held (:class:`leasecheck.run.aiming.Aimer`)
-        self.on_between: Callable[[int, int, str, int, int], None] = lambda *note: None
+        self.on_between: Callable[[int, int, str, int, int, bool], None] = lambda *note: None
         self._ticked = time.monotonic()
         self._next_process = 0
         self._lock = threading.Lock()
@@ -319,8 +319,8 @@ class Recorder:
             if alive is not None:
                 self.deliveries.touch(alive[1])
         elif kind == "between":  # an op held for the nemesis' aim reached a request boundary (run/holds.py)
-            _, serial, f, boundary, invoked = msg
-            self.on_between(s.process, serial, f, boundary, invoked)
+            _, serial, f, boundary, invoked, last = msg
+            self.on_between(s.process, serial, f, boundary, invoked, last)
         elif kind == "idle":  # asleep until this time at least: nothing it sends next is stamped before it
             s.stream.bound = max(s.stream.bound, msg[1])
         elif kind == "hello":
@@ -329,7 +329,7 @@ class Recorder:
             self.broken = msg[1]
         elif kind == "await":  # a stalled worker: answered by _wake when its node reaches the phase
             _, node, key, phase, timeout_s = msg
-            self.steering.wait(Wait(conn, node, key, s.process, phase, time.monotonic() + timeout_s))
+            self.steering.wait(Wait(conn, node, key, s.process, phase, time.monotonic() + timeout_s, s.slot))
         elif kind == "next":
             s.current = None  # done with the last one
             if not self.go.is_set() and not self.stopping.is_set():

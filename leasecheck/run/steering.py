@@ -20,11 +20,19 @@ never on sleeps. Three windows of issue 25 are reached this way:
   (``at-lapse``) and claims the moment it does, while the late write is held until
   that claim is granted (``rival-granted``): the write in flight across a rival's
   grant (``late-write-across-claim``);
-* a worker whose clock a fault set behind is that contender first; else, for
-  :data:`LAGGING_SHARE` of its asks, it is handed a node another worker was
-  granted within the last :data:`RECENT_TTLS` ttl (the least a clock fault sets a
-  clock behind) and that a claim can have now, released or lapsed
-  (``("lagging", node)``): a claim granted while its clock reads before that grant.
+* a worker whose clock a fault set behind is handed, at every ask while it lags, a
+  node another worker was granted within the last :data:`RECENT_TTLS` ttl (under
+  the least a clock fault sets a clock behind) that a claim can have now, released
+  or lapsed (``("lagging", node)``): a claim granted while its clock reads before
+  that grant. With none, it contends a node granted lately whose holder went
+  silent and whose lease lapses within a quarter ttl (a late writer's, or a
+  stalled one's); with none of those either it asks again at once, and the next
+  delivery to another worker is given back at once (``("release", node)``),
+  claimable by it a few ms later. Its skew lasts 1-3 ttl, so it never waits long
+  for a lease to lapse. Whatever it was doing when its clock went behind, it is
+  made free: a wait of its own (a zombie's, a late writer's hold) ends at once
+  (:meth:`Steering.due`), and the worker gives back the lease it was working on
+  (:mod:`leasecheck.run.workload`).
 
 When every live worker waits as a zombie, nobody is left to take a node over: the
 wait due first then ends at once (:meth:`Steering.due`). Every draw comes from the
@@ -44,19 +52,16 @@ from leasecheck.run.takeovers import PHASES, Phase, Takeovers, Wake
 
 #: share of deliveries of a node a zombie waits on that come with a stall (see the module docstring)
 STALL_SHARE = 0.3
-#: share of a lagging-clock worker's asks answered with a duplicate of a recently granted, claimable node
-LAGGING_SHARE = 0.9
-#: how recently another worker's grant makes a node a lagging clock's pick, in ttls: the least a clock fault sets a
-#: clock behind (``leasecheck.nemesis.clock``: 2-10 ttl), so a claim made now reads before that grant
-RECENT_TTLS = 2
+#: how recently another worker's grant makes a node a lagging clock's pick, in ttls: under the least a clock fault sets
+#: a clock behind (``leasecheck.nemesis.clock``: 2-10 ttl), with room for the claim to wait for a strobe's behind
+#: half-period (at most 100 ms) and be granted, so the claim reads before that grant
+RECENT_TTLS = 1.8
 #: how long a late writer's node waits for a contender, in ttls (past it the lease has lapsed with nobody there)
 LATE_WAIT_TTLS = 1.5
-#: a lagging clock with no claimable pick contends a node granted within this many ttls whose holder missed a heartbeat
-#: (silent this many ttls): it claims at the lapse, about a ttl past the holder's last sign of life, so within 1.4 ttl
-#: of that grant, less than the least a clock fault sets a clock behind
-SILENT_GRANTED_TTLS, SILENT_QUIET_TTLS = 0.7, 0.45
-#: for this long after a late writer said so (ttls), only a lagging clock may contend its node, while one is behind
-RESERVED_TTLS = 0.6
+#: a lagging clock with no claimable pick contends a node granted within this many ttls whose holder has been silent
+#: this many ttls: its lease lapses (ttl + uncertainty past its last sign of life) within a quarter ttl, and the claim
+#: then is within 1.1 ttl of that grant, less than the least a clock fault sets a clock behind
+SILENT_GRANTED_TTLS, SILENT_QUIET_TTLS = 0.9, 0.75
 #: history ns past a lease's last sign of life + ttl + uncertainty before it counts as lapsed (a margin for the stamp)
 LAPSE_MARGIN_NS = 2_000_000
 
@@ -72,6 +77,8 @@ class Wait:
     phase: Phase
     #: time.monotonic() after which it is told "timeout"
     deadline: float
+    #: the worker's slot (its clock's key): a wait of a worker whose clock a fault set behind ends at once
+    slot: int | None = None
 
 
 @dataclass
@@ -88,7 +95,8 @@ class Steering:
     waits: list[Wait] = field(default_factory=list)
     #: the nodes of late writers still without a contender: node -> (the holder's process, time.monotonic() deadline)
     lates: dict[str, tuple[int, float]] = field(default_factory=dict)
-    #: the worker slots whose clock was behind when they last asked (a late write is then steered for them to contend)
+    #: the worker slots whose clock was behind when they last asked and that were handed nothing: the next delivery to
+    #: another worker is given back at once for them (:meth:`tagged`)
     behind: set[int] = field(default_factory=set)
 
     def late(self, node: str, process: int, now_s: float, ttl_s: float) -> None:
@@ -116,6 +124,8 @@ class Steering:
             if not alive(w.conn):
                 continue
             answer = self.takeovers.wake(w.node, w.key, w.process, w.phase, now_ns, self.lapse_ns + LAPSE_MARGIN_NS)
+            if answer is None and self._freed(w):
+                answer = "timeout"
             if answer is None and (w.deadline < now_s or stopping):
                 answer = "timeout"
             if answer is None:
@@ -124,46 +134,59 @@ class Steering:
                 answered.append((w.conn, answer))
         return answered
 
+    def _freed(self, w: Wait) -> bool:
+        """Should ``w`` end now because its worker's clock went behind? Yes for a zombie's wait and a late writer's hold
+        (the worker is then free to claim while its skew shows); never for a contender's (its claim is the point)."""
+        return w.phase != "at-lapse" and w.slot is not None and self.lagging is not None and self.lagging(w.slot)
+
     def steered(self, slot: int, process: int, now_ns: int, ttl_ns: int, now_s: float) -> str | tuple[str, str] | None:
         """A steered delivery for worker ``slot`` (its process number ``process``) asking now, or None (the queue's own).
 
         ``("contend", node)``: a late writer's node, to claim the moment its lease lapses; ``("lagging", node)``: for a
-        worker whose clock is behind now and then, a node another worker was granted within :data:`RECENT_TTLS` ttl
-        that a claim can have now, else ``("contend", node)`` on a node granted lately whose holder went silent."""
-        lagging = self.lagging is not None and self.lagging(slot)
-        (self.behind.add if lagging else self.behind.discard)(slot)
-        reserved = not lagging and self._someone_behind()  # a late write's contender should be the lagging clock
+        worker whose clock is behind now, a node another worker was granted within :data:`RECENT_TTLS` ttl that a claim
+        can have now, else ``("contend", node)`` on a node granted lately whose lease lapses within a quarter ttl, else
+        ``""`` (ask again at once; the next delivery to another worker is given back for it, see :meth:`tagged`)."""
+        self.behind.discard(slot)
+        if self.lagging is not None and self.lagging(slot):
+            return self._for_lagging(slot, process, now_ns, ttl_ns)
         for node, (holder, deadline) in list(self.lates.items()):
             if deadline < now_s:
                 del self.lates[node]
-            elif holder != process and not (reserved and deadline - now_s > (LATE_WAIT_TTLS - RESERVED_TTLS) * ttl_ns / 1e9):
+            elif holder != process:
                 del self.lates[node]
                 return ("contend", self.deliveries.duplicate(node))
-        if not lagging or self.rng.random() >= LAGGING_SHARE:
-            return None
+        return None
+
+    def _for_lagging(self, slot: int, process: int, now_ns: int, ttl_ns: int) -> str | tuple[str, str]:
+        """What a worker whose clock is behind is handed (see :meth:`steered`): a node whose claim is granted at once
+        comes first, the skew lasting only 1-3 ttl."""
         lapse = self.lapse_ns + LAPSE_MARGIN_NS
-        claimable = sorted(self.takeovers.claimable(process, now_ns - RECENT_TTLS * ttl_ns, now_ns, lapse))
+        claimable = sorted(self.takeovers.claimable(process, now_ns - int(RECENT_TTLS * ttl_ns), now_ns, lapse))
         if claimable:
             return ("lagging", self.deliveries.duplicate(self.rng.choice(claimable)))
         quiet = int(SILENT_QUIET_TTLS * ttl_ns)
         silent = sorted(self.takeovers.silent(process, now_ns - int(SILENT_GRANTED_TTLS * ttl_ns), now_ns, quiet))
         if silent:
-            return ("contend", self.deliveries.duplicate(self.rng.choice(silent)))
-        return ""  # none yet: ask again at once; the next delivery to another worker is steered for it (see tagged)
+            node = self.rng.choice(silent)
+            self.lates.pop(node, None)  # a late writer's: its one contender
+            return ("contend", self.deliveries.duplicate(node))
+        self.behind.add(slot)
+        return ""  # none yet: ask again at once; the next delivery to another worker is given back for it (see tagged)
 
     def _someone_behind(self) -> bool:
-        """Is a worker that asked lately still behind?"""
+        """Is a worker that asked lately, and was handed nothing, still behind?"""
         self.behind = {slot for slot in self.behind if self.lagging is not None and self.lagging(slot)}
         return bool(self.behind)
 
     def tagged(self, node: str) -> str | tuple[str, str]:
         """The queue's delivery of ``node``, steered: with a stall (see :meth:`stall`), or, while a lagging clock waits
-        for one and none is pending, as a late write (``("late", node)``: its holder writes late, and is contended) or a
-        release (``("release", node)``: claimed and given back at once, claimable by the lagging clock next)."""
+        for a node to claim, as a release (``("release", node)``: claimed and given back at once, claimable by the
+        lagging clock next, a few ms after this grant)."""
         if self.stall(node):
             return ("stall", node)
-        if not self.lates and self.behind and self._someone_behind():
-            return (self.rng.choice(("late", "release")), node)
+        if self.behind and self._someone_behind():
+            self.behind.clear()  # one given back is enough: the lagging clock asks again at once and is handed it
+            return ("release", node)
         return node
 
     def stall(self, node: str) -> bool:

@@ -24,8 +24,12 @@ Two more windows are steered (issue 34): some holders write *late* in their
 lease (no heartbeat; the effect or commit sent in the lease's last tenth) and
 hold that write, before or after the store's answer, until another worker's claim
 of the node is granted: the hub hands the node to a contender that waits for the
-lease to lapse and claims the moment it does. And a worker handed a node by the
-steering because its clock is behind claims inside a strobe's behind half-period.
+lease to lapse and claims the moment it does. And a worker whose clock a fault
+set behind is made free to claim while its skew shows: an execution it is in
+when the skew starts sends one heartbeat (under the skew) and gives its lease
+back, every execution it starts while behind is brief (a heartbeat at once, no
+stall, no late write), and a claim of a node the steering handed it because its
+clock is behind goes inside a strobe's behind half-period.
 
 Now and then a worker reads one of the nodes it claimed lately: its record, and
 (when the target can: :func:`~leasecheck.targets.base.reads_resource`) its
@@ -71,6 +75,12 @@ CONTEND_WAIT_TTLS = 2.0
 #: a claim timed to a strobe's behind half-period starts this long into it and needs this long left of it (s): the
 #: checker trusts a strobe's phases from its event's stamp, a little after it began, and up to 5 ms before they end
 STROBE_INTO_S, STROBE_LEFT_S = 0.001, 0.012
+#: the longest execution after a steered claim (a contender's), and after a claim made while the worker's clock is
+#: behind, in ttls: short, so that the worker is free to claim again soon
+BRIEF_TTLS, LAGGING_BRIEF_TTLS = 0.2, 0.1
+#: the longest an execution sleeps between two looks at its clock, in ttls: a worker whose clock a fault sets behind
+#: gives its lease back within this long of the fault's start (its skew lasts 1-3 ttl)
+SKEW_LOOK_TTLS = 0.1
 
 
 @dataclass(frozen=True)
@@ -228,6 +238,11 @@ class Worker:
                 self.op("read-resource", other, {}, partial(self.client.target.read_resource, other))
             self.execute(node, how == "race", how == "stall", how == "late", how in ("contend", "lagging"), how == "release")
 
+    def lags(self) -> bool:
+        """Has a fault set this worker's clock behind the host's now (a step back, or a strobe by a negative delta)?"""
+        clock = self.client.spec.config.clock
+        return isinstance(clock, WorkerClock) and clock.state().behind_at(time.monotonic())
+
     def behind_phase(self) -> None:
         """Under a strobe that sets this worker's clock behind, wait (by its schedule) for a behind half-period with
         time left for a claim; under a step, or no skew, go at once."""
@@ -253,8 +268,12 @@ class Worker:
                 give_back: bool = False) -> None:
         """Claim ``node`` and work on it; ``late``: write late in the lease (steered, :meth:`late_write`); ``brief``: a
         steered claim (a contender's, a lagging clock's), then a short execution, so that it is free to claim again;
-        ``give_back``: release it at once (steered: a lagging clock claims it next)."""
+        ``give_back``: release it at once (steered: a lagging clock claims it next). A worker whose clock is behind
+        keeps every execution brief, heartbeats at once (its renew carries the skew), and gives back the lease of an
+        execution its skew began in (:meth:`give_back`): it is then free to claim while its skew shows."""
         t = self.client.target
+        lags = self.lags()
+        brief = brief or lags
         since = time.monotonic()  # no later than the claim's invoke: its lease runs from no earlier
         typ, lease = self.op("claim", node, {"owner": self.owner}, lambda: t.try_claim(node, self.owner), wait=racing)
         if typ != "ok":
@@ -285,13 +304,16 @@ class Worker:
         # a stall needs an execution to stall in (exec_scale 0 is the throughput benchmark: none) and a hub that sees takeovers
         stalls = self.hub.record and w.exec_scale > 0 and (rng.random() < w.stall_rate or stall)
         stall_at = rng.uniform(0, duration) if stalls and not brief else None
-        if brief:
-            duration = min(duration, 0.2 * ttl)
+        if brief:  # a lagging clock's the briefest: its skew lasts 1-3 ttl, and it claims again the moment it is done
+            duration = min(duration, (LAGGING_BRIEF_TTLS if lags else BRIEF_TTLS) * ttl)
             effects = [e for e in effects if e < duration] or [0.0]
         start = time.monotonic()
-        next_beat = start + ttl / 3
+        next_beat = start if lags else start + ttl / 3
         while True:
             now = time.monotonic()
+            if not brief and self.lags():  # our clock went behind: free to claim while it shows (see steering)
+                self.give_back(node, lease, carried)
+                return
             if now - granted > ttl:  # woken past the lease (a pause): the lease is surely gone by our clock
                 if rng.random() < w.zombie_rate:
                     self.zombie(node, lease, carried)
@@ -326,7 +348,7 @@ class Worker:
             wake = min(next_beat, start + duration, start + effects[0] if effects else float("inf"))
             if stall_at is not None:
                 wake = min(wake, start + stall_at)
-            self.hub.sleep(max(0.0, min(wake - now, ttl / 3)))
+            self.hub.sleep(max(0.0, min(wake - now, SKEW_LOOK_TTLS * ttl)))
         roll = rng.random()
         if roll < w.crash_rate:
             self.hub.flush()  # what it did is on record; then it crashes, and the harness starts a replacement
@@ -339,6 +361,16 @@ class Worker:
         typ, out = self.commit(node, lease, carried)
         if typ == "ok" or (isinstance(out, Refused) and out.reason == "terminal"):
             self.hub.tell("done", node)
+
+    def give_back(self, node: str, lease: Lease, carried: dict[str, Any]) -> None:
+        """This worker's clock went behind while it worked on ``lease``: one heartbeat (a renew that carries the skew, as
+        the execution's next would have), then the lease given back (released, handed out again at once), so that the
+        worker is free to claim the nodes the steering hands a lagging clock. Both are a worker's legal moves."""
+        target = self.client.target
+        if self.op("renew", node, dict(carried), lambda: target.renew(lease))[0] != "ok":
+            return
+        if self.op("release", node, dict(carried), lambda: target.release(lease))[0] == "ok":
+            self.hub.tell("requeue", node)
 
     def late_write(self, node: str, lease: Lease, carried: dict[str, Any], since: float) -> None:
         """Write late in ``lease`` (claimed at ``since``): no heartbeat, one effect or commit sent at a seeded point of
@@ -400,6 +432,8 @@ class Worker:
         for phase in PHASES:
             if rng.random() >= w.phase_rate:
                 continue
+            if self.lags():  # our clock went behind: free to claim while it shows, not a zombie any more
+                return
             if self.hub.ask("await", node, key, phase, w.zombie_wait_ttls * self.ttl) != "reached":
                 continue
             acts = [f for f in ZOMBIE_ACTS if rng.random() < w.act_rate]
