@@ -314,10 +314,13 @@ def test_a_pause_is_never_aimed_at_a_worker_stopped_already(sleepers: list[int])
     assert {FAULTS["pause"].make(context, random.Random(seed)).process for seed in range(20)} == {12}  # type: ignore[union-attr]
 
 
-def test_the_second_clock_fault_of_a_run_goes_the_other_way() -> None:
+def test_each_clock_fault_of_a_run_goes_the_other_way_from_the_one_before() -> None:
+    """The first by the seed, then alternating: a 30 s run's four to six clock faults set a clock behind half the time
+    (with random signs after the second, a seed could get a single short window behind)."""
     from leasecheck.nemesis.worker_clocks import ClockControl
 
     pids = [1000, 1001, 1002]  # a clock fault acts on the workers' clock files, never on a pid
+    firsts = set()
     for seed in range(6):
         clocks = ClockControl()
         try:
@@ -325,13 +328,18 @@ def test_the_second_clock_fault_of_a_run_goes_the_other_way() -> None:
                 clocks.clock(w)
             context = FaultContext(ttl_ms=1000, workers=lambda: [W(0, pids), W(1, pids), W(2, pids)], clocks=clocks)
             rng = random.Random(seed)
-            first = FAULTS["clock-bump"].make(context, rng)
-            first.start()  # type: ignore[union-attr]
-            second = FAULTS["clock-bump"].make(context, rng)
-            assert (first.delta_ms > 0) != (second.delta_ms > 0), seed  # type: ignore[union-attr]
-            assert clocks.lagging(first.victims[0]) == (first.delta_ms < 0)  # type: ignore[union-attr]
+            signs = []
+            for kind in ("clock-bump", "clock-strobe", "clock-bump", "clock-strobe", "clock-bump"):
+                fault = FAULTS[kind].make(context, rng)
+                fault.start()  # type: ignore[union-attr]
+                signs.append(fault.delta_ms > 0)  # type: ignore[union-attr]
+                assert clocks.lagging(fault.victims[0]) == (fault.delta_ms < 0)  # type: ignore[union-attr]
+                fault.heal()  # type: ignore[union-attr]
+            assert signs == [signs[0], not signs[0]] * 2 + [signs[0]], (seed, signs)
+            firsts.add(signs[0])
         finally:
             clocks.cleanup()
+    assert firsts == {True, False}, "the first direction is the seed's"
 
 
 def test_durations_are_drawn_in_ttls() -> None:
