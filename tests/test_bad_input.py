@@ -621,3 +621,23 @@ def test_run_options_made_in_python_refuse_an_empty_or_repeated_item(tmp_path: P
     with pytest.raises(BadOptions) as refused:
         Run(RunOptions(nemesis=nemesis, require=require, store=str(tmp_path / "store")))
     assert str(refused.value) == line
+
+
+def test_a_ttl_too_long_for_any_clock_is_judged_not_a_crash(tmp_path: Path) -> None:
+    """Found by the JSON mutations: ``ttl_ms`` 1e308 makes every deadline infinite, and a refused ``expired`` release is
+    then a premature expiry whose explanation named ``int(inf)``: exit 4 with an OverflowError, where the verdict is 1."""
+    lines = [
+        {"format": "leasecheck-history", "version": 1, "ttl_ms": 1e308, "clock_uncertainty_ms": 0},
+        {"index": 0, "time": 1_000_000, "process": 1, "type": "invoke", "f": "claim", "node": "n", "value": {"owner": "w1"}},
+        {"index": 1, "time": 2_000_000, "process": 1, "type": "ok", "f": "claim", "node": "n", "value": {"epoch": 1}},
+        {"index": 2, "time": 3_000_000, "process": 1, "type": "invoke", "f": "release", "node": "n", "value": {"epoch": 1}},
+        {"index": 3, "time": 4_000_000, "process": 1, "type": "fail", "f": "release", "node": "n", "value": {"reason": "expired"}},
+    ]
+    history = tmp_path / "forever.jsonl"
+    history.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = subprocess.run([sys.executable, "-m", "leasecheck", "check", str(history), "--json"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    (anomaly,) = json.loads(done.stdout)["anomalies"]
+    assert anomaly["kind"] == "premature-expiry" and anomaly["ops"] == [0, 2]
+    assert "forever (the ttl outlasts any clock)" in anomaly["explanation"]

@@ -9,6 +9,7 @@ in epoch order") and renders the cycle or chain that proves the anomaly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from itertools import pairwise
 from typing import TYPE_CHECKING
@@ -20,14 +21,17 @@ from leasecheck.checker.verdict import Anomaly
 from leasecheck.histories import Op
 
 
-def at(t: int | None) -> str:
+def at(t: float | None) -> str:
     """A history time (ns) in milliseconds to 3 decimals (microseconds): ``1234.568 ms``.
 
     Leases are judged in milliseconds (ttl, clock uncertainty), so that is the
-    unit a reader compares; nanosecond digits only hid the ones that matter.
+    unit a reader compares; nanosecond digits only hid the ones that matter. A
+    deadline computed from a ttl too large for any clock is infinite: said so.
     """
     if t is None:
         return "never (outcome unknown)"
+    if t == math.inf:
+        return "forever (the ttl outlasts any clock)"
     return f"{t / 1e6:.3f} ms"
 
 

@@ -63,7 +63,7 @@ def overlapping_fenced(n: NodeHistory, out: Findings) -> None:
                 "overlapping-lease", node, cited,
                 f"{describe(c)} was granted epoch {c.epoch} at {at(done)}, while the previous holder, "
                 f"{describe(p)} (epoch {pe}), still held its lease: {since}, so it ran until at least "
-                f"{at(int(t + window))} (ttl {header.ttl_ms:g} ms minus clock uncertainty "
+                f"{at(t + window)} (ttl {header.ttl_ms:g} ms minus clock uncertainty "
                 f"{header.clock_uncertainty_ms:g} ms), and it was never released.",
             )
 
@@ -111,7 +111,7 @@ def overlapping_unfenced(n: NodeHistory, out: Findings) -> None:
                     "overlapping-lease", node, cited,
                     f"{describe(c)} was granted at {at(done)}, while {describe(p)}, granted earlier at "
                     f"{at(p_done)}, still held its lease: it was claimed or renewed at {at(t)}, so it ran "
-                    f"until at least {at(int(t + window))}, and it was not released.",
+                    f"until at least {at(t + window)}, and it was not released.",
                 )
                 break
             if via is p and p.index < c.index:
@@ -164,7 +164,7 @@ def stuck(n: NodeHistory, out: Findings) -> None:
                 "stuck-lease", node, [last, f],
                 f"{describe(f)} was invoked at {at(f.invoke_time)} and refused as held, but the last lease "
                 f"activity, {describe(last)}, completed at {at(last_done)}: every lease had expired by "
-                f"{at(int(last_done + slack))} (ttl {header.ttl_ms:g} ms plus clock uncertainty "
+                f"{at(last_done + slack)} (ttl {header.ttl_ms:g} ms plus clock uncertainty "
                 f"{header.clock_uncertainty_ms:g} ms).",
             )
 
@@ -210,6 +210,6 @@ def premature_expiry(n: NodeHistory, out: Findings) -> None:
                 "premature-expiry", node, [last, r],
                 f"{describe(r)} was refused as expired at {at(done)}, but {describe(last)}, invoked at "
                 f"{at(last.invoke_time)} and completed at {at(last.complete_time)} before the refused op was invoked, "
-                f"held the lease until at least {at(int(until))} (ttl {header.ttl_ms:g} ms minus clock uncertainty "
+                f"held the lease until at least {at(until)} (ttl {header.ttl_ms:g} ms minus clock uncertainty "
                 f"{header.clock_uncertainty_ms:g} ms), and it was never released.",
             )
