@@ -28,10 +28,10 @@ def go(tmp_path: Path, target: str, seed: int, require: tuple[str, ...] = (), **
 
 
 def aimed(history: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(time, "inside" value) of every pause event that says it aimed inside an op."""
+    """(time, "inside" entry) of every op a pause event says it landed inside (one entry per victim)."""
     reader = HistoryReader(history)
     list(reader.ops())
-    return [(ev.time, ev.value["inside"]) for ev in reader.nemesis if ev.f == "pause" and "inside" in ev.value]
+    return [(ev.time, inside) for ev in reader.nemesis if ev.f == "pause" for inside in ev.value.get("inside", [])]
 
 
 def test_a_pause_run_lands_inside_a_claim(tmp_path: Path) -> None:

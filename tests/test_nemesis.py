@@ -117,7 +117,7 @@ def test_equal_faults_are_each_healed_once_whichever_heals_first() -> None:
     log: list[tuple[str, int]] = []
     kind = FaultKind("pause", "a twin", (1.0, 1.0), ("pause", "resume"), frozenset(), lambda ctx, rng: Twin("w1", log))
     n = schedule(1, [], [], [], max_active=2)
-    assert n._inflict(kind, 0.0, random.Random(1)) and n._inflict(kind, 0.0, random.Random(2))
+    assert n._inflict(kind, random.Random(1)) and n._inflict(kind, random.Random(2))
     first, second = n.active
     assert first == second and first is not second
     n._heal(second)  # the later one's heal comes first
@@ -137,7 +137,7 @@ def test_the_store_is_out_from_a_store_fault_s_start_to_the_end_of_its_heal() ->
     seen: list[bool] = []
     n = schedule(1, [], [], [])
     assert not n.store_out()
-    assert n._inflict(kind, 0.0, random.Random(1))
+    assert n._inflict(kind, random.Random(1))
     (fault,) = n.active
     fault.heal = lambda: seen.append(n.store_out()) or {"victims": ["store"]}  # type: ignore[method-assign]
     assert n.store_out()

@@ -109,6 +109,10 @@ class FaultContext:
     resuming: Callable[[int], None] = lambda process: None
     #: what lands a pause or kill inside an op (:mod:`leasecheck.nemesis.inside`); None: the run records no ops
     aiming: Aiming | None = None
+    #: does the run want this fault's evidence sooner (an ``--until-covered`` run past its time limit, short of a
+    #: situation the fault seeks)? Then an aimed fault that found no op in time waits for the next tick, rather than
+    #: stopping a worker between ops (:mod:`leasecheck.nemesis.faults`)
+    hurried: Callable[[str], bool] = lambda fault: False
 
     def ttl_s(self, ttls: float = 1.0) -> float:
         """``ttls`` lease durations in seconds (what sleeps and deadlines take)."""

@@ -5,11 +5,14 @@ killed worker cannot be undone, only replaced, so its heal is a no-op (the
 runner starts a replacement under a new process number); a killed store server
 is healed by starting it again on the same data.
 
-A worker's pause or kill is aimed inside an op (:mod:`leasecheck.nemesis.inside`):
-the factory draws a kind of op by the schedule's seeded generator, waits (up to
-half a ttl) for a worker to hold one between its round trips, and stops or
-kills that worker there; its event says so (``"inside"``). Should none come in
-time, it falls back to a worker with a write in flight or one holding a lease.
+A worker's pause or kill is aimed inside ops (:mod:`leasecheck.nemesis.inside`):
+the factory draws up to three kinds of op by the schedule's seeded generator
+(fewer when that would leave under two workers running, so the run still
+contends), waits (up to a ttl) for workers to hold them between their
+round trips, and stops each there as it lands (a kill stops them, then kills
+them together); its event names every victim and, under ``"inside"``, the op
+each was caught in. Should none come in time, it falls back to one worker with
+a write in flight or holding a lease.
 
 Each follows :class:`~leasecheck.nemesis.protocol.Fault`; the ``make_*``
 functions are the catalogue's factories (:mod:`leasecheck.nemesis.catalogue`).
@@ -20,14 +23,27 @@ from __future__ import annotations
 import logging
 import random
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from leasecheck.nemesis.context import FaultContext, Worker
-from leasecheck.nemesis.inside import InFlight, choose
+from leasecheck.nemesis.inside import ARMS, Aiming, InFlight, choose
 from leasecheck.nemesis.processes import freeze, stopped
 from leasecheck.nemesis.processes import signal_process as _signal
+
+
+@dataclass(frozen=True)
+class Landing:
+    """A worker an aimed fault caught holding an op between its round trips: to stop or kill now, during the hold."""
+
+    process: int
+    pid: int
+    op: InFlight
+
+
+#: the rest of an aim: further workers to stop as they land (the fault's ``start`` takes them, then closes it)
+Landings = Generator[Landing, None, None]
 
 
 @dataclass
@@ -37,39 +53,55 @@ class PauseProcess:
     The whole tree, because a worker's backend may run in a child of its own
     (an ``exec:`` target, a library's heartbeat helper): a paused worker whose
     backend kept heartbeating would be no pause at all.
+
+    An aimed pause may take several workers (``more``), each stopped inside an op of another kind as it lands,
+    and its event names them all; they are healed together.
     """
 
     process: int
     pid: int
     name: str = "pause"
     paused: bool = False
-    #: the processes stopped: the worker first, then what was below it
+    #: the processes stopped: each victim first, then what was below it
     stopped: list[int] = field(default_factory=list)
     #: told once the worker is stopped, and just before it is continued (:class:`~leasecheck.nemesis.context.FaultContext`)
     halted: Callable[[int], None] = lambda process: None
     resuming: Callable[[int], None] = lambda process: None
     #: the op it was aimed inside, held between its round trips for it (None: not aimed, or the aim found none)
     inside: InFlight | None = None
+    #: further victims, stopped as they land (an aim of several kinds of op); None: one victim
+    more: Landings | None = None
+    #: every victim stopped: (process, pid, the op it was stopped inside, if any)
+    victims: list[tuple[int, int, InFlight | None]] = field(default_factory=list)
+
+    def _stop(self, process: int, pid: int, op: InFlight | None) -> None:
+        below = freeze(pid)  # the worker first, so that it starts no child we would miss
+        if below is None:
+            return
+        self.stopped += [pid] + [child for child in below if _signal(child, signal.SIGSTOP)]
+        self.victims.append((process, pid, op))
+        if stopped(pid):
+            self.halted(process)
 
     def start(self) -> dict[str, Any]:
-        below = freeze(self.pid)  # the worker first, so that it starts no child we would miss
-        self.paused = below is not None
-        self.stopped = [self.pid] + [child for child in below if _signal(child, signal.SIGSTOP)] if below is not None else []
-        if self.paused and stopped(self.pid):
-            self.halted(self.process)
-        return {"victims": [self.process], "pid": self.pid, **_inside(self.inside)}
+        self._stop(self.process, self.pid, self.inside)
+        for landing in _taken(self.more):
+            self._stop(landing.process, landing.pid, landing.op)
+        self.paused = bool(self.victims)
+        return _value(self.process, self.pid, self.victims)
 
     def heal(self) -> dict[str, Any] | None:
         if not self.paused:
             return None
         self.paused = False
-        self.resuming(self.process)
-        for pid in reversed(self.stopped):  # the worker last: its children are running when it wakes
+        for process, _, _ in self.victims:
+            self.resuming(process)
+        for pid in reversed(self.stopped):  # each worker last: its children are running when it wakes
             _signal(pid, signal.SIGCONT)
-        return {"victims": [self.process], "pid": self.pid}
+        return {"victims": [process for process, _, _ in self.victims], "pid": self.pid}
 
     def undo_record(self) -> dict[str, Any] | None:
-        return {"kind": "sigcont", "pids": [self.pid], "tree": True} if self.paused else None
+        return {"kind": "sigcont", "pids": [pid for _, pid, _ in self.victims], "tree": True} if self.paused else None
 
 
 @dataclass
@@ -79,7 +111,8 @@ class KillProcess:
     The whole tree, as a machine that dies takes it: a job queue's worker runs its
     jobs in children (RQ's work-horse, Celery's pool), and a child left running
     would be no kill of the worker at all. The worker is stopped first so that it
-    forks nothing while its tree is read.
+    forks nothing while its tree is read. An aimed kill may take several workers
+    (``more``): each is stopped as it lands inside its op, and all die together.
     """
 
     process: int
@@ -87,12 +120,24 @@ class KillProcess:
     name: str = "kill"
     #: the op it was aimed inside (see :class:`PauseProcess`)
     inside: InFlight | None = None
+    #: further victims, stopped as they land, killed with the first (see :class:`PauseProcess`)
+    more: Landings | None = None
+    victims: list[tuple[int, int, InFlight | None]] = field(default_factory=list)
 
     def start(self) -> dict[str, Any]:
-        below = freeze(self.pid) or []
-        for pid in [self.pid, *below]:
-            _signal(pid, signal.SIGKILL)  # a stopped process dies just the same
-        return {"victims": [self.process], "pid": self.pid, **_inside(self.inside)}
+        trees = []
+
+        def catch(process: int, pid: int, op: InFlight | None) -> None:
+            trees.append([pid, *(freeze(pid) or [])])  # stopped now, during its hold; killed with the others
+            self.victims.append((process, pid, op))
+
+        catch(self.process, self.pid, self.inside)
+        for landing in _taken(self.more):
+            catch(landing.process, landing.pid, landing.op)
+        for tree in trees:
+            for pid in tree:
+                _signal(pid, signal.SIGKILL)  # a stopped process dies just the same
+        return _value(self.process, self.pid, self.victims)
 
     def heal(self) -> dict[str, Any] | None:
         return None
@@ -130,35 +175,85 @@ class ServerFault:
         return self.record if self.active else None
 
 
-def _inside(op: InFlight | None) -> dict[str, Any]:
-    return {"inside": op.to_json()} if op is not None else {}
+def _taken(more: Landings | None) -> Iterator[Landing]:
+    """Each further victim as it lands; the aim is disarmed once they are all taken, or on an error."""
+    if more is None:
+        return
+    try:
+        yield from more
+    finally:
+        more.close()
+
+
+def _value(process: int, pid: int, victims: list[tuple[int, int, InFlight | None]]) -> dict[str, Any]:
+    """A worker fault's start event: its victims (the first one's pid), and the op each aimed one landed inside
+    (``"inside"``: a list, one entry per victim it stopped inside an op)."""
+    inside = [op.to_json() for _, _, op in victims if op is not None]
+    pids = [p for _, p, _ in victims]
+    return {"victims": [v for v, _, _ in victims] or [process], "pid": pid,
+            **({"pids": pids} if len(pids) > 1 else {}), **({"inside": inside} if inside else {})}
 
 
 log = logging.getLogger("leasecheck.nemesis")
 
-#: the longest a pause or kill waits for a worker to hold the op it aims at, in ttls (then it falls back)
-AIM_WAIT_TTLS = 0.5
+#: the longest a pause or kill waits for a worker to hold an op it aims at, in ttls (then it falls back): long
+#: enough for the rarer kinds (a release, a read) to come by; the heals go on meanwhile (the schedule's own thread)
+AIM_WAIT_TTLS = 1.0
+#: once the first victim is stopped, the longest the others are waited for, in ttls: its pause is stamped once they
+#: all are, so its window in the history starts at most this much after the first stop
+GATHER_TTLS = 0.25
+#: an aimed fault takes further victims only while this many workers are left running, so the run still contends
+MIN_RUNNING = 2
 
 
-def aimed(ctx: FaultContext, rng: random.Random, fault: str, eligible: Callable[[Worker], bool]) -> tuple[Worker, InFlight] | None:
-    """The worker holding an op of the kind drawn for ``fault`` (:func:`leasecheck.nemesis.inside.choose`), and that op;
-    None when the run has no aiming or none came within :data:`AIM_WAIT_TTLS`."""
+def aimed(ctx: FaultContext, rng: random.Random, fault: str, eligible: Callable[[Worker], bool]) -> tuple[Landing, Landings] | None:
+    """The first worker holding an op of a kind drawn for ``fault`` (:func:`leasecheck.nemesis.inside.choose`: up to
+    :data:`~leasecheck.nemesis.inside.ARMS` kinds, fewer when that would leave under :data:`MIN_RUNNING` workers
+    running), and the rest as they land; None when the run has no aiming or none came within :data:`AIM_WAIT_TTLS`."""
     aiming = ctx.aiming
-    draw = choose(aiming, fault, rng) if aiming is not None else None
-    if aiming is None or draw is None:
+    if aiming is None:
         return None
-    landed = aiming.aim(draw.f, draw.at, draw.hold_ms, ctx.ttl_s(AIM_WAIT_TTLS))
-    log.info("%s aimed inside a %s at request %d: %s", fault, draw.f, draw.at, landed or "none came in time")
-    victim = next((w for w in ctx.workers() if landed is not None and w.process == landed.process and eligible(w)), None)
-    if victim is None or landed is None:
+    running = sum(1 for w in ctx.workers() if eligible(w))
+    draws = choose(aiming, fault, rng, most=min(ARMS, running - MIN_RUNNING))
+    if not draws:
         return None
-    aiming.hit(fault).add(landed.f)
-    return victim, landed
+    landings = _landings(ctx, aiming, fault, aiming.aim(draws, ctx.ttl_s(AIM_WAIT_TTLS), ctx.ttl_s(GATHER_TTLS)), eligible)
+    first = next(landings, None)
+    log.info("%s aimed inside %s: %s", fault, ", ".join(f"a {d.f} at request {d.at}" for d in draws),
+             first.op if first is not None else "none came in time")
+    return (first, landings) if first is not None else None
+
+
+def _landings(ctx: FaultContext, aiming: Aiming, fault: str, came: Iterator[InFlight],
+              eligible: Callable[[Worker], bool]) -> Landings:
+    """The workers (ready, ``eligible``) holding the ops that ``came``, counted as landed; after the first, only while
+    :data:`MIN_RUNNING` others stay running (the first is stopped by then: it is no longer eligible)."""
+    taken = 0
+    try:
+        for op in came:
+            workers = [w for w in ctx.workers() if eligible(w)]
+            victim = next((w for w in workers if w.process == op.process and w.pid is not None), None)
+            if victim is None or victim.pid is None or (taken and len(workers) - 1 < MIN_RUNNING):
+                continue
+            taken += 1
+            aiming.landed(fault)[op.f] += 1
+            if taken > 1:
+                log.info("%s also landed inside %s", fault, op)
+            yield Landing(victim.process, victim.pid, op)
+    finally:
+        if isinstance(came, Generator):
+            came.close()
+
+
+def _aim_again(ctx: FaultContext, fault: str) -> bool:
+    """An aim that found no op in time: wait for the next tick (no victim now) rather than fall back, while the run
+    wants ``fault``'s evidence sooner and the fault has landed before (so it has started: the run verdict needs that)."""
+    return ctx.aiming is not None and ctx.hurried(fault) and sum(ctx.aiming.landed(fault).values()) > 0
 
 
 def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
-    """The catalogue's ``pause``: one ready worker, stopped inside an op of the kind drawn for it (:func:`aimed`); else
-    one with a write in flight if any has (stopped between a store's check and its write, the write lands after
+    """The catalogue's ``pause``: ready workers, each stopped inside an op of a kind drawn for it (:func:`aimed`);
+    else one with a write in flight if any has (stopped between a store's check and its write, the write lands after
     another's claim), else one that holds a lease if any does (a zombie in the making).
 
     Never one that is stopped already: a paused worker keeps its write in flight, so it would be chosen again, and the
@@ -170,8 +265,11 @@ def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
         return w.pid is not None and not stopped(w.pid)
 
     inside = aimed(ctx, rng, "pause", running)
-    if inside is not None and inside[0].pid is not None:
-        return PauseProcess(inside[0].process, inside[0].pid, halted=ctx.halted, resuming=ctx.resuming, inside=inside[1])
+    if inside is not None:
+        first, more = inside
+        return PauseProcess(first.process, first.pid, halted=ctx.halted, resuming=ctx.resuming, inside=first.op, more=more)
+    if _aim_again(ctx, "pause"):
+        return None
     victim = ctx.pick_worker(rng, lambda w: running(w) and w.process in writing) if writing else None
     victim = victim or ctx.pick_holder(rng, running)
     if victim is None or victim.pid is None:
@@ -180,12 +278,15 @@ def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
 
 
 def make_kill(ctx: FaultContext, rng: random.Random) -> KillProcess | None:
-    """The catalogue's ``kill``: one ready worker, killed (the runner starts its replacement) inside an op of the kind
+    """The catalogue's ``kill``: ready workers, killed (the runner starts their replacements) inside ops of the kinds
     drawn for it (:func:`aimed`); else one that holds a lease if any does: its lease is left to expire and be taken
     over, and a kill of an idle worker tests nothing (a short run whose kills all missed is ``unknown``)."""
     inside = aimed(ctx, rng, "kill", lambda w: w.pid is not None and not stopped(w.pid))
-    if inside is not None and inside[0].pid is not None:
-        return KillProcess(inside[0].process, inside[0].pid, inside=inside[1])
+    if inside is not None:
+        first, more = inside
+        return KillProcess(first.process, first.pid, inside=first.op, more=more)
+    if _aim_again(ctx, "kill"):
+        return None
     victim = ctx.pick_holder(rng, lambda w: w.pid is not None)
     return KillProcess(victim.process, victim.pid) if victim is not None and victim.pid is not None else None
 

@@ -1,25 +1,32 @@
-"""Aiming a pause or kill *inside* an op: the nemesis arms a kind of op, a worker holds it between round trips.
+"""Aiming a pause or kill *inside* ops: the nemesis arms kinds of op, workers hold them between round trips.
 
 Why: a claim lasts a few milliseconds, so a pause that picks its moment by
 luck falls between ops nearly always (16 of 17 in issue 34), and a claim that is
 not atomic (read, decide, write) is never stopped in its middle. So the fault
 does not pick a moment, it waits for one. Per fault, the nemesis draws (by the
-schedule's seeded generator) the kind of op to land in, among those it has not
-landed in yet (:func:`choose`), and which round-trip boundary of it (the first,
-second ... request of the op gone out, the next not sent), and arms the kind in
-shared memory (:class:`AimSlot`). The next worker to invoke an op of that kind
-runs it under a hook (:mod:`leasecheck.run.holds`) that, after each request the
-adapter sends to its store (an SQLite statement, a socket send, a psycopg
-execute), tells the harness which boundary it is at, and at the armed one holds
-the op there for ``hold_ms``. The harness passes the word on (:class:`Aiming`,
-:mod:`leasecheck.run.aiming`); the fault stops or kills that worker during the
-hold: between two round trips of the op, or between a request and its reply.
+schedule's seeded generator) up to :data:`ARMS` kinds of op to land in, those it
+has landed in least first (:func:`choose`), and for each which round-trip
+boundary (the first, second ... request of the op gone out, the next not sent),
+and arms them together in shared memory (:class:`AimSlot`). The next worker to
+invoke an op of an armed kind runs it under a hook (:mod:`leasecheck.run.holds`)
+that, after each request the adapter sends to its store (an SQLite statement, a
+socket send, a psycopg execute), tells the harness which boundary it is at, and
+at the armed one holds the op there for ``hold_ms``. The harness passes each
+word on as it comes (:class:`Aiming`, :mod:`leasecheck.run.aiming`); the fault
+stops that worker during the hold (between two round trips of the op, or between
+a request and its reply), then waits for the next, and acts once every armed kind
+landed or the wait is over: one fault, several victims, each inside an op of
+another kind. A worker holds one op per aim, so the victims are distinct workers.
 
-The recorded interval still contains the real one: the worker stamps its invoke
-before the first request and its completion after the last reply, and the hold
-is between them. What the fault landed in is its nemesis event's ``"inside"``
-value (:meth:`InFlight.to_json`); the history alone says whether it did
-(``paused-inside-OP``, :mod:`leasecheck.checker.coverage_inside`).
+An op that ends before the drawn boundary (a refused claim makes fewer requests
+than a granted one) is held after its last reply instead, before its completion
+is stamped: still inside its recorded interval, and its event says so
+(``"after_last_reply"``). The recorded interval always contains the real one:
+the worker stamps its invoke before the first request and its completion after
+the last reply and after any hold. What the fault landed in is its nemesis
+event's ``"inside"`` list (:meth:`InFlight.to_json`, one entry per victim); the
+history alone says whether it did (``paused-inside-OP``,
+:mod:`leasecheck.checker.coverage_inside`).
 
 The slot is a few bytes in a file both sides map (:mod:`mmap`), with a sequence
 number around each write as :mod:`leasecheck.nemesis.worker_clocks` has it: a
@@ -32,27 +39,33 @@ import mmap
 import os
 import random
 import struct
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from leasecheck.histories.vocabulary import INSIDE_FUNCTIONS
 
-#: seq (u64, odd while a write is in progress), then serial, the armed op's code (0: none; 1 + its place in
-#: INSIDE_FUNCTIONS), the boundary to hold at (1: after the first request) and the hold (µs)
+#: the most kinds of op one fault is aimed inside at once (one victim each): a pause or kill of several workers, each
+#: in another kind of op, reaches every ``paused-inside-OP`` in a few faults rather than one per fault
+ARMS = 3
+#: seq (u64, odd while a write is in progress), the aim's serial (u32), then per arm the op's code (0: none; 1 + its
+#: place in INSIDE_FUNCTIONS), the boundary to hold at (1: after the first request) and the hold (µs)
 _SEQ = struct.Struct("<Q")
-_BODY = struct.Struct("<4I")
-_SIZE = _SEQ.size + _BODY.size
+_SERIAL = struct.Struct("<I")
+_ARM = struct.Struct("<3I")
+_SIZE = _SEQ.size + _SERIAL.size + ARMS * _ARM.size
 _MAX_TRIES = 1000
-#: how long an armed worker holds its op at the boundary, ms (drawn per fault): long enough for the word to reach the
+#: how long an armed worker holds its op at the boundary, ms (drawn per arm): long enough for the word to reach the
 #: nemesis and its signal to land (a few ms on a loaded machine), short beside a lease
 HOLD_MS = (30.0, 80.0)
 
 
 @dataclass(frozen=True)
 class Arm:
-    """What the slot asks of the next op of kind ``f``: hold at request boundary ``at`` for ``hold_s``."""
+    """What the slot asks of the next op of kind ``f`` (once per worker and ``serial``): hold at request boundary
+    ``at`` for ``hold_s``."""
 
     serial: int
     f: str
@@ -71,11 +84,15 @@ class InFlight:
     #: requests of the op gone out to the store when it was held (the stop lands after the ``boundary``-th)
     boundary: int
     hold_ms: float
+    #: held after its last reply (it ended before the drawn boundary), before its completion was stamped
+    last: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The fault's nemesis event's ``"inside"`` value: what it aimed at, and how the aim was made to land."""
+        """One entry of the fault's nemesis event's ``"inside"`` list: what it aimed at, and how the aim was made to land."""
+        how = ("held by the worker after its last reply, before its completion was stamped" if self.last
+               else "held by the worker between round trips")
         return {"f": self.f, "process": self.process, "invoked": self.invoked, "after_requests": self.boundary,
-                "held_ms": round(self.hold_ms, 1), "how": "held by the worker between round trips"}
+                "held_ms": round(self.hold_ms, 1), "how": how}
 
 
 class AimSlot:
@@ -91,34 +108,47 @@ class AimSlot:
         finally:
             os.close(fd)
 
-    def _write(self, serial: int, code: int, at: int, hold_us: int) -> None:
+    def arm(self, serial: int, arms: Sequence[Aim]) -> None:
+        """Arm up to :data:`ARMS` kinds at once under one ``serial`` (a worker holds one op per serial)."""
         (seq,) = _SEQ.unpack_from(self._map, 0)
         _SEQ.pack_into(self._map, 0, seq + 1)
-        _BODY.pack_into(self._map, _SEQ.size, serial, code, at, hold_us)
+        _SERIAL.pack_into(self._map, _SEQ.size, serial)
+        for i in range(ARMS):
+            body = (1 + INSIDE_FUNCTIONS.index(arms[i].f), arms[i].at, int(arms[i].hold_ms * 1000)) if i < len(arms) else (0, 0, 0)
+            _ARM.pack_into(self._map, _SEQ.size + _SERIAL.size + i * _ARM.size, *body)
         _SEQ.pack_into(self._map, 0, seq + 2)
 
-    def arm(self, serial: int, f: str, at: int, hold_ms: float) -> None:
-        self._write(serial, 1 + INSIDE_FUNCTIONS.index(f), at, int(hold_ms * 1000))
-
     def disarm(self, serial: int) -> None:
-        self._write(serial, 0, 0, 0)
+        self.arm(serial, ())
 
-    def armed(self) -> Arm | None:
-        """What the slot asks now (None: nothing)."""
-        body: tuple[int, ...] = (0, 0, 0, 0)
+    def armed(self) -> tuple[Arm, ...]:
+        """What the slot asks now (nothing: an empty tuple)."""
+        raw = b""
         for _ in range(_MAX_TRIES):
             (before,) = _SEQ.unpack_from(self._map, 0)
-            body = _BODY.unpack_from(self._map, _SEQ.size)
+            raw = self._map[_SEQ.size:_SIZE]
             (after,) = _SEQ.unpack_from(self._map, 0)
             if before == after and not before & 1:
                 break
-        serial, code, at, hold_us = body
-        if not 0 < code <= len(INSIDE_FUNCTIONS):
-            return None
-        return Arm(serial, INSIDE_FUNCTIONS[code - 1], at, hold_us / 1e6)
+        (serial,) = _SERIAL.unpack_from(raw, 0)
+        arms = []
+        for i in range(ARMS):
+            code, at, hold_us = _ARM.unpack_from(raw, _SERIAL.size + i * _ARM.size)
+            if 0 < code <= len(INSIDE_FUNCTIONS):
+                arms.append(Arm(serial, INSIDE_FUNCTIONS[code - 1], at, hold_us / 1e6))
+        return tuple(arms)
 
     def close(self) -> None:
         self._map.close()
+
+
+@dataclass(frozen=True)
+class Aim:
+    """One arm of a fault's draw: the kind of op, the boundary and the hold."""
+
+    f: str
+    at: int
+    hold_ms: float
 
 
 class Aiming(Protocol):
@@ -128,34 +158,26 @@ class Aiming(Protocol):
     @property
     def ops(self) -> tuple[str, ...]: ...
 
-    def hit(self, fault: str) -> set[str]:
-        """The kinds ``fault`` has landed inside so far in this round (a live set: the caller adds to it)."""
+    def landed(self, fault: str) -> Counter[str]:
+        """How many times ``fault`` has landed inside each kind of op so far (a live count: the caller adds to it)."""
 
     def boundaries(self, f: str) -> int:
         """The most request boundaries an op of kind ``f`` has shown so far (a guess before any was seen)."""
 
-    def aim(self, f: str, at: int, hold_ms: float, timeout_s: float) -> InFlight | None:
-        """Arm kind ``f``; wait up to ``timeout_s`` for a worker to hold one at boundary ``at``; disarm. None: none did."""
+    def aim(self, aims: Sequence[Aim], timeout_s: float, gather_s: float) -> Iterator[InFlight]:
+        """Arm ``aims``; yield each op a worker holds for one of them, as it comes (each kind once, each worker once),
+        until every one landed, ``timeout_s`` passed since arming, or ``gather_s`` since the first landed; disarm when
+        done (or closed)."""
 
 
-@dataclass(frozen=True)
-class Aim:
-    """One fault's draw: the kind of op, the boundary and the hold."""
-
-    f: str
-    at: int
-    hold_ms: float
-
-
-def choose(aiming: Aiming, fault: str, rng: random.Random) -> Aim | None:
-    """Draw an aim for ``fault``: a kind it has not landed inside yet this round (a new round once it has hit them all),
-    a boundary among those its ops have shown, and a hold. Always three draws, so later ones follow the seed."""
+def choose(aiming: Aiming, fault: str, rng: random.Random, most: int = 1) -> list[Aim]:
+    """Draw up to ``most`` aims for ``fault``, each a different kind of op: the kinds it has landed inside least
+    first (ties broken by ``rng``), each with a boundary among those its ops have shown, and a hold. The draws are as
+    many whatever ``most``, so the later ones follow the seed."""
     ops: Sequence[str] = aiming.ops
     if not ops:
-        return None
-    hit = aiming.hit(fault)
-    if hit >= set(ops):
-        hit.clear()
-    f = rng.choice([f for f in ops if f not in hit])
-    at = 1 + int(rng.random() * aiming.boundaries(f))
-    return Aim(f, at, rng.uniform(*HOLD_MS))
+        return []
+    landed = aiming.landed(fault)
+    draws = {f: (rng.random(), rng.random(), rng.uniform(*HOLD_MS)) for f in ops}
+    kinds = sorted(ops, key=lambda f: (landed[f], draws[f][0]))[:max(1, most)]
+    return [Aim(f, 1 + int(draws[f][1] * aiming.boundaries(f)), draws[f][2]) for f in kinds]

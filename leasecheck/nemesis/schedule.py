@@ -15,6 +15,10 @@ from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.protocol import Fault
 
+#: the share of its drawn wait a fault waits while the run wants its evidence sooner (:attr:`Nemesis.hurry`): a
+#: quarter, so a gate's pause and kill (every 5 s) come every 1.25 s on average until their situations are reached
+HURRIED = 0.125
+
 #: record(f, value): write one nemesis event into the history (what it returns, e.g. the event's index, is ignored)
 Record = Callable[[str, Any], object]
 
@@ -38,6 +42,15 @@ class Nemesis:
     the events written at start and heal. The schedule knows nothing else
     about any fault.
 
+    ``hurry(kind)`` says whether the run wants ``kind``'s evidence sooner (an
+    ``--until-covered`` run past its time limit while a situation the fault exists
+    for or seeks is short: :meth:`leasecheck.run.deadline.Deadline.hurry`): the
+    wait before the next fault is then :data:`HURRIED` of its draw, for the kind
+    dealt next (any kind, between rounds). The draws are the same either way, so
+    the schedule still follows the seed; only its pace follows the evidence, and
+    ``repace()`` makes it look again at once when that changes. A run without
+    ``--until-covered`` is never hurried.
+
     ``on_change(active)`` is told the active faults whenever they change (the
     runner keeps a state file from it, so ``leasecheck heal`` can undo them
     even after the harness was SIGKILLed). ``heal_all()`` undoes whatever is
@@ -53,6 +66,8 @@ class Nemesis:
     #: the mean wait before the first fault (± half, from the seed), if shorter than ``interval_s``: the
     #: runner makes it a third of a short run's time limit, so that a 5 s run's first fault starts in it
     first_interval_s: float | None = None
+    #: does the run want this kind's evidence sooner? (see the class; never, unless the runner says so)
+    hurry: Callable[[FaultKind], bool] = lambda kind: False
     on_change: Callable[[list[Fault]], None] = lambda active: None
     active: list[Fault] = field(default_factory=list)
     started: int = 0
@@ -66,53 +81,91 @@ class Nemesis:
     #: store faults started and not yet healed to the end (a killed store's heal is its restart): see store_out
     _store_faults: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
+    #: set to make the loop look again now (a heal_all, a change of pace)
+    _nudge: threading.Event = field(default_factory=threading.Event)
+    #: set when a heal is added (or all are being healed): the healer looks again
+    _healed: threading.Event = field(default_factory=threading.Event)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _thread: threading.Thread | None = None
+    _healer: threading.Thread | None = None
 
     def start(self) -> None:
         if not self.kinds:
             return
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self._healer = threading.Thread(target=self._heal_due, name="nemesis-heals", daemon=True)
         self._thread.start()
+        self._healer.start()
 
     def _run(self) -> None:
+        """The ticks: deal the next kind and make, then start, its fault. Outside the lock: a factory may wait for its
+        moment (a pause aimed inside an op waits up to a ttl for one) while the heals go on on their own thread."""
         try:
-            first = min(self.interval_s, self.first_interval_s or self.interval_s)
-            next_start = time.monotonic() + self.rng.uniform(0.5, 1.5) * first
+            # the next fault is due at ``ticked + wait * pace``: ``wait`` drawn at the tick, the pace read at each look
+            ticked, wait = time.monotonic(), self.rng.uniform(0.5, 1.5) * min(self.interval_s, self.first_interval_s or self.interval_s)
             while not self._stop.is_set():
                 now = time.monotonic()
-                with self._lock:
-                    while self._heals and self._heals[0][0] <= now:
-                        _, _, fault = heapq.heappop(self._heals)
-                        self._heal(fault)
-                    if now >= next_start:
-                        # a fixed number of draws per tick, so the schedule's choices never
-                        # depend on timing (whether the last fault had healed yet)
-                        next_start = now + self.rng.uniform(0.5, 1.5) * self.interval_s
-                        tick = random.Random(self.rng.getrandbits(64))
+                if now >= ticked + wait * self._pace():
+                    # a fixed number of draws per tick, so the schedule's choices never
+                    # depend on timing (whether the last fault had healed yet)
+                    ticked, wait = now, self.rng.uniform(0.5, 1.5) * self.interval_s
+                    tick = random.Random(self.rng.getrandbits(64))
+                    with self._lock:
                         if not self._deck:
                             self._deck = list(self.kinds)
                             tick.shuffle(self._deck)
-                        if len(self.active) < self.max_active and self._inflict(self._deck[0], now, tick):
+                        kind, room = self._deck[0], len(self.active) < self.max_active
+                    if room and self._inflict(kind, tick):
+                        with self._lock:
                             self._deck.pop(0)
-                    wake = min([next_start] + [h[0] for h in self._heals[:1]])
-                self._stop.wait(max(0.0, wake - time.monotonic()))
+                self._nudge.wait(max(0.0, ticked + wait * self._pace() - time.monotonic()))
+                self._nudge.clear()
         except BaseException as e:  # reported by the runner, which heals all
             self.error = e
 
-    def _inflict(self, kind: FaultKind, now: float, rng: random.Random) -> bool:
-        """Start a fault of ``kind``; False when it has no victim now."""
+    def _heal_due(self) -> None:
+        """The heals, each when due (its row's duration after its fault started), whatever a tick is waiting for."""
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    now = time.monotonic()
+                    while self._heals and self._heals[0][0] <= now:
+                        _, _, fault = heapq.heappop(self._heals)
+                        self._heal(fault)
+                    due = self._heals[0][0] if self._heals else None
+                self._healed.wait(None if due is None else max(0.0, due - time.monotonic()))
+                self._healed.clear()
+        except BaseException as e:
+            self.error = e
+
+    def _pace(self) -> float:
+        """The share of a drawn wait the next fault waits: :data:`HURRIED` when the run wants the evidence of the kind
+        dealt next (of any kind, between rounds) sooner, else 1."""
+        upcoming = self._deck[:1] or self.kinds
+        return HURRIED if any(self.hurry(kind) for kind in upcoming) else 1.0
+
+    def repace(self) -> None:
+        """Look again at the pace now (the runner's deadline calls it when what it hurries changes)."""
+        self._nudge.set()
+
+    def _inflict(self, kind: FaultKind, rng: random.Random) -> bool:
+        """Start a fault of ``kind`` (its heal due its row's duration from then); False when it has no victim now.
+        Started once ``heal_all`` began, it is healed at once."""
         fault = kind.make(self.context, rng)
         if fault is None:
             return False
         value = fault.start()
-        self.active.append(fault)
-        self._kind_of[id(fault)] = kind
-        self._store_faults += kind.on_store
-        self.started += 1
-        self.record(kind.events[0], {"fault": kind.name, **value})
-        heapq.heappush(self._heals, (now + kind.duration_s(self.context, rng), next(self._order), fault))
-        self.on_change(list(self.active))
+        with self._lock:
+            self.active.append(fault)
+            self._kind_of[id(fault)] = kind
+            self._store_faults += kind.on_store
+            self.started += 1
+            self.record(kind.events[0], {"fault": kind.name, **value})
+            heapq.heappush(self._heals, (time.monotonic() + kind.duration_s(self.context, rng), next(self._order), fault))
+            self.on_change(list(self.active))
+            if self._stop.is_set():
+                self._heal(fault)
+        self._healed.set()
         return True
 
     def _heal(self, fault: Fault) -> None:
@@ -145,9 +198,12 @@ class Nemesis:
     def heal_all(self) -> None:
         """Stop scheduling and undo every active fault (idempotent)."""
         self._stop.set()
+        self._nudge.set()
+        self._healed.set()
         with self._lock:
             for fault in list(self.active):
                 self._heal(fault)
             self._heals.clear()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(30)
+        for thread in (self._thread, self._healer):  # a tick still aiming heals what it starts itself
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(30)

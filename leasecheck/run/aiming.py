@@ -1,80 +1,101 @@
-"""The harness's side of aiming a fault inside an op (:mod:`leasecheck.nemesis.inside`): arm, then wait for the word.
+"""The harness's side of aiming a fault inside ops (:mod:`leasecheck.nemesis.inside`): arm, then take the words as they come.
 
-The nemesis thread arms a kind of op in the shared slot and waits; the
-recorder's thread, serving the workers' pipes, passes on each ``between`` note a
-held op sends (:meth:`Aimer.note`), and the first from the armed serial at the
-armed boundary wakes the nemesis, which stops or kills that worker while it holds.
-It also learns, from every note, how many request boundaries each kind of op has
-shown, so the next draw of a boundary is among those that exist.
+The nemesis thread arms up to :data:`~leasecheck.nemesis.inside.ARMS` kinds of
+op in the shared slot under one serial and waits; the recorder's thread, serving
+the workers' pipes, passes on each ``between`` note a held op sends
+(:meth:`Aimer.note`). The first note from the armed serial at an armed kind's
+boundary (or after the last reply of an op that ended before it) from a worker
+not landed yet wakes the nemesis, which stops or kills that worker while it
+holds, then waits for the next kind. It also learns, from every note, how many
+request boundaries each kind of op has shown, so the next draw of a boundary is
+among those that exist.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from leasecheck.histories.vocabulary import INSIDE_FUNCTIONS, READ_RESOURCE
-from leasecheck.nemesis.inside import AimSlot, InFlight
+from leasecheck.nemesis.inside import Aim, AimSlot, InFlight
 
 #: the slot's file, in the run's clocks folder (shared memory the nemesis writes and the workers read, removed at the end)
 AIM_SLOT = "aim"
-#: the boundaries an aim draws among for a kind of op no aimed op has shown yet (an SQLite write: BEGIN, the
-#: statement, the fence, COMMIT; a read-decide-write claim has more)
-UNSEEN_BOUNDARIES = 3
+#: the boundaries an aim draws among for a kind of op no aimed op has shown yet: the first only, which every op that
+#: sends a request has (a guess beyond an op's last request held it after its reply, not between round trips)
+UNSEEN_BOUNDARIES = 1
 
 
 class Aimer:
-    """Arms the slot at ``path`` (created here) and waits for the worker that holds the armed op."""
+    """Arms the slot at ``path`` (created here) and hands over the workers that hold the armed ops."""
 
     def __init__(self, path: Path, resource_reads: bool) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self.slot = AimSlot(path, create=True)
         self._ops = tuple(f for f in INSIDE_FUNCTIONS if resource_reads or f != READ_RESOURCE)
-        self._hits: dict[str, set[str]] = defaultdict(set)
+        self._landed: dict[str, Counter[str]] = defaultdict(Counter)
         self._boundaries: dict[str, int] = {}
         self._cond = threading.Condition()
         self._serial = 0
-        #: the armed (serial, f, at, hold_ms), and what landed on it
-        self._want: tuple[int, str, int, float] | None = None
-        self._landed: InFlight | None = None
+        #: the armed serial and its aims by kind, and what landed on them (in the order they came)
+        self._want: tuple[int, dict[str, Aim]] | None = None
+        self._came: list[InFlight] = []
 
     @property
     def ops(self) -> tuple[str, ...]:
         return self._ops
 
-    def hit(self, fault: str) -> set[str]:
-        return self._hits[fault]
+    def landed(self, fault: str) -> Counter[str]:
+        return self._landed[fault]
 
     def boundaries(self, f: str) -> int:
-        """The most request boundaries an op of kind ``f`` has shown, else :data:`UNSEEN_BOUNDARIES` (an aim past the
-        op's last one misses, and the op's notes teach the real count)."""
+        """The most request boundaries an op of kind ``f`` has shown, else :data:`UNSEEN_BOUNDARIES`."""
         return self._boundaries.get(f, UNSEEN_BOUNDARIES)
 
-    def aim(self, f: str, at: int, hold_ms: float, timeout_s: float) -> InFlight | None:
+    def aim(self, aims: Sequence[Aim], timeout_s: float, gather_s: float) -> Iterator[InFlight]:
         with self._cond:
             self._serial += 1
             serial = self._serial
-            self._want, self._landed = (serial, f, at, hold_ms), None
-        self.slot.arm(serial, f, at, hold_ms)
+            self._want, self._came = (serial, {a.f: a for a in aims}), []
+        self.slot.arm(serial, aims)
+        until = time.monotonic() + timeout_s
+        given = 0
         try:
-            with self._cond:
-                self._cond.wait_for(lambda: self._landed is not None, timeout_s)
-                landed, self._want = self._landed, None
+            while given < len(aims):
+                with self._cond:
+                    while len(self._came) <= given and (left := until - time.monotonic()) > 0:
+                        self._cond.wait(left)
+                    came = self._came[given:]
+                if not came:
+                    return
+                if not given:  # the first came: the others have a little longer at most
+                    until = min(until, time.monotonic() + gather_s)
+                for op in came:
+                    given += 1
+                    yield op
         finally:
             self.slot.disarm(serial)
-        return landed
+            with self._cond:
+                self._want = None
 
-    def note(self, process: int, serial: int, f: str, boundary: int, invoked: int) -> None:
-        """A held op of ``process`` reached request ``boundary`` (the recorder's thread)."""
+    def note(self, process: int, serial: int, f: str, boundary: int, invoked: int, last: bool = False) -> None:
+        """A held op of ``process`` reached request ``boundary`` (``last``: it ended there, short of its aim's) (the
+        recorder's thread)."""
         if boundary > self._boundaries.get(f, 0):
             self._boundaries[f] = boundary
         with self._cond:
-            want = self._want
-            if want is not None and self._landed is None and want[:3] == (serial, f, boundary):
-                self._landed = InFlight(process, f, invoked, boundary, want[3])
-                self._cond.notify_all()
+            if self._want is None or self._want[0] != serial or f not in self._want[1]:
+                return
+            aim = self._want[1][f]
+            if (boundary != aim.at and not (last and boundary < aim.at)) or any(
+                    op.f == f or op.process == process for op in self._came):
+                return
+            self._came.append(InFlight(process, f, invoked, boundary, aim.hold_ms, last=boundary != aim.at))
+            self._cond.notify_all()
 
     def close(self) -> None:
         self.slot.close()

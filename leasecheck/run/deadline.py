@@ -68,6 +68,10 @@ class Deadline:
         #: did the test proper end at the cap (however much was missing), rather than on its evidence?
         self.at_cap = False
         self._tail_due = now
+        #: the goal's situations still short, past the time limit (what :meth:`hurry` reads, from the nemesis' thread)
+        self._short: frozenset[str] = frozenset()
+        #: told when what :meth:`hurry` says may have changed (the runner: the nemesis' ``repace``)
+        self.on_pace: Callable[[], None] = lambda: None
 
     def passed(self, now: float) -> bool:
         """Is the test over at ``now``? Past the time limit, said once: going on, and while missing what."""
@@ -82,6 +86,7 @@ class Deadline:
         missing = gaps(self.tail.poll(), self.kinds, reached, self.require, goal=self.goal) if now < self.cap else []
         if self.goal is not None and now < self.cap:
             self._covered(now, reached)
+            self._pace(frozenset(self.goal.short(reached)))
         if not missing:
             self.at_cap = now >= self.cap
             return True
@@ -89,6 +94,17 @@ class Deadline:
             self.extended = True
             log.info("time limit reached; going on up to %g s more while missing: %s", self.cap - now, "; ".join(missing))
         return False
+
+    def hurry(self, kind: FaultKind) -> bool:
+        """Does the run want ``kind``'s evidence sooner? Past the time limit of an ``--until-covered`` run, while a
+        situation the fault exists for or seeks is short of the goal: its faults then come faster
+        (:attr:`leasecheck.nemesis.schedule.Nemesis.hurry`). Never before the time limit, nor without a goal."""
+        return not self._short.isdisjoint(kind.situations) or not self._short.isdisjoint(kind.seeks)
+
+    def _pace(self, short: frozenset[str]) -> None:
+        if short != self._short:
+            self._short = short
+            self.on_pace()
 
     def _covered(self, now: float, reached: Coverage) -> None:
         assert self.goal is not None

@@ -9,10 +9,13 @@ the adapter sends: an SQLite statement or commit returning, a socket send
 (redis-py, most clients), psycopg's ``execute`` returning to the adapter. After
 the k-th, the hook tells the harness (``between`` k) and, at the armed boundary,
 sleeps ``hold_s``: the op is held with k requests done and the next not sent,
-and the fault lands there. A client whose requests the hook cannot see (a C
-extension's own I/O) is simply not held.
+and the fault lands there. An op that ends before the armed boundary (a
+refused claim makes fewer requests than a granted one; a client whose requests
+the hook cannot see, a C extension's own I/O, shows none) is held once the
+adapter returns, after its last reply and before its completion is stamped (the
+note says ``last``): still inside its recorded interval.
 
-The hook runs only inside an armed op, once per arm and worker; every other op
+The hook runs only inside an armed op, once per aim and worker; every other op
 runs as it always does.
 """
 
@@ -56,12 +59,14 @@ def _is_py_request(frame: FrameType) -> bool:
 
 
 class Hold:
-    """Count an armed op's requests and hold it at the armed boundary; ``note(k)`` is told each boundary first."""
+    """Count an armed op's requests and hold it at the armed boundary, or after its last reply when it ends short of
+    it; ``note(k, last)`` is told each boundary first."""
 
-    def __init__(self, arm: Arm, note: Callable[[int], None]) -> None:
+    def __init__(self, arm: Arm, note: Callable[[int, bool], None]) -> None:
         self.arm = arm
         self.note = note
         self.requests = 0
+        self.held = False
         self._before: Any = None
 
     def __enter__(self) -> Hold:
@@ -71,10 +76,15 @@ class Hold:
 
     def __exit__(self, *exc: object) -> None:
         sys.setprofile(self._before)
+        if not self.held:  # it ended short of the armed boundary: held after its last reply
+            self.held = True
+            self.note(self.requests, True)
+            time.sleep(self.arm.hold_s)
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if (event == "c_return" and _is_c_request(arg)) or (event == "return" and _is_py_request(frame)):
             self.requests += 1
-            self.note(self.requests)
+            self.note(self.requests, False)
             if self.requests == self.arm.at:
+                self.held = True
                 time.sleep(self.arm.hold_s)  # the profile hook is not called again while it runs

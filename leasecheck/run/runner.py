@@ -243,7 +243,7 @@ class Run:
             writing=self.recorder.takeovers.writing, clocks=self.clocks,
             network=self.network.network if self.network is not None else None,
             server=self.env.server, cluster=self.env.cluster, store_skew_ms=self.timing.store_skew_ms,
-            halted=self.recorder.halted, resuming=self.recorder.resuming, aiming=self.aimer,
+            halted=self.recorder.halted, resuming=self.recorder.resuming, aiming=self.aimer, hurried=self._hurried,
         )
         self.nemesis = Nemesis(
             self.kinds, opts.nemesis_interval, context, self.merge.nemesis, random.Random(f"{self.seed}/nemesis"),
@@ -252,6 +252,10 @@ class Run:
         self.recorder.store_out = self.nemesis.store_out
 
     # ---------------------------------------------------------- the test
+
+    def _hurried(self, fault: str) -> bool:
+        """Does the run want ``fault``'s evidence sooner? (its deadline's word: ``--until-covered`` past the limit)"""
+        return self.deadline is not None and any(self.deadline.hurry(kind) for kind in self.kinds if kind.name == fault)
 
     def _check_parts(self) -> None:
         for part in (self.recorder, self.deliveries, self.nemesis):
@@ -304,11 +308,12 @@ class Run:
         """The test proper: workers under the nemesis until the deadline (past the time limit while evidence is missing),
         or a signal; dead workers replaced, the progress callback fed."""
         assert self.started is not None
-        self.nemesis.start()
-        self.clock_watch = ClockWatch.started(self.merge.nemesis, self.timing.uncertainty_ms)  # a VM restored, a resume
         end = self.deadline = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require, self.opts.time_limit,
                                        self.opts.longest_s, time.monotonic(), self.following.coverage if self.following else None,
                                        self.opts.coverage_goal(self.kinds, self.resource_read))
+        self.nemesis.hurry, end.on_pace = end.hurry, self.nemesis.repace  # past the limit, faults short of evidence come sooner
+        self.nemesis.start()
+        self.clock_watch = ClockWatch.started(self.merge.nemesis, self.timing.uncertainty_ms)  # a VM restored, a resume
         self.tail = end.tail
         snapshots = Snapshots(self.run_dir, self.opts.snapshot_every_s, self.following, now=time.monotonic())
         while not self.interrupts.event.is_set():

@@ -102,14 +102,14 @@ class Hub:
             self.conn.recv()
 
     def hold(self, f: str) -> AbstractContextManager[object]:
-        """What the op of kind ``f`` just invoked runs under: a :class:`Hold` if the nemesis armed its kind (once per
-        arm), else nothing."""
-        arm = self.aim.armed() if self.aim is not None else None
-        if arm is None or arm.f != f or arm.serial == self._aimed:
+        """What the op of kind ``f`` just invoked runs under: a :class:`Hold` if the nemesis armed its kind (one op per
+        aim: a worker is one victim of a fault at most), else nothing."""
+        arm = next((a for a in self.aim.armed() if a.f == f), None) if self.aim is not None else None
+        if arm is None or arm.serial == self._aimed:
             return nullcontext()
         self._aimed = serial = arm.serial
         invoked = self._invoked
-        return Hold(arm, lambda k: self.conn.send(("between", serial, f, k, invoked)))
+        return Hold(arm, lambda k, last: self.conn.send(("between", serial, f, k, invoked, last)))
 
     def complete(self, f: str, node: str, typ: str, value: dict[str, Any]) -> None:
         """Stamp the completion, after the store's reply; it is logged and sent with this worker's next message.
