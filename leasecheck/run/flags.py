@@ -73,7 +73,7 @@ def faults(nemesis: str) -> tuple[str, ...]:
     so is an empty or repeated item (:func:`leasecheck.lists.names`)."""
     if nemesis.strip().lower() == "none":
         return ()
-    if not nemesis.strip():
+    if not nemesis.replace(",", "").strip():  # "", ",": nothing named at all
         raise click.BadParameter(f"{nemesis!r} names no fault: give faults (see `leasecheck nemeses`), or 'none' for a run without faults",
                                  param_hint="'--nemesis'")
     try:
