@@ -293,9 +293,10 @@ def test_a_contender_is_woken_at_the_lapse_and_the_late_writer_at_the_rivals_gra
 # ---------------------------------------------------------------- a lagging clock is free to claim (issue 34)
 
 
-def test_a_lagging_clock_is_handed_a_claimable_node_before_a_late_writers_and_else_one_given_back_for_it() -> None:
-    """A claimable node (granted at once) comes before a late writer's (claimed only at its lapse, a ttl on); with
-    neither, the worker asks again at once and the next delivery to another worker is given back once, for it."""
+def test_a_lagging_clock_is_handed_a_claimable_node_before_a_late_writers_and_deliveries_are_given_back_for_it() -> None:
+    """A claimable node (granted at once) comes before a late writer's (claimed only at its lapse, a ttl on), a node
+    whose lease lapses soon before nothing; meanwhile deliveries to other workers are given back for it until two
+    claimable nodes granted within a ttl are there."""
     from leasecheck.run.steering import Steering
 
     ms = 1_000_000
@@ -314,12 +315,20 @@ def test_a_lagging_clock_is_handed_a_claimable_node_before_a_late_writers_and_el
     _claim_at(quiet, 3, "later", 1, 4_500 * ms)  # silent 0.5 ttl: half a ttl to wait, too long beside a 1-3 ttl skew
     s = Steering(quiet, _queue(), lapse_ns=1_010 * ms, lagging=lambda slot: slot in behind, rng=random.Random(3))
     assert {s.steered(0, 1, 5_000 * ms, 1_000 * ms, 0.1) for _ in range(10)} == {("contend", "soon")}
-    empty = Steering(Takeovers(), _queue(), lapse_ns=1_010 * ms, lagging=lambda slot: slot in behind, rng=random.Random(3))
+    stock = Takeovers()
+    empty = Steering(stock, _queue(), lapse_ns=1_010 * ms, lagging=lambda slot: slot in behind, rng=random.Random(3))
+    assert empty.tagged("n0", 5_000 * ms, 1_000 * ms) == "n0", "nobody asked while lagging yet"
     assert empty.steered(0, 1, 5_000 * ms, 1_000 * ms, 0.1) == "", "nothing to claim: ask again at once"
-    assert empty.tagged("n0") == ("release", "n0"), "claimed by another worker and given back at once, for the lagging clock"
-    assert empty.tagged("n1") == "n1", "one is enough until the lagging clock asks again"
+    for i, node in enumerate(("n0", "n1")):  # claimed by another worker and given back at once, for the lagging clock
+        assert empty.tagged(node, 5_000 * ms, 1_000 * ms) == ("release", node)
+        _claim_at(stock, 2 + i, node, 1, 5_000 * ms)
+        _op(stock, 2 + i, "release", node, 1)
+    assert empty.tagged("n2", 5_000 * ms, 1_000 * ms) == "n2", "two claimable for it: enough in stock"
+    assert empty.tagged("n2", 5_900 * ms, 1_000 * ms) == "n2"
+    assert empty.tagged("n2", 6_001 * ms, 1_000 * ms) == ("release", "n2"), "granted over a ttl ago: no longer fresh"
     behind.clear()
-    assert empty.steered(0, 1, 5_000 * ms, 1_000 * ms, 0.1) is None and empty.tagged("n2") == "n2", "no longer behind"
+    assert empty.tagged("n2", 6_001 * ms, 1_000 * ms) == "n2", "no longer behind"
+    assert empty.steered(0, 1, 6_001 * ms, 1_000 * ms, 0.1) is None
 
 
 def test_a_worker_whose_clock_went_behind_is_woken_from_a_zombies_wait_but_not_from_contending() -> None:

@@ -357,7 +357,7 @@ class Recorder:
             if twin is None and node and self.deliveries.copy_waits(node):
                 self._twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
                 return
-            self._deliver(conn, self.steering.tagged(node) if node else node)
+            self._deliver(conn, self.steering.tagged(node, self.merge.now(), ttl_ns) if node else node)
         elif kind == "late":  # granted a lease it will write late in: a contender may wait for it (run/steering.py)
             self.steering.late(msg[1], s.process, time.monotonic(), self.writer.header.ttl_ms / 1000)
         elif kind == "done":

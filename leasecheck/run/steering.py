@@ -26,10 +26,13 @@ never on sleeps. Three windows of issue 25 are reached this way:
   or lapsed (``("lagging", node)``): a claim granted while its clock reads before
   that grant. With none, it contends a node granted lately whose holder went
   silent and whose lease lapses within a quarter ttl (a late writer's, or a
-  stalled one's); with none of those either it asks again at once, and the next
-  delivery to another worker is given back at once (``("release", node)``),
-  claimable by it a few ms later. Its skew lasts 1-3 ttl, so it never waits long
-  for a lease to lapse. Whatever it was doing when its clock went behind, it is
+  stalled one's); with none of those either it asks again at once. Meanwhile,
+  while fewer than :data:`STOCK` such nodes are there for it, a delivery to another
+  worker is given back at once (``("release", node)``): claimed, released (not
+  handed out again by the queue: it is the lagging clock's), and claimable by the
+  lagging clock a few ms later (the others ask for a node only
+  two or three times a second, so the stock is made ahead of its asks). Its skew
+  lasts 1-3 ttl, so it never waits long for a lease to lapse. Whatever it was doing when its clock went behind, it is
   made free: a wait of its own (a zombie's, a late writer's hold) ends at once
   (:meth:`Steering.due`), and the worker gives back the lease it was working on
   (:mod:`leasecheck.run.workload`).
@@ -62,6 +65,9 @@ LATE_WAIT_TTLS = 1.5
 #: this many ttls: its lease lapses (ttl + uncertainty past its last sign of life) within a quarter ttl, and the claim
 #: then is within 1.1 ttl of that grant, less than the least a clock fault sets a clock behind
 SILENT_GRANTED_TTLS, SILENT_QUIET_TTLS = 0.9, 0.75
+#: while a worker's clock is behind, other workers' deliveries are given back at once until this many claimable nodes
+#: granted within :data:`STOCK_TTLS` ttl (fresh enough to be picked, see :data:`RECENT_TTLS`) are there for it
+STOCK, STOCK_TTLS = 2, 1.0
 #: history ns past a lease's last sign of life + ttl + uncertainty before it counts as lapsed (a margin for the stamp)
 LAPSE_MARGIN_NS = 2_000_000
 
@@ -95,9 +101,9 @@ class Steering:
     waits: list[Wait] = field(default_factory=list)
     #: the nodes of late writers still without a contender: node -> (the holder's process, time.monotonic() deadline)
     lates: dict[str, tuple[int, float]] = field(default_factory=dict)
-    #: the worker slots whose clock was behind when they last asked and that were handed nothing: the next delivery to
-    #: another worker is given back at once for them (:meth:`tagged`)
-    behind: set[int] = field(default_factory=set)
+    #: the worker slots whose clock was behind when they last asked, and their process numbers: deliveries to other
+    #: workers are given back for them (:meth:`tagged`) while they lag
+    behind: dict[int, int] = field(default_factory=dict)
 
     def late(self, node: str, process: int, now_s: float, ttl_s: float) -> None:
         """``process`` was granted ``node`` and will write late in that lease: the next other worker to ask contends."""
@@ -146,9 +152,10 @@ class Steering:
         worker whose clock is behind now, a node another worker was granted within :data:`RECENT_TTLS` ttl that a claim
         can have now, else ``("contend", node)`` on a node granted lately whose lease lapses within a quarter ttl, else
         ``""`` (ask again at once; the next delivery to another worker is given back for it, see :meth:`tagged`)."""
-        self.behind.discard(slot)
+        self.behind.pop(slot, None)
         if self.lagging is not None and self.lagging(slot):
-            return self._for_lagging(slot, process, now_ns, ttl_ns)
+            self.behind[slot] = process
+            return self._for_lagging(process, now_ns, ttl_ns)
         for node, (holder, deadline) in list(self.lates.items()):
             if deadline < now_s:
                 del self.lates[node]
@@ -157,7 +164,7 @@ class Steering:
                 return ("contend", self.deliveries.duplicate(node))
         return None
 
-    def _for_lagging(self, slot: int, process: int, now_ns: int, ttl_ns: int) -> str | tuple[str, str]:
+    def _for_lagging(self, process: int, now_ns: int, ttl_ns: int) -> str | tuple[str, str]:
         """What a worker whose clock is behind is handed (see :meth:`steered`): a node whose claim is granted at once
         comes first, the skew lasting only 1-3 ttl."""
         lapse = self.lapse_ns + LAPSE_MARGIN_NS
@@ -170,22 +177,26 @@ class Steering:
             node = self.rng.choice(silent)
             self.lates.pop(node, None)  # a late writer's: its one contender
             return ("contend", self.deliveries.duplicate(node))
-        self.behind.add(slot)
-        return ""  # none yet: ask again at once; the next delivery to another worker is given back for it (see tagged)
+        return ""  # none yet: ask again at once; deliveries to other workers are given back for it (see tagged)
 
-    def _someone_behind(self) -> bool:
-        """Is a worker that asked lately, and was handed nothing, still behind?"""
-        self.behind = {slot for slot in self.behind if self.lagging is not None and self.lagging(slot)}
-        return bool(self.behind)
+    def _short_for_lagging(self, now_ns: int, ttl_ns: int) -> bool:
+        """Is a worker whose clock is behind short of claimable nodes (fewer than :data:`STOCK` granted lately)?"""
+        for slot, process in list(self.behind.items()):
+            if self.lagging is None or not self.lagging(slot):
+                del self.behind[slot]
+                continue
+            since = now_ns - int(STOCK_TTLS * ttl_ns)
+            if len(self.takeovers.claimable(process, since, now_ns, self.lapse_ns + LAPSE_MARGIN_NS)) < STOCK:
+                return True
+        return False
 
-    def tagged(self, node: str) -> str | tuple[str, str]:
-        """The queue's delivery of ``node``, steered: with a stall (see :meth:`stall`), or, while a lagging clock waits
-        for a node to claim, as a release (``("release", node)``: claimed and given back at once, claimable by the
-        lagging clock next, a few ms after this grant)."""
+    def tagged(self, node: str, now_ns: int = 0, ttl_ns: int = 0) -> str | tuple[str, str]:
+        """The queue's delivery of ``node`` to a worker whose clock is not behind (see :meth:`steered`) at history time
+        ``now_ns``, steered: with a stall (see :meth:`stall`), or, while a lagging clock is short of nodes to claim, as
+        a release (``("release", node)``: claimed and given back at once, claimable by it a few ms after this grant)."""
         if self.stall(node):
             return ("stall", node)
-        if self.behind and self._someone_behind():
-            self.behind.clear()  # one given back is enough: the lagging clock asks again at once and is handed it
+        if self.behind and self._short_for_lagging(now_ns, ttl_ns):
             return ("release", node)
         return node
 

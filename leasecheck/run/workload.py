@@ -70,8 +70,10 @@ ZOMBIE_ACTS = ("renew", "effect", "read", "commit", "release")
 LATE_LAST = 0.975
 #: the longest a late write is held for a rival's grant, in ttls (the contender claims about a tenth past the lapse)
 LATE_HOLD_TTLS = 1.5
-#: the longest a contender waits for the lease it contends to lapse, in ttls
-CONTEND_WAIT_TTLS = 2.0
+#: the longest a contender waits for the lease it contends to lapse, in ttls; a worker whose clock is behind contends
+#: only a lease due to lapse within a quarter ttl (:mod:`leasecheck.run.steering`), and waits less (its holder may
+#: have stalled only briefly and heartbeat again)
+CONTEND_WAIT_TTLS, LAGGING_CONTEND_TTLS = 2.0, 0.4
 #: a claim timed to a strobe's behind half-period starts this long into it and needs this long left of it (s): the
 #: checker trusts a strobe's phases from its event's stamp, a little after it began, and up to 5 ms before they end
 STROBE_INTO_S, STROBE_LEFT_S = 0.001, 0.012
@@ -226,8 +228,8 @@ class Worker:
             # ("contend", node): a late writer holds it; claim the moment its lease lapses. ("lagging", node): our clock
             # is behind, the node was granted to another lately and is claimable; claim while the skew shows
             how, node = delivery if isinstance(delivery, tuple) else ("", delivery)
-            if how == "contend" and self.hub.record:
-                self.hub.ask("await", node, None, "at-lapse", CONTEND_WAIT_TTLS * self.ttl)
+            if how == "contend" and self.hub.record:  # a lagging clock's skew is short: it waits less
+                self.hub.ask("await", node, None, "at-lapse", (LAGGING_CONTEND_TTLS if self.lags() else CONTEND_WAIT_TTLS) * self.ttl)
             if how in ("contend", "lagging"):
                 self.behind_phase()
             if self.seen and self.rng.random() < self.w.read_rate:
@@ -291,12 +293,11 @@ class Worker:
             return
         carried = lease.to_json()
         rng, ttl, w = self.rng, self.ttl, self.w
+        if give_back:  # steered for a lagging clock: given back at once, claimable by it (the steering hands it over; not
+            self.op("release", node, dict(carried), lambda: t.release(lease))  # requeued: the next asker would take it)
+            return
         if self.hub.record and w.exec_scale > 0 and not stall and not brief and (rng.random() < w.late_rate or late):
             self.late_write(node, lease, carried, since)
-            return
-        if give_back:  # steered for a lagging clock: given back at once, claimable again by it
-            if self.op("release", node, dict(carried), lambda: t.release(lease))[0] == "ok":
-                self.hub.tell("requeue", node)
             return
         duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < w.long_rate else rng.uniform(0.05, 0.8) * ttl
         duration *= w.exec_scale
