@@ -9,6 +9,7 @@ a target writes its own CLOCK_MONOTONIC stamps at each request to a side file, h
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ def test_a_pause_run_lands_inside_a_claim(tmp_path: Path) -> None:
     ops = {(op.process, op.invoke_time): op for op in HistoryReader(history).ops()}
     landed = aimed(history)
     assert any(inside["f"] == "claim" for _, inside in landed)
+    several = Counter(t for t, _ in landed)
+    assert max(several.values()) >= 2  # a pause of several workers, each inside an op of another kind
+    assert all(len({i["f"] for u, i in landed if u == t}) == n for t, n in several.items())
     assert sum(cov[f"paused-inside-{inside}"] > 0 for inside in {v["f"] for _, v in landed}) == len({v["f"] for _, v in landed})
     for t, inside in landed:  # the op the event names was invoked before the pause and still in flight at it
         op = ops[inside["process"], inside["invoked"]]
@@ -57,10 +61,13 @@ def test_the_recorded_interval_of_a_held_op_contains_its_round_trips(tmp_path: P
     r = go(tmp_path, "stamping_target:StampingSqlite", seed=4)
     assert r.verdict.valid is True, r.reason
     trips: dict[tuple[str, str], list[list[int]]] = {}
+    by_pid: dict[int, dict[tuple[str, str], list[list[int]]]] = {}  # each worker's own (a side file per pid)
     for side in r.run_dir.glob("stamps-*.jsonl"):
+        pid = int(side.stem.split("-")[1])
         for line in side.read_text().splitlines():
             entry = json.loads(line)
             trips.setdefault((entry["f"], json.dumps(entry["key"])), []).append(entry["stamps"])
+            by_pid.setdefault(pid, {}).setdefault((entry["f"], json.dumps(entry["key"])), []).append(entry["stamps"])
     history = r.run_dir / "history.jsonl"
     ops = list(HistoryReader(history).ops())
     by_key: dict[tuple[str, str], list[Any]] = {}
@@ -78,10 +85,15 @@ def test_the_recorded_interval_of_a_held_op_contains_its_round_trips(tmp_path: P
     assert lowest <= highest, "some op's round trips fall outside its recorded interval"
     origin = highest
     held = 0
+    reader = HistoryReader(history)
+    list(reader.ops())
+    pid_of = {victim: pid for ev in reader.nemesis if ev.f == "pause"
+              for victim, pid in zip(ev.value["victims"], ev.value.get("pids", [ev.value["pid"]]))}
     for t, inside in aimed(history):
         op = next(op for op in ops if (op.process, op.invoke_time) == (inside["process"], inside["invoked"]))
         key = (op.f, json.dumps(op.node if op.f in ("claim", "read", "read-resource") else [op.node, op.value.get("epoch")]))
-        stamps = next((s for s in trips.get(key, []) if s and s[0] >= op.invoke_time + origin
+        # the victim's own round trips: another worker's op of the same node may fall inside a paused op's interval
+        stamps = next((s for s in by_pid.get(pid_of[inside["process"]], {}).get(key, []) if s and s[0] >= op.invoke_time + origin
                        and (op.complete_time is None or s[-1] <= op.complete_time + origin)), None)
         if stamps is None or len(stamps) < 2 * (inside["after_requests"] + 1):
             continue  # an op with no request after the held one (the hold came after its last reply)
