@@ -89,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", type=Path, default=None, help="where the run folders go (default: a temporary folder)")
     a = p.parse_args(argv)
     store = a.store or Path(tempfile.mkdtemp(prefix="bench-until-covered-"))
-    rows = []
+    print(f"default gate ({' '.join(GATE)}), seeds 1-{a.seeds}; figures are median / worst", flush=True)
+    print("| backend | until-covered: goal met; seconds to covered | test proper | whole run | short at the cap "
+          f"| fixed-time: whole run | every situation {MIN_COUNT}x (1x) | verdicts (until-covered / fixed) |")
+    print("|---|---|---|---|---|---|---|---|", flush=True)
     for target in a.targets.split(","):
         covered, fixed = Runs(), Runs()
         for seed in range(1, a.seeds + 1):
@@ -100,15 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr, flush=True)
         n = a.seeds
         shorts = ", ".join(f"{s} ({k} runs)" for s, k in covered.short.most_common()) or "none"
-        rows.append(f"| {target} | {covered.met}/{n}; {_mw(covered.covered_after)} s | {_mw(covered.ran)} s | "
-                    f"{_mw(covered.wall)} s | {shorts} | {_mw(fixed.wall)} s | {fixed.met}/{n} ({fixed.at_least_once}/{n}) | "
-                    f"{dict(covered.verdicts)} / {dict(fixed.verdicts)} |")
-    print(f"default gate ({' '.join(GATE)}), seeds 1-{a.seeds}; figures are median / worst")
-    print("| backend | until-covered: goal met; seconds to covered | test proper | whole run | short at the cap "
-          f"| fixed-time: whole run | every situation {MIN_COUNT}x (1x) | verdicts (until-covered / fixed) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        print(row)
+        print(f"| {target} | {covered.met}/{n}; {_mw(covered.covered_after)} s | {_mw(covered.ran)} s | "
+              f"{_mw(covered.wall)} s | {shorts} | {_mw(fixed.wall)} s | {fixed.met}/{n} ({fixed.at_least_once}/{n}) | "
+              f"{dict(covered.verdicts)} / {dict(fixed.verdicts)} |", flush=True)
     return 0
 
 
