@@ -3,12 +3,15 @@
 * :mod:`.options` — what defines a run (:class:`~.options.RunOptions`) and what refuses one;
 * :mod:`.flags` — ``leasecheck run``'s options, declared once (the CLI, the matrix and the report's replay read them);
 * :mod:`.runner` — the run as a short story of phases; :mod:`.environment` — the store it runs against;
-* :mod:`.deadline` — when the test proper ends (the time limit, or later while evidence is missing);
-  :mod:`.judgement` — the finished run's verdict and report;
-* :mod:`.pool`, :mod:`.zygote`, :mod:`.workload`, :mod:`.worker_pipe` — the worker processes, their forkserver, the seed's
-  workload, a worker's end of its pipe (it stamps, logs and sends its events);
-* :mod:`.recorder`, :mod:`.deliveries`, :mod:`.merge`, :mod:`.takeovers` — the recorder, the at-least-once queue, the merged
-  history, what wakes a zombie;
+  :mod:`.clusters` — the replicated stores ``--cluster`` starts; :mod:`.header` — the history's first line;
+* :mod:`.deadline` — when the test proper ends (the time limit, or later while evidence is missing: ``--until-covered``);
+  :mod:`.judgement` — the finished run's verdict, results.json and report;
+* :mod:`.pool`, :mod:`.zygote`, :mod:`.slots`, :mod:`.workload`, :mod:`.worker_pipe` — the worker processes, their forkserver,
+  their slots, the seed's workload, a worker's end of its pipe (it stamps, logs and sends its events);
+* :mod:`.recorder`, :mod:`.deliveries`, :mod:`.merge`, :mod:`.takeovers`, :mod:`.steering` — the recorder, the at-least-once
+  queue, the merged history, what wakes a zombie, what steers the workload into the windows coverage counts;
+* :mod:`.holds`, :mod:`.aiming` — an op held between its round trips for a fault aimed inside it, and the harness's side;
+* :mod:`.following`, :mod:`.closing` — the checker that follows the history as it is written, the nodes closed meanwhile;
 * :mod:`.final_reads`, :mod:`.interrupts` — the last reads, SIGINT/SIGTERM (the proxies: ``servers.store_network``).
 
 May import: ``verdict``, ``report``, ``rundir``, ``servers``, the core (``checker``,

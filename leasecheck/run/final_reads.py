@@ -157,3 +157,20 @@ def read_every_node(
         return failed
     finally:
         reader.close()
+
+
+def read_back(run: Any) -> None:
+    """The final phase of a :class:`~leasecheck.run.runner.Run` whose faults are healed and workers gone: once every
+    lease can have expired (unless a signal came first), :func:`read_every_node` of every node not closed, those whose
+    closing read failed or met a store fault among them; none after ``--fail-fast`` (the verdict is proven already:
+    what the reads would add is not worth the wait)."""
+    stop = run.interrupts.event
+    if run.stopped_early:
+        log.info("--fail-fast: no final reads")
+        return
+    pending = run.closer.settle(timeout=60.0) if run.closer is not None else set()  # the checker's word on its reads
+    if pending:
+        log.warning("final reads: %d node(s) read by the closer still await the checker's word, not read again", len(pending))
+    if not stop.wait(run.timing.expiry_wait_s):
+        nodes = [n for n in run.deliveries.unclosed if n not in pending]  # those closed are judged and forgotten already
+        read_every_node(run.spec, run.recorder, run.writer, nodes, stop=stop.is_set, wait=stop.wait)

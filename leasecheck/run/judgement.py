@@ -26,12 +26,12 @@ from leasecheck.checker.coverage import Coverage
 from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.run.following import Following
 from leasecheck.run.interrupts import Interrupts
-from leasecheck.run.options import RunOptions
+from leasecheck.run.options import RunOptions, RunResult
 from leasecheck.rundir.storedir import write_json
 from leasecheck.verdict.attribution import fault_victims
 from leasecheck.verdict.read_back import read_back_gap
 from leasecheck.verdict.run_verdict import fault_windows, run_verdict
-from leasecheck.verdict.situations import CoverageGoal
+from leasecheck.verdict.situations import CoverageGoal, coverage_json
 from leasecheck.verdict.tails import HistoryTail
 
 log = logging.getLogger("leasecheck.run")
@@ -219,3 +219,33 @@ class Snapshots:
             except subprocess.TimeoutExpired:
                 self.child.kill()
                 self.child.wait()
+
+
+def finish(run: Any) -> RunResult:
+    """A finished run's verdict, results.json and report (a :class:`~leasecheck.run.runner.Run` whose workers are gone
+    and whose history is closed): what :meth:`~leasecheck.run.runner.Run.execute` returns."""
+    assert run.started is not None
+    seconds = time.monotonic() - run.started
+    online = run.following.finish() if run.following is not None else None
+    run.tail = run.tail or HistoryTail(run.run_dir / "history.jsonl")  # its read_back: the nodes never read back
+    goal = run.deadline.goal if run.deadline is not None else None
+    verdict, reason, reached = judge(run.run_dir / "history.jsonl", run.opts, run.kinds, run.tail, run.interrupts,
+                                     run.started, online, goal)
+    stats = run_stats(run, seconds)
+    write_json(run.run_dir / "results.json", {
+        **verdict.to_json(), "reason": reason, "target": run.opts.target, "nemesis": list(run.opts.nemesis),
+        "seed": run.seed, "run_dir": str(run.run_dir), "interrupted": run.interrupts.name, "run": stats,
+        "coverage": coverage_json(reached, run.kinds, run.opts.require, _goal_json(run, reached), run.resource_read),
+        "unread_nodes": (unread := run.tail.read_back.unread()), "unread_count": len(unread),
+    })
+    if run.opts.record:
+        write_report(run.run_dir, in_child=0 < run.opts.snapshot_every_s < seconds)  # a soak's: drawn aside
+    return RunResult(run.run_dir, run.seed, verdict, stats, reason, run.interrupts.name)
+
+
+def _goal_json(run: Any, reached: Coverage) -> dict[str, Any] | None:
+    """results.json's ``coverage.goal``: ``--until-covered``'s count, what stayed short, when it was met; None without."""
+    if run.deadline is None or run.deadline.goal is None:
+        return None
+    stopped = run.interrupts.name or ("first anomaly" if run.stopped_early else None)
+    return run.deadline.goal_json(reached, run.drove_until if run.drove_until is not None else time.monotonic(), stopped)

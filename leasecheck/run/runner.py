@@ -30,8 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from leasecheck.checker.coverage import Coverage
-from leasecheck.histories import Header, HistoryWriter
+from leasecheck.histories import HistoryWriter
 from leasecheck.histories.vocabulary import INSIDE_FAULTS
 from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
@@ -45,10 +44,11 @@ from leasecheck.run.closing import Closer
 from leasecheck.run.deadline import Deadline
 from leasecheck.run.deliveries import Deliveries, new_run_id
 from leasecheck.run.environment import Environment, prepare
-from leasecheck.run.final_reads import read_every_node
+from leasecheck.run.final_reads import read_back
 from leasecheck.run.following import Following
+from leasecheck.run.header import run_header
 from leasecheck.run.interrupts import Interrupts
-from leasecheck.run.judgement import Snapshots, judge, log_to, progress_of, run_stats, write_report
+from leasecheck.run.judgement import Snapshots, finish, log_to, progress_of
 from leasecheck.run.merge import Merge
 from leasecheck.run.options import BadOptions, RunOptions, RunResult, Timing, load_target, validate
 from leasecheck.run.pool import WorkerPool
@@ -58,10 +58,8 @@ from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, sa
 from leasecheck.rundir.worker_logs import WORKERS_DIR, Journal
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.store_network import StoreNetwork
-from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable, reads_resource
-from leasecheck.targets.exec_target import ExecTarget
+from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
 from leasecheck.targets.registry import TargetSpec
-from leasecheck.verdict.situations import coverage_json
 from leasecheck.verdict.tails import HistoryTail
 
 log = logging.getLogger("leasecheck.run")
@@ -102,6 +100,9 @@ class Run:
         self.closer: Closer | None = None
         #: --fail-fast stopped the run at its first proven anomaly
         self.stopped_early = False
+        #: the target reads its protected resource back (the history's header says so): else no situation of a
+        #: ``read-resource`` op applies to the run
+        self.resource_read = True
 
     def _spawn(self) -> Slot:
         assert self.pool is not None
@@ -197,17 +198,8 @@ class Run:
         """history.jsonl with its header, the merge of the workers' streams into it; only now is the run store/latest."""
         opts = self.opts
         cluster = self.env.cluster if self.env is not None else None  # its members and their addresses, for the report
-        meta = {
-            "target": opts.target, "seed": self.seed, "run_id": self.run_id, "nemesis": list(opts.nemesis),
-            "concurrency": opts.concurrency, "store": self.target_cls.store, "resource_read": reads_resource(producer),
-            **({"cluster": cluster.describe()} if cluster else {}),
-        }
-        effect_fence = self.target_cls.effect_fence
-        if isinstance(producer, ExecTarget) and producer.hello is not None:  # an exec: child says it in its hello
-            meta["exec"] = asdict(producer.hello)
-            effect_fence = producer.hello.effect_fence
-        header = Header(opts.ttl_ms, self.timing.uncertainty_ms, meta, effect_fence=effect_fence,
-                        lease_expiry=self.target_cls.lease_expiry)
+        header = run_header(opts, self.seed, self.run_id, self.target_cls, producer, self.timing.uncertainty_ms, cluster)
+        self.resource_read = header.meta["resource_read"]
         self.start_ns = time.monotonic_ns()  # the history's time origin: the workers stamp their events against it
         self.writer = HistoryWriter(self.run_dir / "history.jsonl", header, start_ns=self.start_ns)
         if opts.record:  # checked as it is written: each anomaly said when proven, --fail-fast stops on the first
@@ -231,7 +223,7 @@ class Run:
                                log_dir=self.run_dir / WORKERS_DIR, start_ns=self.start_ns)
         self.aimer: Aimer | None = None  # a worker pause or kill lands inside an op: the slot it arms, the notes that answer it
         if opts.record and any(kind.name in INSIDE_FAULTS for kind in self.kinds):
-            self.aimer = Aimer(self.run_dir / CLOCKS_DIR / AIM_SLOT, reads_resource(producer))
+            self.aimer = Aimer(self.run_dir / CLOCKS_DIR / AIM_SLOT, self.resource_read)
             self.recorder.on_between, self.pool.aim_path = self.aimer.note, str(self.aimer.path)
 
     def _set_up_nemesis(self) -> None:
@@ -369,19 +361,8 @@ class Run:
         self.merge.drain()  # every worker is gone: what is still buffered goes into the history, in time order
 
     def _read_every_node(self) -> None:
-        """Once every fault is healed and every lease can have expired (unless a signal came first): the final read of
-        every node not closed, those whose closing read failed or met a store fault among them, each read again while
-        the store comes back (:func:`~leasecheck.run.final_reads.read_every_node`)."""
-        stop = self.interrupts.event
-        if self.stopped_early:  # the verdict is proven already: what the reads would add is not worth the wait
-            log.info("--fail-fast: no final reads")
-            return
-        pending = self.closer.settle(timeout=60.0) if self.closer is not None else set()  # the checker's word on its reads
-        if pending:
-            log.warning("final reads: %d node(s) read by the closer still await the checker's word, not read again", len(pending))
-        if not stop.wait(self.timing.expiry_wait_s):
-            nodes = [n for n in self.deliveries.unclosed if n not in pending]  # those closed are judged and forgotten already
-            read_every_node(self.spec, self.recorder, self.writer, nodes, stop=stop.is_set, wait=stop.wait)
+        """Once every fault is healed and every lease can have expired: the final read of every node left."""
+        read_back(self)
 
     def _clean_up(self) -> None:
         """Close the history, reset every clock, stop Toxiproxy and the store (on every exit path).
@@ -405,37 +386,7 @@ class Run:
 
     def _judge(self) -> RunResult:
         """Check the history, write results.json and the report: what the run returns."""
-        assert self.started is not None
-        seconds = time.monotonic() - self.started
-        online = self.following.finish() if self.following is not None else None
-        self.tail = self.tail or HistoryTail(self.run_dir / "history.jsonl")  # its read_back: the nodes never read back
-        verdict, reason, reached = judge(self.run_dir / "history.jsonl", self.opts, self.kinds, self.tail, self.interrupts,
-                                         self.started, online, self.deadline.goal if self.deadline is not None else None)
-        stats = run_stats(self, seconds)
-        write_json(self.run_dir / "results.json", {
-            **verdict.to_json(), "reason": reason, "target": self.opts.target, "nemesis": list(self.opts.nemesis),
-            "seed": self.seed, "run_dir": str(self.run_dir), "interrupted": self.interrupts.name, "run": stats,
-            "coverage": coverage_json(reached, self.kinds, self.opts.require, self._goal_json(reached), self.resource_read),
-            "unread_nodes": (unread := self.tail.read_back.unread()), "unread_count": len(unread),
-        })
-        if self.opts.record:
-            write_report(self.run_dir, in_child=0 < self.opts.snapshot_every_s < seconds)  # a soak's: drawn aside
-        return RunResult(self.run_dir, self.seed, verdict, stats, reason, self.interrupts.name)
-
-
-    @property
-    def resource_read(self) -> bool:
-        """Does the target read its protected resource back (as the history's header says)? Without, no situation of a
-        ``read-resource`` op applies to the run."""
-        writer = getattr(self, "writer", None)
-        return bool(writer.header.meta.get("resource_read", True)) if writer is not None else True
-
-    def _goal_json(self, reached: Coverage) -> dict[str, Any] | None:
-        """results.json's ``coverage.goal``: ``--until-covered``'s count, what stayed short, when it was met; None without."""
-        if self.deadline is None or self.deadline.goal is None:
-            return None
-        stopped = self.interrupts.name or ("first anomaly" if self.stopped_early else None)
-        return self.deadline.goal_json(reached, self.drove_until if self.drove_until is not None else time.monotonic(), stopped)
+        return finish(self)
 
 
 def run(opts: RunOptions, progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
