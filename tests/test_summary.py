@@ -94,6 +94,26 @@ def test_two_stores_without_expectations(stores: dict[str, Path]) -> None:
     assert "--seed 1" in ttl["command"] and "--json" not in ttl["command"]
 
 
+def test_a_valid_run_whose_history_was_cut_since_is_unknown_naming_the_line(stores: dict[str, Path], tmp_path: Path) -> None:
+    """A cut history is never valid, whoever reads the run folder: summary re-reads the end of a history whose
+    results.json says valid (a copy that stopped half way, a disk that filled) and says unknown, naming the line."""
+    a, _ = fresh(stores, tmp_path)
+    run = a / stores["run_a"].relative_to(stores["a"])
+    history = run / "history.jsonl"
+    data = history.read_bytes()
+    cut_at = len(data) // 2
+    history.write_bytes(data[:cut_at])
+    line = data[:cut_at].count(b"\n") + 1 + (data[cut_at - 1:cut_at] == b"\n" and -1 or 0)
+    code, out, err = cli(str(a), "--json")
+    assert code == 2, err
+    (row,) = rows_of(out)
+    assert row["verdict"] == "unknown" and row["match"] is False
+    assert row["reason"].startswith(f"{history}:{line}: ") and "a cut history is never valid" in row["reason"]
+    history.write_bytes(data)  # whole again: valid as judged
+    code, out, _ = cli(str(a), "--json")
+    assert code == 0 and rows_of(out)[0]["verdict"] == "valid"
+
+
 def test_spec_supplies_the_expectations(stores: dict[str, Path], tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC)

@@ -356,3 +356,36 @@ def read_history(source: str | os.PathLike[str] | Iterable[bytes | str], name: s
     reader = HistoryReader(source, name)
     ops = list(reader.ops())
     return reader.header, ops, reader
+
+
+#: how much of a history's end :func:`file_cut` reads to find its last line (a line is a few hundred bytes)
+_TAIL_BYTES = 1 << 16
+
+
+def file_cut(path: str | os.PathLike[str]) -> str | None:
+    """Is a history file cut? Its line (:func:`~leasecheck.histories.rules.cut_reason`'s words), or None when whole.
+
+    Read from the header and the file's end alone, without checking a single op: what a reader of run folders
+    (``leasecheck summary``, the matrix) asks before it trusts a results.json that says ``valid``, since a history
+    cut after its run was judged (a copy that stopped, a disk that filled) is never valid either. Raises ``OSError``
+    and :class:`HistoryError` (no header) as the reader does.
+    """
+    name = str(path)
+    with open(path, "rb") as f:
+        header = parse_header(f.readline(), name)
+        lines = 1 + sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        size = f.tell()
+        f.seek(max(0, size - _TAIL_BYTES))
+        tail = f.read()
+    stripped = tail.rstrip(b"\n")
+    trailing = len(tail) - len(stripped)
+    body = stripped.rsplit(b"\n", 1)[-1]
+    last = lines - trailing + 1 if trailing else lines + 1  # the number of the last line with text on it
+    try:
+        event = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        if not trailing:  # no "\n" and not complete JSON: where the writer stopped
+            return cut_reason(name, header.end_marker, last, None, last)
+        event = None  # a whole line that is no JSON is bad input: the reader says so, not this
+    ended = isinstance(event, dict) and event.get("process") == NEMESIS and event.get("f") == HISTORY_END
+    return cut_reason(name, header.end_marker, None, last if ended else None, last)

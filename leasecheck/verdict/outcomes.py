@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from leasecheck.exits import Exit, worst
+from leasecheck.histories import HistoryError
+from leasecheck.histories.reader import file_cut
 from leasecheck.histories.vocabulary import KINDS
 from leasecheck.lists import BadList, distinct
 
@@ -25,6 +27,8 @@ EXPECTABLE = ("valid", "invalid", "unknown")
 #: the file a matrix writes into each run folder: what the cell expected, for ``summary`` to compare with later
 EXPECTED_FILE = "expected.json"
 RESULTS_FILE = "results.json"
+#: the run's history, which a row re-reads the end of before it trusts a results.json that says valid
+HISTORY_FILE = "history.jsonl"
 TEST_FILE = "test.json"
 REPORT_FILE = "report.html"
 
@@ -309,6 +313,13 @@ def read_run(run_dir: Path, expected: Expectation | None = None) -> Row:
     if results.get("status") == "error" or "valid" not in results:
         reason = results.get("reason") or "results.json holds no verdict"
         return Row(name, faults, number, "error", expected=exp, reason=_one_line(reason), run_dir=run_dir, command=command)
+    if results.get("valid") is True:  # a history cut since its run was judged is never valid either
+        try:
+            cut = file_cut(run_dir / HISTORY_FILE)
+        except (OSError, HistoryError):
+            cut = None  # no history here (a results.json alone): the verdict stands as written
+        if cut is not None:
+            results = {**results, "valid": "unknown", "reason": cut}
     row = Row.from_verdict(results, target=name, nemesis=faults, seed=number, expected=exp, run_dir=run_dir)
     row.command = command
     return row
