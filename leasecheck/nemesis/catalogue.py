@@ -123,10 +123,10 @@ KILLED_INSIDE = tuple(inside_situation("kill", f) for f in INSIDE_FUNCTIONS)
 
 #: every fault, in the order ``leasecheck nemeses`` lists them; a worker pause outlasts the ttl (the seed's GC pause)
 CATALOGUE: tuple[FaultKind, ...] = (
-    _row("pause", "SIGSTOP one worker for 1.5-3 ttl (the seed's GC pause), then SIGCONT",
+    _row("pause", "SIGSTOP a worker (up to three, each inside an op of its own) for 1.5-3 ttl (the seed's GC pause), then SIGCONT",
          (1.5, 3.0), ("pause", "resume"), Lazy(_FAULTS, "make_pause"), situations=EXPIRY,
          seeks=(*LAPSED, *IN_FLIGHT, *PAUSED_INSIDE)),
-    _row("kill", "SIGKILL one worker; a replacement starts under a new process number",
+    _row("kill", "SIGKILL a worker (up to three, each inside an op of its own); a replacement starts under a new process number",
          (0.0, 0.0), ("kill", "start"), Lazy(_FAULTS, "make_kill"), situations=EXPIRY,
          seeks=(*LAPSED, *KILLED_INSIDE)),  # nothing to heal: the replacement starts at once
     _row("pause-store", "SIGSTOP the store's server (Postgres, Redis) for 0.5-1.5 ttl",
