@@ -243,6 +243,25 @@ def test_when_every_live_worker_waits_the_first_due_wait_ends_at_once() -> None:
     assert [w.conn for w in s.waits] == ["c0"]
 
 
+def test_when_every_live_worker_waits_a_zombie_gives_way_and_nobody_while_a_contender_waits_for_a_lapse() -> None:
+    """A late writer waits for its rival's grant, its contender for the lapse (time alone brings it), a zombie for a
+    phase: ending the contender's or the writer's wait cut the late write's window (the contender claimed before the
+    lapse, refused); with no contender waiting, the zombie's wait ends first, though it is due last."""
+    from leasecheck.run.steering import Wait
+
+    s, t = _steering()
+    _claim(t, 0, "z", 1)
+    _claim(t, 1, "z", 2)
+    _claim(t, 2, "late", 1)
+    s.wait(Wait("writer", "late", 1, 2, "rival-granted", 10.0))  # type: ignore[arg-type]
+    s.wait(Wait("contender", "late", None, 3, "at-lapse", 20.0))  # type: ignore[arg-type]
+    s.wait(Wait("zombie", "z", 1, 0, "while-new-runs", 50.0))  # type: ignore[arg-type]
+    assert s.due(0, 0.0, 0.0, lambda c: True, False, live=3) == [], "the lapse will come: nobody is stuck"
+    s.waits = [w for w in s.waits if w.conn != "contender"]
+    assert s.due(0, 0.0, 0.0, lambda c: True, False, live=2) == [("zombie", "timeout")]
+    assert [w.conn for w in s.waits] == ["writer"]
+
+
 def test_a_lagging_clock_is_handed_a_claimable_node_another_worker_was_granted_lately() -> None:
     """Released, or lapsed (silent past the lapse, no renew in flight): a claim of it is granted while the clock lags."""
     from leasecheck.run.steering import Steering

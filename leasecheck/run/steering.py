@@ -117,12 +117,15 @@ class Steering:
         """The waits answered now (their phase came, was missed, or never came in time); the rest wait on.
 
         ``out_s``: seconds the store was out since the last call, added to every deadline. ``live``: how many
-        workers are alive; when every one of them waits, nobody is left to take a node over, so the wait due
-        first times out now (else the run would idle until the deadlines).
+        workers are alive; when every one of them waits, nobody is left to take a node over, so a zombie's wait
+        (the one due first; else the wait due first) times out now (else the run would idle until the deadlines).
+        Not while a contender waits for a lapse: time alone brings it, and its claim moves the rest on (ending a
+        wait then cut a late write's window: the contender claimed before the lapse, refused, or the late write
+        went before the rival's grant).
         """
         answered: list[tuple[Connection, Wake]] = []
-        if live and len(self.waits) >= live:
-            first = min(self.waits, key=lambda w: w.deadline)
+        if live and len(self.waits) >= live and not any(w.phase == "at-lapse" for w in self.waits):
+            first = min(self.waits, key=lambda w: (w.phase not in PHASES, w.deadline))
             first.deadline = -1.0
         waits, self.waits = self.waits, []
         for w in waits:
