@@ -199,7 +199,7 @@ def test_the_marker_gives_the_calls_defaults(inner: pytest.Pytester) -> None:
             (r,) = leasecheck_run()
             assert (r.target, r.seed, r.verdict, r.exit_code) == ({BROKEN!r}, 2, "invalid", 1)
             # a commit or effect the store never fenced: stale once a newer epoch was seen, lost when it raced the claim
-            assert r.kinds and set(r.kinds) <= {{"stale-commit", "stale-effect", "lost-commit", "duplicate-commit"}}
+            assert r.kinds and set(r.kinds) <= {{"stale-commit", "stale-effect", "lost-commit", "duplicate-commit", "non-linearizable"}}
     """)
     result = run_inner(inner)
     result.assert_outcomes(passed=1)
