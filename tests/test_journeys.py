@@ -387,7 +387,10 @@ def test_a_lock_library_is_audited_from_new_target_to_its_published_finding(tmp_
     assert pause and set(pause.group(1).split(", ")) <= STALE, out
     ops = ops_of(Path(pause.group(5)))  # the proof printed is in the history of the run folder printed under it
     assert all(ops[int(i)]["node"] == pause.group(3) for i in pause.group(4).split(", ")), pause.group(0)
-    assert re.search(rf"^sherlock 0\.4\.1 \[documented\] kill seed {seed}: valid; as published$", out, re.M), out
+    # valid under kill, as published; the workload's own late writes (steered into the window a rival's grant opens) may
+    # also show an unfenced lock's stale writes, said apart as no fault's
+    assert re.search(rf"^sherlock 0\.4\.1 \[documented\] kill seed {seed}: valid; (invalid without the fault \(the workload's own "
+                     r"stall\): [^;]*\(\d+ anomal[^)]*\); )?as published$", out, re.M), out
 
     # the finding written into the plan: the library now behaves as published
     text = adapter.read_text()
