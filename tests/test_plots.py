@@ -97,6 +97,8 @@ def read_raw(path: Path) -> Raw:
 
     for ev in events:
         if ev["process"] == "nemesis":
+            if "fault" not in ev["value"]:  # the history-end event (the writer finished): no fault, no band
+                continue
             fault, victims = ev["value"]["fault"], tuple(ev["value"].get("victims", ()))
             if ev["f"] == EVENTS[fault][0]:
                 open_faults.append((fault, ev["time"], victims))
