@@ -24,6 +24,8 @@ import pytest
 from test_run import _harness, _wait_for_paused_worker, _wait_gone, check_cli
 
 from leasecheck.histories import Header, HistoryWriter, read_history
+from leasecheck.histories.format import HISTORY_END, NEMESIS
+from leasecheck.histories.reader import file_cut
 from leasecheck.run import recorder as recorder_module
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.merge import Merge
@@ -44,6 +46,17 @@ def assert_well_formed(path: Path) -> list[dict[str, Any]]:
     assert times == sorted(times), times
     read_history(path)
     return events
+
+
+#: the last event of a history its writer finished (format v1's extension): the writer's close() writes it
+END = (NEMESIS, "info", HISTORY_END)
+
+
+def finished(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events before the history-end event, which must be the last and the only one."""
+    assert (events[-1]["process"], events[-1]["type"], events[-1]["f"]) == END and events[-1]["value"] == {}, events[-1]
+    assert [e["f"] for e in events].count(HISTORY_END) == 1
+    return events[:-1]
 
 
 def _recorder(tmp_path: Path) -> tuple[Recorder, HistoryWriter, list[Any]]:
@@ -80,7 +93,7 @@ def test_events_are_written_in_time_order_once_no_live_stream_can_precede_them(t
     merge.end(a)  # a's worker is gone with no op in flight
     assert merge.flush() == 1 and merge.buffered == 0
     writer.close()
-    events = assert_well_formed(tmp_path / "history.jsonl")
+    events = finished(assert_well_formed(tmp_path / "history.jsonl"))
     assert [(e["process"], e["type"], e["time"]) for e in events] == [
         (0, "invoke", 10), (1, "invoke", 15), (0, "ok", 20), (1, "ok", 30),
     ]
@@ -118,7 +131,7 @@ def test_a_completion_goes_with_the_workers_next_message_in_one_write(tmp_path: 
     recorder._handle(ours)
     assert recorder.merge.drain() == 6
     writer.close()
-    events = assert_well_formed(tmp_path / "history.jsonl")
+    events = finished(assert_well_formed(tmp_path / "history.jsonl"))
     assert [(e["f"], e["type"]) for e in events] == [
         ("claim", "invoke"), ("claim", "ok"), ("renew", "invoke"), ("renew", "ok"), ("commit", "invoke"), ("commit", "fail")]
     assert recorder.tally.ok == 2 and recorder.tally.fail == 1
@@ -176,7 +189,7 @@ def test_a_paused_worker_holds_the_file_back_but_not_what_the_hub_answers(tmp_pa
     recorder.merge.flush()
     assert writer.events == 8 and recorder.merge.buffered == 0
     writer.close()
-    events = assert_well_formed(tmp_path / "history.jsonl")
+    events = finished(assert_well_formed(tmp_path / "history.jsonl"))
     assert [e["process"] for e in events] == [0, 1, 1, 1, 1, 1, 1, 0]
 
 
@@ -195,7 +208,7 @@ def test_a_killed_workers_open_op_is_recorded_info_and_its_process_retired(tmp_p
     writer.close()
     events = assert_well_formed(tmp_path / "history.jsonl")
     assert [(e["process"], e["type"], e["f"]) for e in events] == [
-        (0, "invoke", "commit"), (0, "info", "commit"), (1, "invoke", "read"),
+        (0, "invoke", "commit"), (0, "info", "commit"), (1, "invoke", "read"), END,
     ]
     assert events[1]["value"] == {"error": "worker process died"}
     assert recorder.tally.info == 1
@@ -206,6 +219,21 @@ def _run_folder(tmp_path: Path) -> tuple[Path, HistoryWriter, Merge]:
     run.mkdir()
     writer = HistoryWriter(run / "history.jsonl", Header(1000, 10, {}), start_ns=0)
     return run, writer, Merge(writer, Journal(run / WORKERS_DIR))
+
+
+def _killed(writer: HistoryWriter, merge: Merge) -> None:
+    """The harness dies (SIGKILL): its journal's lock goes, and its history is never finished (no history-end)."""
+    merge.journal.close()  # type: ignore[union-attr]
+    writer.abandon()
+
+
+def assert_never_finished(history: Path) -> None:
+    """Recovery adds what the logs hold, never the history-end event: a recovered history is never valid."""
+    lines = history.read_bytes().splitlines()
+    assert b'"' + HISTORY_END.encode() + b'"' not in history.read_bytes()
+    assert file_cut(history) == (
+        f'{history}:{len(lines)}: the history ends without its history-end event (line 1 promises one, '
+        '"end_marker": true): its writer never finished it, and a cut history is never valid')
 
 
 def test_recovery_appends_what_only_the_logs_hold_in_time_order(tmp_path: Path) -> None:
@@ -232,13 +260,13 @@ def test_recovery_appends_what_only_the_logs_hold_in_time_order(tmp_path: Path) 
     with open(run / "history.jsonl", "ab") as f:
         f.write(b'{"index": 3, "time": 3')  # the harness, too
     assert recover(run) is None  # the harness is alive (its journal holds the lock): hands off
-    merge.journal.close()  # type: ignore[union-attr]
-    writer.close()
+    _killed(writer, merge)
     assert recover(run) == 4
     events = assert_well_formed(run / "history.jsonl")
     assert [(e["time"], e["process"], e["type"], e["f"]) for e in events[3:]] == [
         (30, "nemesis", "info", "pause"), (35, 0, "invoke", "effect"), (40, 1, "ok", "commit"), (50, 1, "invoke", "read"),
     ]
+    assert_never_finished(run / "history.jsonl")
     assert not (run / WORKERS_DIR).exists()
     assert recover(run) is None  # done once
 
@@ -251,10 +279,26 @@ def test_recovery_keeps_the_info_of_a_worker_the_harness_saw_die(tmp_path: Path)
     writer.invoke(0, "claim", "n", {"owner": "w0"}, at=10)
     log.write(20, 0, "ok", "claim", "n", {"epoch": 1, "token": 1})  # logged, never sent: SIGKILL
     writer.complete(0, "info", {"error": "worker process died"}, at=30)
-    merge.journal.close()  # type: ignore[union-attr]
-    writer.close()
+    _killed(writer, merge)
     assert recover(run) == 0
     assert [e["type"] for e in assert_well_formed(run / "history.jsonl")] == ["invoke", "info"]
+    assert_never_finished(run / "history.jsonl")
+
+
+def test_recovery_leaves_a_finished_history_as_it_is(tmp_path: Path) -> None:
+    """A history with its history-end event was finished by its writer: nothing may follow its end, even when
+    the worker logs are still there (a harness killed after its close(), before it removed them)."""
+    run, writer, merge = _run_folder(tmp_path)
+    log = WorkerLog(run / WORKERS_DIR, 0)
+    log.write(10, 0, "invoke", "claim", "n", {"owner": "w0"})
+    writer.invoke(0, "claim", "n", {"owner": "w0"}, at=10)
+    log.write(20, 0, "ok", "claim", "n", {"epoch": 1, "token": 1})  # logged, never merged
+    merge.journal.close()  # type: ignore[union-attr]
+    writer.close()
+    before = (run / "history.jsonl").read_bytes()
+    assert recover(run) is None
+    assert (run / "history.jsonl").read_bytes() == before and file_cut(run / "history.jsonl") is None
+    assert [e["type"] for e in finished(assert_well_formed(run / "history.jsonl"))] == ["invoke"]
 
 
 def test_the_lock_is_the_harness_alive(tmp_path: Path) -> None:
@@ -286,10 +330,15 @@ def test_a_harness_sigkilled_mid_run_leaves_a_history_the_worker_logs_complete(t
     logged = sum(len(p.read_bytes().splitlines()) for p in (run / WORKERS_DIR).glob("*.jsonl"))
     before = len(history.read_bytes().splitlines()) - 1
     code, verdict, err = check_cli(run)
-    assert code in (0, 1), (code, err)  # never 3: the recovered history is well formed
-    assert code == 0 and verdict["valid"] is True, (verdict, err)
+    # never 3 (the recovered history is well formed), never 1 (a correct backend), never 0: its harness never
+    # finished it, and a cut history is never valid (DESIGN.md), so unknown naming its last line
+    assert code == 2 and verdict["valid"] == "unknown", (code, verdict, err)
+    assert verdict["reason"] == verdict["cut"] and "its writer never finished it" in verdict["cut"], verdict
     assert "recovered" in err
     after = assert_well_formed(history)
     assert before <= len(after) <= before + logged
+    assert_never_finished(history)
     assert not (run / WORKERS_DIR).exists()
-    assert check_cli(run)[0] == 0  # and again, with nothing left to recover
+    again = check_cli(run)  # and again, with nothing left to recover: the same verdict, the history unchanged
+    assert again[0] == 2 and again[1]["cut"] == verdict["cut"] and "recovered" not in again[2]
+    assert len(assert_well_formed(history)) == len(after)
