@@ -487,11 +487,11 @@ def test_a_real_run_under_pause_attributes_every_anomaly_to_the_pause_or_to_noth
     windows: list[tuple[int, int, int]] = []  # (victim, start, end), from the raw pause / resume events
     for ev in events:
         if ev["process"] == "nemesis" and ev["f"] in ("pause", "resume"):
-            [victim] = ev["value"]["victims"]
-            if ev["f"] == "pause":
-                opened[victim] = ev["time"]
-            else:
-                windows.append((victim, opened.pop(victim), ev["time"]))
+            for victim in ev["value"]["victims"]:  # a pause may stop several workers: each is its victim
+                if ev["f"] == "pause":
+                    opened[victim] = ev["time"]
+                else:
+                    windows.append((victim, opened.pop(victim), ev["time"]))
     windows += [(victim, start, 2**63) for victim, start in opened.items()]
     assert windows, "the run never paused a worker"
     invokes = {ev["index"]: ev for ev in events if ev["type"] == "invoke"}
