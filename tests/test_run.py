@@ -497,8 +497,12 @@ def test_exception_mid_run_heals_every_fault_and_stops_the_server(tmp_path: Path
     assert all(not psutil.pid_exists(pid) or _is_gone(psutil.Process(pid)) for pid in servers)
     run_dir = _history_in(Path(opts.store))
     assert run_dir is not None
-    code, verdict, _ = check_cli(run_dir.parent)  # what was recorded before the error is still a history
-    assert code == 0 and verdict["valid"] is True
+    code, verdict, _ = check_cli(run_dir.parent)
+    # what was recorded before the error is still a history, but the failed harness abandoned it (no history-end):
+    # a cut history is never valid (3a694d4), and the reason names the line it ends at
+    assert code == 2 and verdict["valid"] == "unknown", verdict
+    assert verdict["reason"] == verdict["cut"] and "its writer never finished it" in verdict["cut"], verdict
+    assert verdict["stats"]["events"] > 0, verdict
 
 
 def test_exception_before_the_workers_start_is_the_one_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
