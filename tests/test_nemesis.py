@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,56 @@ def test_the_store_is_out_from_a_store_fault_s_start_to_the_end_of_its_heal() ->
     assert n.store_out()
     n.heal_all()
     assert seen == [True] and not n.store_out()
+
+
+class Held:
+    """A fault of the store that refuses, as the Docker engine does (409), to start while another holds the store."""
+
+    def __init__(self, name: str, holder: list[str], log: list[tuple[str, str, float]]) -> None:
+        self.name, self.holder, self.log = name, holder, log
+
+    def start(self) -> dict[str, Any]:
+        if self.holder:
+            raise RuntimeError(f"{self.name} started while {self.holder[0]} holds the store")
+        self.holder.append(self.name)
+        self.log.append(("start", self.name, time.monotonic()))
+        return {"victims": ["store"]}
+
+    def heal(self) -> dict[str, Any] | None:
+        time.sleep(0.01)  # an engine's restart takes a while: a tick must not start a fault in the middle of it
+        self.holder.remove(self.name)
+        self.log.append(("heal", self.name, time.monotonic()))
+        return {"victims": ["store"]}
+
+    def undo_record(self) -> dict[str, Any] | None:
+        return None
+
+
+def test_faults_holding_the_store_never_overlap_nor_start_during_a_heal() -> None:
+    """CI, redis@docker seed 19: a docker-pause started while a docker-kill was on or being undone on the heal thread,
+    the engine answered 409 (container not running) and the run failed. Ticks every 10-30 ms, faults of 0.1 s: two
+    faults of the store each wait for the other's heal to end; a worker fault (holding nothing) still overlaps them."""
+    holder: list[str] = []
+    log: list[tuple[str, str, float]] = []
+    toys: list[tuple[str, str]] = []
+    docker_kill, docker_pause = FAULTS["docker-kill"], FAULTS["docker-pause"]
+    assert docker_kill.holds == docker_pause.holds == "store" and FAULTS["pause"].holds is None
+    kinds = [FaultKind(k.name, "a held toy", (1.0, 1.0), k.events, frozenset(), (lambda name: lambda ctx, rng: Held(name, holder, log))(k.name),
+                       k.situations, holds=k.holds) for k in (docker_kill, docker_pause)]
+    count = iter(range(10_000))
+    kinds.append(FaultKind("pause", "a toy", (1.0, 1.0), ("pause", "resume"), frozenset(), lambda ctx, rng: Toy("pause", next(count), toys)))
+    states: list[list[str]] = []
+    n = Nemesis(kinds=kinds, interval_s=0.02, context=FaultContext(ttl_ms=100), record=lambda f, value: None,
+                rng=random.Random(3), on_change=lambda active: states.append(sorted(f.name for f in active)))
+    n.start()
+    wait_until(lambda: n.error is not None or len([e for e in log if e[0] == "heal"]) >= 6)
+    n.heal_all()
+    assert n.error is None, n.error
+    assert {name for what, name, _ in log if what == "start"} == {"docker-kill", "docker-pause"}
+    for (what, name, at), (after, next_name, next_at) in pairwise(log):  # start, heal, start, heal, ...
+        assert (what, after) in (("start", "heal"), ("heal", "start")) and at <= next_at, log
+        assert what == "heal" or name == next_name, log
+    assert any("pause" in active and len(active) == 2 for active in states), states  # the store's hold is not everyone's
 
 
 def test_the_schedule_flows_from_the_seed() -> None:

@@ -77,6 +77,10 @@ class FaultKind:
     situations: tuple[str, ...] = ()
     #: the situations this fault makes likely and a run with it should reach, reported when it did not, not required
     seeks: tuple[str, ...] = ()
+    #: what a fault of this kind takes whole (:data:`STORE`), if anything: the schedule starts none while another
+    #: fault holding the same is on or still healing, since neither undoes the other's harm (a paused container
+    #: cannot be paused again, a killed one cannot be paused, a restart must come after its reconnect)
+    holds: str | None = None
 
     def make(self, ctx: FaultContext, rng: random.Random) -> Fault | None:
         return self.factory(ctx, rng)
@@ -97,14 +101,17 @@ class FaultKind:
 
 
 def _row(name: str, description: str, duration: tuple[float, float], events: tuple[str, str],
-         factory: Factory | Lazy, *needs: Need, situations: tuple[str, ...] = (), seeks: tuple[str, ...] = ()) -> FaultKind:
-    return FaultKind(name, description, duration, events, frozenset(needs), factory, situations, seeks)
+         factory: Factory | Lazy, *needs: Need, situations: tuple[str, ...] = (), seeks: tuple[str, ...] = (),
+         holds: str | None = None) -> FaultKind:
+    return FaultKind(name, description, duration, events, frozenset(needs), factory, situations, seeks, holds)
 
 
 _FAULTS, _CLOCK, _NETWORK = "leasecheck.nemesis.faults", "leasecheck.nemesis.clock", "leasecheck.nemesis.network"
 _STORE_CLOCK, _CONTAINER = "leasecheck.nemesis.store_clock", "leasecheck.nemesis.container"
 _MEMBERS = "leasecheck.nemesis.members"
 S, T, D, F, C = Need.SERVER, Need.TOXIPROXY, Need.DOCKER, Need.FAKETIME, Need.CLUSTER
+#: what the faults that stop, kill or cut off the store's server or container hold (FaultKind.holds): one at a time
+STORE = "store"
 #: what each family of faults exists to bring about (see the vocabulary's situations)
 EXPIRY = ("claim-after-expiry",)
 STORE_FAULT = ("lease-expires-during-store-fault",)
@@ -130,9 +137,9 @@ CATALOGUE: tuple[FaultKind, ...] = (
          (0.0, 0.0), ("kill", "start"), Lazy(_FAULTS, "make_kill"), situations=EXPIRY,
          seeks=(*LAPSED, *KILLED_INSIDE)),  # nothing to heal: the replacement starts at once
     _row("pause-store", "SIGSTOP the store's server (Postgres, Redis) for 0.5-1.5 ttl",
-         (0.5, 1.5), ("pause", "resume"), Lazy(_FAULTS, "make_pause_store"), S, situations=STORE_FAULT),
+         (0.5, 1.5), ("pause", "resume"), Lazy(_FAULTS, "make_pause_store"), S, situations=STORE_FAULT, holds=STORE),
     _row("kill-store", "SIGKILL the store's server, start it again on the same data 0.5-1.5 ttl later",
-         (0.5, 1.5), ("kill", "start"), Lazy(_FAULTS, "make_kill_store"), S, situations=STORE_FAULT),
+         (0.5, 1.5), ("kill", "start"), Lazy(_FAULTS, "make_kill_store"), S, situations=STORE_FAULT, holds=STORE),
     _row("clock-bump", "step one worker's wall clock by ±2-10 ttl for 1-3 ttl (what its backend sees as now)",
          (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_bump"), situations=SKEWED_WORKER, seeks=LAGGING),
     _row("clock-strobe", "flip one worker's wall clock between 0 and ±2-10 ttl every 10-100 ms for 1-3 ttl",
@@ -146,11 +153,11 @@ CATALOGUE: tuple[FaultKind, ...] = (
     _row("bandwidth", "Toxiproxy: throttle one worker's, a minority's or everyone's traffic to 1-16 KB/s",
          (1.0, 2.0), ("bandwidth", "heal"), Lazy(_NETWORK, "make_bandwidth"), S, T),
     _row("docker-pause", "--env docker: docker pause the store's container for 0.5-1.5 ttl",
-         (0.5, 1.5), ("pause", "resume"), Lazy(_CONTAINER, "make_docker_pause"), S, D, situations=STORE_FAULT),
+         (0.5, 1.5), ("pause", "resume"), Lazy(_CONTAINER, "make_docker_pause"), S, D, situations=STORE_FAULT, holds=STORE),
     _row("docker-kill", "--env docker: docker kill the store's container, start it again on the same data",
-         (0.5, 1.5), ("kill", "start"), Lazy(_CONTAINER, "make_docker_kill"), S, D, situations=STORE_FAULT),
+         (0.5, 1.5), ("kill", "start"), Lazy(_CONTAINER, "make_docker_kill"), S, D, situations=STORE_FAULT, holds=STORE),
     _row("docker-disconnect", "--env docker: take the store's container off its network for 0.5-1.5 ttl",
-         (0.5, 1.5), ("partition", "heal"), Lazy(_CONTAINER, "make_docker_disconnect"), S, D, situations=STORE_FAULT),
+         (0.5, 1.5), ("partition", "heal"), Lazy(_CONTAINER, "make_docker_disconnect"), S, D, situations=STORE_FAULT, holds=STORE),
     _row("isolate-primary", "--cluster: cut every link between the primary and the other members for 1.5-3 ttl",
          (1.5, 3.0), ("partition", "heal"), Lazy(_MEMBERS, "make_isolate_primary"), S, C,
          situations=(*PRIMARY_LOST, *MEMBER_PARTITION)),

@@ -31,11 +31,16 @@ class Nemesis:
     Kinds are dealt like cards: every kind once, in a shuffled order, then a new
     shuffle. A run's verdict needs every requested fault started and healed
     (docs/contracts/run-verdict.md), so a kind that could not start at its turn (no
-    victim yet, or ``max_active`` reached) keeps its turn for the next tick;
+    victim yet, ``max_active`` reached, or what it holds held) keeps its turn for the next tick;
     uniform draws would leave one of four kinds out of a dozen ticks one run
     in eight. Every event's value names the fault (``"fault": name``), so
     kinds that share an event name (``pause`` of a worker or of the store) are
     told apart.
+
+    A kind that ``holds`` something (the store's server or container) starts only while no
+    other fault holding the same is on or still healing: the ticks start faults outside
+    the lock while heals go on on their own thread, and a container paused while its kill
+    was being undone (or killed, or cut off) answers the engine's 409, ending the run.
 
     Each row's factory makes the fault from ``context`` (the run's workers,
     clocks, network and store) and the tick's generator; the row also names
@@ -114,7 +119,8 @@ class Nemesis:
                         if not self._deck:
                             self._deck = list(self.kinds)
                             tick.shuffle(self._deck)
-                        kind, room = self._deck[0], len(self.active) < self.max_active
+                        kind = self._deck[0]
+                        room = len(self.active) < self.max_active and not self._held(kind)
                     if room and self._inflict(kind, tick):
                         with self._lock:
                             self._deck.pop(0)
@@ -137,6 +143,11 @@ class Nemesis:
                 self._healed.clear()
         except BaseException as e:
             self.error = e
+
+    def _held(self, kind: FaultKind) -> bool:
+        """Does an active fault hold what ``kind`` holds? Asked under the lock, which every heal holds to its end, so
+        a fault being healed still counts (``_heal`` takes it off ``active`` first)."""
+        return kind.holds is not None and any(self._kind_of[id(f)].holds == kind.holds for f in self.active)
 
     def _pace(self) -> float:
         """The share of a drawn wait the next fault waits: :data:`HURRIED` when the run wants the evidence of the kind
@@ -169,6 +180,7 @@ class Nemesis:
         return True
 
     def _heal(self, fault: Fault) -> None:
+        # called under the lock only (see _held)
         # by identity, never ==: two pauses of one worker are equal dataclasses, and healing the later one must
         # not take the earlier one off the list (it would never be healed, and heal_all would meet a stranger)
         at = next((i for i, active in enumerate(self.active) if active is fault), None)
