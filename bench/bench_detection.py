@@ -43,7 +43,7 @@ from typing import Any
 from leasecheck.histories import read_history
 from leasecheck.run.options import RunOptions
 from leasecheck.run.runner import run
-from leasecheck.run.workload import Workload
+from leasecheck.run.workload_options import Workload
 from leasecheck.targets.registry import available, load
 
 #: what a user gets, and the quick settings (only what differs from RunOptions' defaults)

@@ -54,7 +54,7 @@ from typing import Any
 
 from bench.harness import machine_note, table
 from leasecheck.run.runner import RunOptions, run
-from leasecheck.run.workload import Workload
+from leasecheck.run.workload_options import Workload
 from leasecheck.servers.base import LocalServer
 from leasecheck.targets.postgres_lease import PostgresLease
 from leasecheck.targets.redis_lease import RedisLease

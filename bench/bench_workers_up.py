@@ -36,7 +36,7 @@ from bench.bench_runner import _url_for, start_servers, stop_servers
 from bench.harness import machine_note, table
 from leasecheck.run.pool import WorkerPool
 from leasecheck.run.runner import RunOptions, run
-from leasecheck.run.workload import Workload
+from leasecheck.run.workload_options import Workload
 from leasecheck.servers.base import LocalServer
 
 METHODS = ("spawn", "forkserver")

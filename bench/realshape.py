@@ -13,7 +13,7 @@ node, nodes retired as their run finishes, and only the nodes of the last few
 runs live at any time.
 
 This module simulates that workload, with the knobs of
-``leasecheck.run.workload.Workload``'s defaults and the hub's queue (copied here, so
+``leasecheck.run.workload_options.Workload``'s defaults and the hub's queue (copied here, so
 that a change there does not silently change the bytes of a cached history),
 against ``leasecheck.kit.simstore.SimStore``, in the discrete-event frame of
 ``bench.gen``: every op is linearized strictly inside its interval and answered
@@ -43,7 +43,7 @@ from leasecheck.kit.simstore import MS, SimStore
 if TYPE_CHECKING:
     from bench.gen import Config, EventSink, GenStats
 
-# leasecheck.run.workload.Workload's defaults
+# leasecheck.run.workload_options.Workload's defaults
 _LONG_RATE = 0.25  # an execution runs 1.2-2.5 ttl (else 0.05-0.8 ttl)
 _RELEASE_RATE = 0.08  # the lease is given back instead of committed
 _WORKER_CRASH_RATE = 0.02  # the worker process dies at the end of an execution

@@ -21,7 +21,7 @@ from leasecheck.run.following import ANOMALIES_FILE, Following
 from leasecheck.run.merge import Merge
 from leasecheck.run.options import RunOptions
 from leasecheck.run.runner import run
-from leasecheck.run.workload import Workload
+from leasecheck.run.workload_options import Workload
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -419,7 +419,8 @@ def test_a_worker_gives_its_lease_back_when_its_clock_goes_behind_and_then_claim
     import time
 
     from leasecheck.nemesis.worker_clocks import ClockControl
-    from leasecheck.run.workload import Worker, Workload
+    from leasecheck.run.workload import Worker
+    from leasecheck.run.workload_options import Workload
     from leasecheck.targets.base import TargetConfig
     from leasecheck.targets.registry import TargetSpec
 

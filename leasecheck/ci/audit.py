@@ -26,7 +26,7 @@ from leasecheck.ci.findings import FaultVerdict, fault_verdict, first_anomaly
 from leasecheck.ci.queue_audit import QUEUE_PREFIX, queue_audit, queue_audits, queue_name, run_queue_audit
 from leasecheck.lists import names
 from leasecheck.run.options import RunOptions
-from leasecheck.run.workload import Workload
+from leasecheck.run.workload_options import Workload
 from leasecheck.targets.registry import TargetNotFound, load, not_installed, registered
 from leasecheck.targets.thirdparty.audit import AuditPlan, faults_of
 

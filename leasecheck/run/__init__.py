@@ -6,8 +6,9 @@
   :mod:`.clusters` — the replicated stores ``--cluster`` starts; :mod:`.header` — the history's first line;
 * :mod:`.deadline` — when the test proper ends (the time limit, or later while evidence is missing: ``--until-covered``);
   :mod:`.judgement` — the finished run's verdict, results.json and report;
-* :mod:`.pool`, :mod:`.zygote`, :mod:`.slots`, :mod:`.workload`, :mod:`.worker_pipe` — the worker processes, their forkserver,
-  their slots, the seed's workload, a worker's end of its pipe (it stamps, logs and sends its events);
+* :mod:`.pool`, :mod:`.zygote`, :mod:`.slots`, :mod:`.workload`, :mod:`.workload_options`, :mod:`.client`,
+  :mod:`.worker_pipe` — the worker processes, their forkserver, their slots, the seed's workload and its knobs, one op
+  with its recording, a worker's end of its pipe (it stamps, logs and sends its events);
 * :mod:`.recorder`, :mod:`.deliveries`, :mod:`.merge`, :mod:`.takeovers`, :mod:`.steering` — the recorder, the at-least-once
   queue, the merged history, what wakes a zombie, what steers the workload into the windows coverage counts;
 * :mod:`.holds`, :mod:`.aiming` — an op held between its round trips for a fault aimed inside it, and the harness's side;

@@ -191,7 +191,7 @@ def run_options(params: Mapping[str, Any]) -> RunOptions:
     (``--nemesis ""``). A field no flag sets keeps its default.
     """
     from leasecheck.run.options import RunOptions
-    from leasecheck.run.workload import Workload
+    from leasecheck.run.workload_options import Workload
 
     fields: dict[str, Any] = {}
     workload: dict[str, Any] = {}

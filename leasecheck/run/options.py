@@ -22,7 +22,7 @@ from leasecheck.nemesis import clock
 from leasecheck.nemesis.catalogue import CATALOGUE, FaultKind, Need, UnknownFault, lookup, needing
 from leasecheck.nemesis.store_clock import required_uncertainty_ms
 from leasecheck.run.clusters import CLUSTERS
-from leasecheck.run.workload import Workload
+from leasecheck.run.workload_options import Workload
 from leasecheck.targets.base import Target
 from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES, ExecTarget
 from leasecheck.targets.registry import load, server_not_installed

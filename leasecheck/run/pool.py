@@ -30,7 +30,8 @@ from leasecheck.run import zygote
 from leasecheck.run.interrupts import shielded
 from leasecheck.run.recorder import Recorder, Slot
 from leasecheck.run.worker_pipe import Recording
-from leasecheck.run.workload import Workload, worker_main
+from leasecheck.run.workload import worker_main
+from leasecheck.run.workload_options import Workload
 from leasecheck.servers.store_network import StoreNetwork
 from leasecheck.targets.base import Target
 from leasecheck.targets.registry import TargetSpec, load

@@ -46,21 +46,20 @@ import contextlib
 import os
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
 from leasecheck.histories.format import lease_key
 from leasecheck.nemesis.worker_clocks import WorkerClock
+from leasecheck.run.client import Client
 from leasecheck.run.interrupts import ignore_in_child
-from leasecheck.run.slots import SEEN_NODES
 from leasecheck.run.takeovers import PHASES
 from leasecheck.run.worker_pipe import Hub, Recording
+from leasecheck.run.workload_options import Workload
 from leasecheck.servers.base import die_with_parent
-from leasecheck.targets.base import Indeterminate, Lease, NodeState, Refused, ResourceState, Target, Unavailable, reads_resource
+from leasecheck.targets.base import Lease, Refused, reads_resource
 from leasecheck.targets.registry import TargetSpec
 
 #: what a zombie may try in a phase, in the order a seeded shuffle starts from
@@ -83,113 +82,6 @@ BRIEF_TTLS, LAGGING_BRIEF_TTLS = 0.2, 0.1
 #: the longest an execution sleeps between two looks at its clock, in ttls: a worker whose clock a fault sets behind
 #: gives its lease back within this long of the fault's start (its skew lasts 1-3 ttl)
 SKEW_LOOK_TTLS = 0.1
-
-
-@dataclass(frozen=True)
-class Workload:
-    """The knobs of the seed's workload; every random choice uses the worker's seeded RNG."""
-
-    #: share of executions that run longer than the ttl (heartbeats keep them alive)
-    long_rate: float = 0.25
-    #: share of leases given back instead of committed
-    release_rate: float = 0.08
-    #: share of executions that end with the worker process crashing (os._exit)
-    crash_rate: float = 0.02
-    #: share of lost-lease discoveries (a refused heartbeat, a wake-up past the lease) after which
-    #: the worker goes on anyway, as a zombie
-    zombie_rate: float = 0.5
-    #: share of executions that stall (stop heartbeating) at a seeded moment
-    stall_rate: float = 0.15
-    #: share of executions whose holder writes late in its lease: no heartbeat, one effect or commit sent at a seeded
-    #: point of :attr:`late_at` of the ttl after its claim, held until a rival's claim is granted (see the module);
-    #: 15 %: at 10 % a pause run whose pauses stop a worker inside an SQLite transaction (every other worker then waits on
-    #: the database lock, a third fewer executions) met 2-3 late writes, and its windows 1-2 times
-    late_rate: float = 0.15
-    late_at: tuple[float, float] = (0.91, 0.95)
-    #: share of late writes that are commits (the others effects), and of late effects held after the store's answer
-    #: (accepted before the rival's grant) rather than before the request (refused after it, by a fenced store)
-    late_commit_rate: float = 0.4
-    late_hold_after_rate: float = 0.5
-    #: share of stalls that are short (0.5-0.9 ttl: the lease survives, its next heartbeat is late);
-    #: the others last until the node is taken over, and the worker wakes a zombie
-    short_stall_rate: float = 0.25
-    #: chance that a zombie acts in each phase of the takeover (see :mod:`leasecheck.run.takeovers`)
-    phase_rate: float = 0.85
-    #: chance that a zombie tries each of renew, effect, read, commit and release in a phase it acts in
-    act_rate: float = 0.85
-    #: the longest a zombie waits for a phase of its node, in ttls
-    zombie_wait_ttls: float = 4.0
-    #: share of loop iterations that also read a node
-    read_rate: float = 0.15
-    #: share of loop iterations that also read the protected resource of a node (when the target can: its fence and
-    #: the effects it accepted, in order; drawn from a random stream of its own, so the rest of the workload's is as before)
-    resource_read_rate: float = 0.15
-    #: share of granted claims followed at once by a read of the node's protected resource: the fence the claim lifted,
-    #: before the new holder wrote, against which a late write of the older lease shows (a takeover, epoch above 1,
-    #: is always read)
-    claim_read_rate: float = 0.5
-    #: how many of the nodes it last claimed a worker keeps to read one now and then (the recorder keeps the same
-    #: list: a node is closed mid-run only once no worker keeps it, :mod:`leasecheck.run.closing`)
-    seen_nodes: int = SEEN_NODES
-    #: most effects per execution
-    max_effects: int = 3
-    #: ops per second per worker at most (0: as fast as the store answers)
-    rate: float = 0.0
-    #: scales every execution's duration; 0 runs claim, effects and commit back to back
-    #: (throughput benchmarks: the store's speed, not the simulated work)
-    exec_scale: float = 1.0
-
-
-def _value_of(out: Any) -> tuple[str, dict[str, Any]]:
-    """An adapter's answer as a completion: (type, value)."""
-    if isinstance(out, Refused):
-        return "fail", out.to_json()
-    if isinstance(out, Lease):
-        return "ok", out.to_json() if out.epoch is not None else {"epoch": None, "token": out.token}
-    if isinstance(out, NodeState | ResourceState):
-        return "ok", out.to_json()
-    return "ok", {}
-
-
-class Client:
-    """Runs one backend op with its recording, and maps the outcome to the types of docs/contracts/history-format.md."""
-
-    def __init__(self, hub: Hub, spec: TargetSpec, owner: str) -> None:
-        self.hub = hub
-        self.spec = spec
-        self.owner = owner
-        self.target: Target = spec.make()
-        #: outcomes of ops run without recording (the overhead benchmark's baseline)
-        self.unrecorded: Counter[str] = Counter()
-
-    def op(self, f: str, node: str, value: dict[str, Any], call: Callable[[], Any], wait: bool = False) -> tuple[str, Any]:
-        """(type, adapter outcome); type ``info`` means this process number is retired. ``wait``: a racing claim."""
-        if self.hub.record:
-            self.hub.invoke(f, node, value, wait)
-        try:
-            with self.hub.hold(f):  # held between its round trips when the nemesis aims a fault inside it
-                out = call()
-        except Unavailable as e:
-            typ, val, out = "fail", {"reason": "unavailable", "message": str(e)}, None
-        except Indeterminate as e:
-            typ, val, out = "info", {"error": str(e)}, None
-        except Exception as e:  # an adapter bug: it may have happened
-            typ, val, out = "info", {"error": f"{type(e).__name__}: {e}"}, None
-        else:
-            typ, val = _value_of(out)
-        if self.hub.record:
-            self.hub.complete(f, node, typ, val)
-        else:
-            self.unrecorded[typ] += 1
-        return typ, out
-
-    def reconnect(self) -> None:
-        """After an indeterminate op: a fresh client, as a restarted worker would have."""
-        try:
-            self.target.close()
-        except Exception:
-            pass
-        self.target = self.spec.make()
 
 
 class Worker:
