@@ -145,11 +145,11 @@ def test_a_racer_still_waiting_when_its_node_is_raced_again_goes_at_once(tmp_pat
     (a, a_w), (b, _), (c, c_w), (d, d_w) = (_worker(recorder) for _ in range(4))
     monkeypatch.setattr(recorder.deliveries, "next", lambda: "n")
     far = time.monotonic() + 3600
-    recorder._racers["n"] = ({a, b}, far)  # a and b were both handed node n at once
+    recorder.races.racers["n"] = ({a, b}, far)  # a and b were both handed node n at once
     a_w.send(("invoke", "claim", "n", {"owner": "a"}, writer.now(), True))
     recorder._handle(a)
     assert not a_w.poll(0), "the first racer waits for its rival's claim"
-    recorder._twin = (c, "n", far)  # n comes round again as a duplicate, held for a second worker
+    recorder.races.twin = (c, "n", far)  # n comes round again as a duplicate, held for a second worker
     d_w.send(("next",))
     recorder._handle(d)
     assert c_w.recv() == ("race", "n") and d_w.recv() == ("race", "n")

@@ -9,8 +9,9 @@
 * :mod:`.pool`, :mod:`.zygote`, :mod:`.slots`, :mod:`.workload`, :mod:`.workload_options`, :mod:`.client`,
   :mod:`.worker_pipe` — the worker processes, their forkserver, their slots, the seed's workload and its knobs, one op
   with its recording, a worker's end of its pipe (it stamps, logs and sends its events);
-* :mod:`.recorder`, :mod:`.deliveries`, :mod:`.merge`, :mod:`.takeovers`, :mod:`.steering` — the recorder, the at-least-once
-  queue, the merged history, what wakes a zombie, what steers the workload into the windows coverage counts;
+* :mod:`.recorder`, :mod:`.deliveries`, :mod:`.races`, :mod:`.merge`, :mod:`.takeovers`, :mod:`.steering` — the recorder, the
+  at-least-once queue, its duplicates raced on purpose, the merged history, what wakes a zombie, what steers the workload
+  into the windows coverage counts;
 * :mod:`.holds`, :mod:`.aiming` — an op held between its round trips for a fault aimed inside it, and the harness's side;
 * :mod:`.following`, :mod:`.closing` — the checker that follows the history as it is written, the nodes closed meanwhile;
 * :mod:`.final_reads`, :mod:`.interrupts` — the last reads, SIGINT/SIGTERM (the proxies: ``servers.store_network``).

@@ -26,6 +26,7 @@ from typing import Any
 from leasecheck.histories import HistoryWriter
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.merge import MAX_BUFFERED, Merge, Stream
+from leasecheck.run.races import Races
 from leasecheck.run.slots import SEEN_NODES, NodeCloser, Slot, Tally
 from leasecheck.run.steering import Steering, Wait
 from leasecheck.run.takeovers import Takeovers
@@ -54,13 +55,8 @@ class Recorder:
         self._held_back: list[Connection] = []
         #: every node's leases as recorded: what wakes a stalled worker, and who holds a lease now
         self.takeovers = Takeovers()
-        #: a duplicated delivery held back until a second worker asks, so that both claim at once:
-        #: (conn, node, deadline)
-        self._twin: tuple[Connection, str, float] | None = None
-        #: the two workers a racing node went to, until each has invoked its claim: node -> (conns, deadline)
-        self._racers: dict[str, tuple[set[Connection], float]] = {}
-        #: a racer's claim, recorded but not yet acknowledged, waiting for its rival's: node -> conn
-        self._on_the_line: dict[str, Connection] = {}
+        #: duplicated deliveries raced on purpose (:mod:`leasecheck.run.races`)
+        self.races = Races(self._send)
         #: stalled workers waiting for a phase of their node, and the steered deliveries (the runner seeds it)
         header = writer.header
         self.steering = Steering(self.takeovers, deliveries, int((header.ttl_ms + header.clock_uncertainty_ms) * 1_000_000))
@@ -124,9 +120,7 @@ class Recorder:
     def busy(self) -> set[str]:
         """The nodes a live worker may still send an op on (delivered to it, or among those it may read), or
         that a race holds; the rest of the done nodes are the closer's (this thread's view)."""
-        busy = set(self._racers) | set(self._on_the_line)
-        if self._twin is not None:
-            busy.add(self._twin[1])
+        busy = self.races.nodes()
         for s in self.live():
             busy |= s.may_touch()
         return busy
@@ -177,11 +171,12 @@ class Recorder:
                 self._ticked = now
                 if self.steering.waits:
                     self._wake(out_s)
-                if self._twin is not None and (self._twin[2] < time.monotonic() or self.stopping.is_set()):
-                    self._deliver(self._twin[0], self._twin[1])
-                    self._twin = None
-                if self._racers:
-                    self._start_stale_races()
+                twin = self.races.twin
+                if twin is not None and (twin[2] < time.monotonic() or self.stopping.is_set()):
+                    self._deliver(twin[0], twin[1])
+                    self.races.twin = None
+                if self.races.racers:
+                    self.races.start_stale(self.stopping.is_set())
                 if self._held_back and (self.go.is_set() or self.stopping.is_set()):
                     self._release_held_back()
                 if self.closer is not None and not self.stopping.is_set():
@@ -221,35 +216,6 @@ class Recorder:
         live = len(self.live())
         for conn, answer in self.steering.due(self.merge.now(), time.monotonic(), out_s, alive, self.stopping.is_set(), live):
             self._send(conn, answer)
-
-    def _start_stale_races(self) -> None:
-        """A racer whose rival never claimed in time (it died, or read first for long) goes alone."""
-        now = time.monotonic()
-        for node, (_, deadline) in list(self._racers.items()):
-            if deadline < now or self.stopping.is_set():
-                del self._racers[node]
-                waiting = self._on_the_line.pop(node, None)
-                if waiting is not None:
-                    self._send(waiting, True)
-
-    def _claim_invoked(self, conn: Connection, node: str) -> bool:
-        """A claim was recorded: may its worker go to the store now? Not the first of two racers: it waits for the second.
-
-        Both claims are then invoked before either is sent, so the history shows
-        them concurrent however fast the store answers the first.
-        """
-        racing = self._racers.get(node)
-        if racing is None or conn not in racing[0]:
-            return True
-        racing[0].discard(conn)
-        if racing[0]:  # the rival has not claimed yet
-            self._on_the_line[node] = conn
-            return False
-        del self._racers[node]
-        waiting = self._on_the_line.pop(node, None)
-        if waiting is not None:
-            self._send(waiting, True)
-        return True
 
     def _deliver(self, conn: Connection, delivery: str | tuple[str, str] | None) -> None:
         """Answer a worker's ``next`` with a node (or a race for one, "" for none yet, None: stop); it works on it now."""
@@ -302,7 +268,7 @@ class Recorder:
             self.takeovers.invoke(s.process, f, node, value)
             if wait:  # a racing claim: goes to the store only once its rival's claim is in
                 s.stream.blocked = True
-                if f != "claim" or self._claim_invoked(conn, node):
+                if f != "claim" or self.races.claim_invoked(conn, node):
                     self._send(conn, True)
         elif kind == "complete":
             _, typ, value, t = msg
@@ -344,18 +310,15 @@ class Recorder:
                 self._deliver(conn, steered)
                 return
             node = self.deliveries.next()
-            twin = self._twin
+            twin = self.races.twin
             if twin is not None and node == twin[1]:  # the copy: both workers get the node at once, and race
-                self._twin = None
-                earlier = self._on_the_line.pop(node, None)
-                if earlier is not None:  # a racer of this node's last race still waits: that race is over, it goes now
-                    self._send(earlier, True)
-                self._racers[node] = ({twin[0], conn}, time.monotonic() + self.deliveries.visibility_s / 4)
+                self.races.twin = None
+                self.races.start(node, twin[0], conn, time.monotonic() + self.deliveries.visibility_s / 4)
                 self._deliver(twin[0], ("race", node))
                 self._deliver(conn, ("race", node))
                 return
             if twin is None and node and self.deliveries.copy_waits(node):
-                self._twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
+                self.races.twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
                 return
             self._deliver(conn, self.steering.tagged(node, self.merge.now(), ttl_ns) if node else node)
         elif kind == "late":  # granted a lease it will write late in: a contender may wait for it (run/steering.py)
