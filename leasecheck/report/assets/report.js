@@ -480,21 +480,27 @@
     ctx.beginPath();
     ctx.rect(GUT, 0, L_.pw, L_.h);
     ctx.clip();
+    // every span first, then every tick: a row holds several proofs once all its rows are taken, and a later
+    // proof's span drawn over an earlier proof's tick would hide that tick
+    var shown = [];
     S.A.forEach(function (a, i) {
       if (!a.pos.length) return;
       var x0 = X(a.tMin), x1 = X(a.tMax);
       if (x1 < GUT || x0 > L_.w) return;
-      var y = top + a.slot * ASLOT, ticks = [];
+      var y = top + a.slot * ASLOT;
       ctx.fillStyle = '#e79a9a';  // the span of the proof: from its first op's start to its last op's end
       ctx.fillRect(x0, y + Math.floor(h / 2), Math.max(1, x1 - x0), 1);
-      ctx.fillStyle = '#c62f2f';  // a tick at each op it cites
-      a.pos.forEach(function (p) {
+      shown.push({ i: i, slot: a.slot, x0: x0, x1: x1, y: y, ticks: [] });
+    });
+    ctx.fillStyle = '#c62f2f';  // a tick at each op it cites
+    shown.forEach(function (m) {
+      S.A[m.i].pos.forEach(function (p) {
         var x = Math.round(X(S.C.start[p]));
-        if (ticks.length && ticks[ticks.length - 1] === x) return;
-        ticks.push(x);
-        ctx.fillRect(x - 1, y, 2, h);
+        if (m.ticks.length && m.ticks[m.ticks.length - 1] === x) return;
+        m.ticks.push(x);
+        ctx.fillRect(x - 1, m.y, 2, h);
       });
-      drawn.push({ i: i, slot: a.slot, x0: x0, x1: x1, y: y, ticks: ticks });
+      drawn.push(m);
     });
     if (S.sel >= 0 && S.A[S.sel].pos.length) {
       var a = S.A[S.sel], s0 = X(a.tMin), s1 = Math.max(X(a.tMax), s0 + 3), y = top + a.slot * ASLOT;
