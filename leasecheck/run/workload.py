@@ -190,14 +190,15 @@ class Worker:
         if give_back:  # steered for a lagging clock: given back at once, claimable by it (the steering hands it over; not
             self.op("release", node, dict(carried), lambda: t.release(lease))  # requeued: the next asker would take it)
             return
-        if self.hub.record and w.exec_scale > 0 and not stall and not brief and (rng.random() < w.late_rate or late):
+        own = not type(t).renews_itself  # only the worker's own heartbeat keeps the lease: a stall or late write lapses it
+        if own and self.hub.record and w.exec_scale > 0 and not stall and not brief and (rng.random() < w.late_rate or late):
             self.late_write(node, lease, carried, since)
             return
         duration = rng.uniform(1.2, 2.5) * ttl if rng.random() < w.long_rate else rng.uniform(0.05, 0.8) * ttl
         duration *= w.exec_scale
         effects = sorted(rng.uniform(0, duration) for _ in range(rng.randint(1, w.max_effects)))
         # a stall needs an execution to stall in (exec_scale 0 is the throughput benchmark: none) and a hub that sees takeovers
-        stalls = self.hub.record and w.exec_scale > 0 and (rng.random() < w.stall_rate or stall)
+        stalls = own and self.hub.record and w.exec_scale > 0 and (rng.random() < w.stall_rate or stall)
         stall_at = rng.uniform(0, duration) if stalls and not brief else None
         if brief:  # a lagging clock's the briefest: its skew lasts 1-3 ttl, and it claims again the moment it is done
             duration = min(duration, (LAGGING_BRIEF_TTLS if lags else BRIEF_TTLS) * ttl)

@@ -223,6 +223,11 @@ class Target(ABC):
     #: deadline, held while its holder's process, connection or session lives (an OS file lock, a
     #: session advisory lock); the ttl-defined kinds (overlapping-lease, stuck-lease) do not apply.
     lease_expiry: ClassVar[LeaseExpiry] = "deadline"
+    #: The lock is kept alive by a thread of the library's own (kazoo's session pings, python-redis-lock's
+    #: auto-renewal, portalocker's subscription), not by the worker's heartbeats: a stall or a late write of the
+    #: worker's own code (a ``sleep`` of its thread) never lets the lease lapse, so the workload makes neither for it
+    #: (a real process pause, which stops every thread, is the ``pause`` fault's).
+    renews_itself: ClassVar[bool] = False
     #: The modules (import names) the backend's client needs, imported only where they are used,
     #: and the extra of leasecheck that installs them: ``leasecheck targets`` lists a backend without
     #: importing them, and a run of one that is missing says ``pip install 'leasecheck[EXTRA]'``.

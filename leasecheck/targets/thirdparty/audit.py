@@ -62,6 +62,7 @@ class AuditPlan:
     #: seconds per run
     time_limit: float = 8.0
     #: other ``leasecheck run`` options (``ttl_ms``, ``concurrency``, ``dup_rate``, ...) as RunOptions fields;
-    #: ``workload`` as a dict of Workload fields (``{"stall_rate": 0.0}``: a library whose heartbeat runs on a
-    #: thread of its own keeps its lock through the workload's own stalls, which stop only the worker's code)
+    #: ``workload`` as a dict of Workload fields (``{"stall_rate": 0.0, "late_rate": 0.0}``: a library whose heartbeat
+    #: runs on a thread of its own keeps its lock through the workload's own stalls and late writes, which stop only the
+    #: worker's code)
     options: dict[str, Any] = field(default_factory=dict)

@@ -28,7 +28,7 @@ write made "under" the old lock succeeds; the ``Lock`` object still says
 
 How the audit runs (``AUDIT_OPTIONS``), and why it differs from the defaults:
 
-* no workload *stalls*: a stall is a ``sleep`` of the worker's own thread,
+* no workload *stalls* and no *late writes*: each is a ``sleep`` of the worker's own thread,
   which stops its heartbeats but not kazoo's ping thread, so the session and
   the lock live on however long the job hangs (a real GC pause freezes both:
   that is the ``pause`` fault). A hung job keeping a ZooKeeper lock is
@@ -68,12 +68,14 @@ AUDIT_OPTIONS: dict[str, Any] = {
     "ttl_ms": 1000,
     "clock_uncertainty_ms": 500.0,
     "nemesis_interval": 2.0,
-    "workload": {"stall_rate": 0.0, "zombie_rate": 1.0},
+    "workload": {"stall_rate": 0.0, "late_rate": 0.0, "zombie_rate": 1.0},
 }
 
 
 class KazooLock(LockLease):
     """kazoo's Lock recipe as documented (unfenced: the session's end frees the lock; writes trust it)."""
+
+    renews_itself = True  # its own thread keeps the lock: the workload neither stalls nor writes late for it
 
     name = "kazoo-lock"
     fenced = False

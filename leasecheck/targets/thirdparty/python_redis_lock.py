@@ -38,6 +38,8 @@ from leasecheck.targets.thirdparty.redis_records import RedisRecords, mapped_err
 class PythonRedisLock(LockLease):
     """python-redis-lock with auto_renewal (a daemon thread extends the lock), unfenced, as its README shows."""
 
+    renews_itself = True  # its own thread keeps the lock: the workload neither stalls nor writes late for it
+
     name = "python-redis-lock"
     store = "redis"
     fenced = False
@@ -57,7 +59,7 @@ class PythonRedisLock(LockLease):
             "and a paused process loses it and wakes up writing (stale writes). Fence every write with "
             "a number drawn at acquire (e.g. INCR) that the store checks, and bound the work, not just the lock.",
         time_limit=8.0,
-        options={"ttl_ms": 1000, "nemesis_interval": 2.0, "workload": {"stall_rate": 0.0, "zombie_rate": 1.0}},
+        options={"ttl_ms": 1000, "nemesis_interval": 2.0, "workload": {"stall_rate": 0.0, "late_rate": 0.0, "zombie_rate": 1.0}},
     )
 
     #: the records' and locks' key prefix: no other adapter reads these nodes
