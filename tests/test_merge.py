@@ -331,7 +331,7 @@ def test_a_harness_sigkilled_mid_run_leaves_a_history_the_worker_logs_complete(t
     before = len(history.read_bytes().splitlines()) - 1
     code, verdict, err = check_cli(run)
     # never 3 (the recovered history is well formed), never 1 (a correct backend), never 0: its harness never
-    # finished it, and a cut history is never valid (DESIGN.md), so unknown naming its last line
+    # finished it, and a cut history is never valid (docs/contracts/run-verdict.md), so unknown naming its last line
     assert code == 2 and verdict["valid"] == "unknown", (code, verdict, err)
     assert verdict["reason"] == verdict["cut"] and "its writer never finished it" in verdict["cut"], verdict
     assert "recovered" in err

@@ -2,7 +2,7 @@
 
 Apart from the workload (what a worker does, :mod:`leasecheck.run.workload`): this is how any one op is done, the same
 for a claim, a heartbeat or a read. The invoke is recorded before the call and the completion after it (a pause in
-between only widens the interval: DESIGN.md, "Timestamps"), an op held for a fault aimed inside it is held here
+between only widens the interval: docs/background.md, "Timestamps"), an op held for a fault aimed inside it is held here
 (:meth:`~leasecheck.run.worker_pipe.Hub.hold`), and the adapter's two exceptions become ``fail`` (``unavailable``) and
 ``info`` (anything else it raises is a bug of the adapter: ``info`` with the message).
 """
