@@ -237,7 +237,7 @@ def test_a_users_own_module_on_the_tests_sys_path(inner: pytest.Pytester) -> Non
     inner.makeini("[pytest]\npythonpath = src\n")
     inner.makepyfile(test_mine=f"""
         def test_my_lease(leasecheck_run):
-            (r,) = leasecheck_run(target="mypkg:MyLease", nemesis="pause", seeds=1, time_limit={SECONDS})
+            (r,) = leasecheck_run(target="mypkg:MyLease", nemesis="pause", seeds=1, time_limit={SECONDS}, until_covered=False)
             assert r.verdict == "valid" and r.results["target"] == "mypkg:MyLease"
     """)
     run_inner(inner).assert_outcomes(passed=1)
