@@ -11,6 +11,8 @@ whole suite within its 20 minutes beside two CPU-bound jobs.
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -54,3 +56,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = longest_modules_first(items, known_durations())
+
+
+@pytest.fixture
+def sleepers() -> Iterator[list[int]]:
+    """Five real processes for a fault to aim at (a pause is never aimed at one that is stopped, or gone); killed at
+    the end."""
+    procs = [subprocess.Popen(["sleep", "600"]) for _ in range(5)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

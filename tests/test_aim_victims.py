@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import sqlite3
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -19,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 
 from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.faults import KillProcess, PauseProcess, make_kill, make_pause
-from leasecheck.nemesis.inside import ARMS, Aim, AimSlot, InFlight, choose
+from leasecheck.nemesis.inside import SLOTS, VICTIMS, Aim, AimSlot, InFlight, choose
 from leasecheck.nemesis.schedule import HURRIED, Nemesis
 from leasecheck.run.aiming import Aimer
 from leasecheck.run.holds import Hold
@@ -77,12 +75,34 @@ def test_choose_draws_distinct_kinds_landed_least_first(tmp_path: Path) -> None:
     aimer = Aimer(tmp_path / "aim", resource_reads=False)
     aimer.landed("pause").update({"claim": 2, "renew": 1, "effect": 1, "commit": 1, "read": 3})
     for seed in range(20):
-        draws = choose(aimer, "pause", random.Random(seed), most=ARMS)
+        draws = choose(aimer, "pause", random.Random(seed), most=VICTIMS)
         kinds = [d.f for d in draws]
-        assert kinds[0] == "release" and set(kinds[1:]) <= {"renew", "effect", "commit"} and len(set(kinds)) == ARMS
+        assert kinds[0] == "release" and set(kinds[1:]) <= {"renew", "effect", "commit"} and len(set(kinds)) == VICTIMS
         assert all(d.at == 1 for d in draws)  # no op of theirs seen yet: the first boundary, which every op has
     assert [d.f for d in choose(aimer, "pause", random.Random(1), most=0)] == ["release"]  # one at least
     assert choose(aimer, "pause", random.Random(4), 2) == choose(aimer, "pause", random.Random(4), 2)
+    aimer.close()
+
+
+def test_with_a_coverage_goal_every_kind_short_of_it_is_armed_at_once(tmp_path: Path) -> None:
+    """A default gate's aims armed the rarest three kinds and waited a second for a release while the claims went by;
+    now every kind short of the goal is armed, and the victims are the first to come."""
+    aimer = Aimer(tmp_path / "aim", resource_reads=True, want=3)
+    aimer.landed("kill").update({"claim": 3, "renew": 2, "effect": 5, "commit": 0, "read": 3})
+    kinds = [d.f for d in choose(aimer, "kill", random.Random(2), most=1)]
+    assert kinds[:3] == sorted(kinds[:3], key=lambda f: aimer.landed("kill")[f]) and set(kinds) == {
+        "commit", "release", "read-resource", "renew"}
+    aimer.landed("kill").update({"commit": 3, "release": 3, "read-resource": 3, "renew": 1})
+    assert len(choose(aimer, "kill", random.Random(2), most=2)) == 2  # none short: the two landed least, as without a goal
+    slot = AimSlot(tmp_path / "aim")
+    every = [Aim(f, 1, 10.0) for f in ("claim", "renew", "effect", "commit", "release", "read", "read-resource")]
+    assert len(every) == SLOTS
+    came = aimer.aim(every, timeout_s=5.0, gather_s=5.0)
+    threading.Thread(target=lambda: (wait_for(lambda: len(slot.armed()) == SLOTS, timeout=5.0, what="all armed"),
+                                     aimer.note(4, slot.armed()[0].serial, "release", 1, 0))).start()
+    assert next(came).f == "release"
+    came.close()  # the caller has its victims: disarmed
+    assert slot.armed() == ()
     aimer.close()
 
 
@@ -116,6 +136,7 @@ class Landed:
         self.workers, self.ops = workers, ops
         self.counts: dict[str, Counter[str]] = {}
         self.armed: list[Aim] = []
+        self.want: int | None = None
 
     def landed(self, fault: str) -> Counter[str]:
         return self.counts.setdefault(fault, Counter())
@@ -128,16 +149,6 @@ class Landed:
         for aim, w in zip(aims, self.workers):
             yield InFlight(w.process, aim.f, 1000 * w.slot, 1, aim.hold_ms)
 
-
-@pytest.fixture
-def sleepers() -> Iterator[list[int]]:
-    procs = [subprocess.Popen(["sleep", "600"]) for _ in range(5)]
-    try:
-        yield [p.pid for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 def test_a_pause_stops_a_worker_inside_each_kind_and_heals_them_all(sleepers: list[int]) -> None:
@@ -241,8 +252,24 @@ def test_the_deadline_hurries_only_the_faults_short_of_what_they_seek(tmp_path: 
     paced: list[bool] = []
     end = Deadline(history, kinds, (), 10.0, 40.0, 0.0, goal=RunOptions(until_covered=True).coverage_goal(kinds))
     end.on_pace = lambda: paced.append(True)
-    assert not any(end.hurry(k) for k in kinds)  # before the time limit: never
+    assert not any(end.hurry(k) for k in kinds)  # nothing counted yet: nothing short
     end._pace(frozenset({"paused-inside-claim"}))
     assert end.hurry(FAULTS["pause"]) and not end.hurry(FAULTS["clock-bump"]) and paced == [True]
     end._pace(frozenset({"paused-inside-claim"}))
     assert paced == [True]  # told only of a change
+
+
+def test_an_until_covered_run_hurries_its_short_faults_from_its_first_count_not_from_its_time_limit(tmp_path: Path) -> None:
+    from leasecheck.nemesis.catalogue import FAULTS
+    from leasecheck.run.deadline import Deadline
+    from leasecheck.run.options import RunOptions
+
+    kinds = (FAULTS["pause"], FAULTS["kill"])
+    history = tmp_path / "history.jsonl"
+    history.write_text("")
+    now = time.monotonic()
+    gate = Deadline(history, kinds, (), 10.0, 40.0, now, goal=RunOptions(until_covered=True).coverage_goal(kinds))
+    fixed = Deadline(history, kinds, (), 10.0, 10.0, now)
+    assert not gate.passed(now + 0.1) and not fixed.passed(now + 0.1)  # well before the time limit: both go on
+    assert gate.hurry(FAULTS["pause"]) and gate.hurry(FAULTS["kill"])  # nothing reached yet: every inside op is short
+    assert not fixed.hurry(FAULTS["pause"])  # without a goal a run keeps its pace

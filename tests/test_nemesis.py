@@ -303,17 +303,6 @@ def test_every_factory_finds_no_victim_in_an_empty_run() -> None:
         assert kind.make(FaultContext(ttl_ms=1000), random.Random(1)) is None, kind.name
 
 
-@pytest.fixture
-def sleepers():
-    """Three real processes to aim at (a pause is never aimed at one that is stopped, or gone); killed at the end."""
-    procs = [subprocess.Popen(["sleep", "600"]) for _ in range(3)]
-    try:
-        yield [p.pid for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-
 
 class W:
     """A ready worker as the faults see it: slot, process number (10 + slot), and a pid."""

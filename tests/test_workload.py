@@ -139,6 +139,27 @@ def test_some_duplicates_are_meant_to_race_and_the_rest_to_arrive_late() -> None
     assert 40 < racing < 120, racing  # RACING_SHARE of the duplicates, from the seeded RNG
 
 
+def test_a_goal_short_of_races_raises_the_racing_copies_of_first_deliveries_only() -> None:
+    """A default gate reached claim-race-ready 0-2 times in 40 s at --dup-rate 0.1; while its goal is short, a first
+    delivery is copied and raced STEERED_RACES of the time (a redelivery never: its node is not READY)."""
+    from leasecheck.run.deliveries import STEERED_RACES
+
+    def races(q: Any, first: bool) -> int:
+        n = 0
+        for i in range(400):
+            node = f"x{i}" if first else "x"
+            q.ready.clear()
+            q.ready.append(node)
+            n += q.copy_waits(q.next())
+        return n
+
+    plain, steered, gated = _queue(dup_rate=0.1), _queue(dup_rate=0.1), _queue(dup_rate=0.0)
+    steered.race_more = gated.race_more = lambda: True
+    assert races(plain, True) < 0.1 * 400 < 0.6 * STEERED_RACES * 400 < races(steered, True)
+    assert races(steered, False) < 0.1 * 400  # redeliveries of one node: as without the goal
+    assert races(gated, True) == 0  # --dup-rate 0: the user's queue never duplicates, steered or not
+
+
 # ---------------------------------------------------------------- end to end
 
 

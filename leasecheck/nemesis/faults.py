@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leasecheck.nemesis.context import FaultContext, Worker
-from leasecheck.nemesis.inside import ARMS, Aiming, InFlight, choose
+from leasecheck.nemesis.inside import VICTIMS, Aiming, InFlight, choose
 from leasecheck.nemesis.processes import freeze, stopped
 from leasecheck.nemesis.processes import signal_process as _signal
 
@@ -199,25 +199,28 @@ log = logging.getLogger("leasecheck.nemesis")
 #: the longest a pause or kill waits for a worker to hold an op it aims at, in ttls (then it falls back): long
 #: enough for the rarer kinds (a release, a read) to come by; the heals go on meanwhile (the schedule's own thread)
 AIM_WAIT_TTLS = 1.0
-#: once the first victim is stopped, the longest the others are waited for, in ttls: its pause is stamped once they
-#: all are, so its window in the history starts at most this much after the first stop
-GATHER_TTLS = 0.25
+#: once the first victim is stopped, the longest the others are waited for, in ttls, by fault: a pause is stamped once
+#: they all are, so its window in the history starts at most this much after the first stop; a kill's victims all
+#: die at its stamp, whenever the first was stopped, so it waits for the others as long as for the first
+GATHER_TTLS = {"pause": 0.25, "kill": AIM_WAIT_TTLS}
 #: an aimed fault takes further victims only while this many workers are left running, so the run still contends
 MIN_RUNNING = 2
 
 
 def aimed(ctx: FaultContext, rng: random.Random, fault: str, eligible: Callable[[Worker], bool]) -> tuple[Landing, Landings] | None:
-    """The first worker holding an op of a kind drawn for ``fault`` (:func:`leasecheck.nemesis.inside.choose`: up to
-    :data:`~leasecheck.nemesis.inside.ARMS` kinds, fewer when that would leave under :data:`MIN_RUNNING` workers
-    running), and the rest as they land; None when the run has no aiming or none came within :data:`AIM_WAIT_TTLS`."""
+    """The first worker holding an op of a kind drawn for ``fault`` (:func:`leasecheck.nemesis.inside.choose`), and
+    the rest as they land: up to :data:`~leasecheck.nemesis.inside.VICTIMS` workers, fewer when that would leave under
+    :data:`MIN_RUNNING` running; None when the run has no aiming or none came within :data:`AIM_WAIT_TTLS`."""
     aiming = ctx.aiming
     if aiming is None:
         return None
     running = sum(1 for w in ctx.workers() if eligible(w))
-    draws = choose(aiming, fault, rng, most=min(ARMS, running - MIN_RUNNING))
+    most = max(1, min(VICTIMS, running - MIN_RUNNING))
+    draws = choose(aiming, fault, rng, most)
     if not draws:
         return None
-    landings = _landings(ctx, aiming, fault, aiming.aim(draws, ctx.ttl_s(AIM_WAIT_TTLS), ctx.ttl_s(GATHER_TTLS)), eligible)
+    came = aiming.aim(draws, ctx.ttl_s(AIM_WAIT_TTLS), ctx.ttl_s(GATHER_TTLS[fault]))
+    landings = _landings(ctx, aiming, fault, came, eligible, most)
     first = next(landings, None)
     log.info("%s aimed inside %s: %s", fault, ", ".join(f"a {d.f} at request {d.at}" for d in draws),
              first.op if first is not None else "none came in time")
@@ -225,9 +228,10 @@ def aimed(ctx: FaultContext, rng: random.Random, fault: str, eligible: Callable[
 
 
 def _landings(ctx: FaultContext, aiming: Aiming, fault: str, came: Iterator[InFlight],
-              eligible: Callable[[Worker], bool]) -> Landings:
-    """The workers (ready, ``eligible``) holding the ops that ``came``, counted as landed; after the first, only while
-    :data:`MIN_RUNNING` others stay running (the first is stopped by then: it is no longer eligible)."""
+              eligible: Callable[[Worker], bool], most: int) -> Landings:
+    """The workers (ready, ``eligible``) holding the ops that ``came``, counted as landed, up to ``most``; after the
+    first, only while :data:`MIN_RUNNING` others stay running (the first is stopped by then: it is no longer
+    eligible). Done at ``most``: the aim is disarmed then, however many kinds it armed."""
     taken = 0
     try:
         for op in came:
@@ -240,6 +244,8 @@ def _landings(ctx: FaultContext, aiming: Aiming, fault: str, came: Iterator[InFl
             if taken > 1:
                 log.info("%s also landed inside %s", fault, op)
             yield Landing(victim.process, victim.pid, op)
+            if taken >= most:
+                return
     finally:
         if isinstance(came, Generator):
             came.close()

@@ -4,8 +4,9 @@ Why: a claim lasts a few milliseconds, so a pause that picks its moment by
 luck falls between ops nearly always (16 of 17 in issue 34), and a claim that is
 not atomic (read, decide, write) is never stopped in its middle. So the fault
 does not pick a moment, it waits for one. Per fault, the nemesis draws (by the
-schedule's seeded generator) up to :data:`ARMS` kinds of op to land in, those it
-has landed in least first (:func:`choose`), and for each which round-trip
+schedule's seeded generator) the kinds of op to land in (:func:`choose`): in a
+run with a coverage goal every kind it has landed in fewer times than the goal,
+else up to :data:`VICTIMS` of those it has landed in least, and for each which round-trip
 boundary (the first, second ... request of the op gone out, the next not sent),
 and arms them together in shared memory (:class:`AimSlot`). The next worker to
 invoke an op of an armed kind runs it under a hook (:mod:`leasecheck.run.holds`)
@@ -14,9 +15,12 @@ socket send, a psycopg execute), tells the harness which boundary it is at, and
 at the armed one holds the op there for ``hold_ms``. The harness passes each
 word on as it comes (:class:`Aiming`, :mod:`leasecheck.run.aiming`); the fault
 stops that worker during the hold (between two round trips of the op, or between
-a request and its reply), then waits for the next, and acts once every armed kind
-landed or the wait is over: one fault, several victims, each inside an op of
-another kind. A worker holds one op per aim, so the victims are distinct workers.
+a request and its reply), then waits for the next, and acts once it has its
+victims (up to :data:`VICTIMS`) or the wait is over: one fault, several victims,
+each inside an op of another kind. Arming every short kind at once, not the
+rarest three: a release or a read comes by a few times a ttl, and an aim that
+armed only the rarest waited its whole second for them while the claims and
+renews it also needed went by (a default gate: 14 of 31 aims came back empty). A worker holds one op per aim, so the victims are distinct workers.
 
 An op that ends before the drawn boundary (a refused claim makes fewer requests
 than a granted one) is held after its last reply instead, before its completion
@@ -47,15 +51,17 @@ from typing import Any, Protocol
 
 from leasecheck.histories.vocabulary import INSIDE_FUNCTIONS
 
-#: the most kinds of op one fault is aimed inside at once (one victim each): a pause or kill of several workers, each
-#: in another kind of op, reaches every ``paused-inside-OP`` in a few faults rather than one per fault
-ARMS = 3
+#: the most workers one fault stops inside ops (one per kind of op): a pause or kill of several workers, each in
+#: another kind of op, reaches every ``paused-inside-OP`` in a few faults rather than one per fault
+VICTIMS = 3
+#: the most kinds armed at once: every kind of op there is
+SLOTS = len(INSIDE_FUNCTIONS)
 #: seq (u64, odd while a write is in progress), the aim's serial (u32), then per arm the op's code (0: none; 1 + its
 #: place in INSIDE_FUNCTIONS), the boundary to hold at (1: after the first request) and the hold (µs)
 _SEQ = struct.Struct("<Q")
 _SERIAL = struct.Struct("<I")
 _ARM = struct.Struct("<3I")
-_SIZE = _SEQ.size + _SERIAL.size + ARMS * _ARM.size
+_SIZE = _SEQ.size + _SERIAL.size + SLOTS * _ARM.size
 _MAX_TRIES = 1000
 #: how long an armed worker holds its op at the boundary, ms (drawn per arm): long enough for the word to reach the
 #: nemesis and its signal to land (a few ms on a loaded machine), short beside a lease
@@ -109,11 +115,11 @@ class AimSlot:
             os.close(fd)
 
     def arm(self, serial: int, arms: Sequence[Aim]) -> None:
-        """Arm up to :data:`ARMS` kinds at once under one ``serial`` (a worker holds one op per serial)."""
+        """Arm up to :data:`SLOTS` kinds at once under one ``serial`` (a worker holds one op per serial)."""
         (seq,) = _SEQ.unpack_from(self._map, 0)
         _SEQ.pack_into(self._map, 0, seq + 1)
         _SERIAL.pack_into(self._map, _SEQ.size, serial)
-        for i in range(ARMS):
+        for i in range(SLOTS):
             body = (1 + INSIDE_FUNCTIONS.index(arms[i].f), arms[i].at, int(arms[i].hold_ms * 1000)) if i < len(arms) else (0, 0, 0)
             _ARM.pack_into(self._map, _SEQ.size + _SERIAL.size + i * _ARM.size, *body)
         _SEQ.pack_into(self._map, 0, seq + 2)
@@ -132,7 +138,7 @@ class AimSlot:
                 break
         (serial,) = _SERIAL.unpack_from(raw, 0)
         arms = []
-        for i in range(ARMS):
+        for i in range(SLOTS):
             code, at, hold_us = _ARM.unpack_from(raw, _SERIAL.size + i * _ARM.size)
             if 0 < code <= len(INSIDE_FUNCTIONS):
                 arms.append(Arm(serial, INSIDE_FUNCTIONS[code - 1], at, hold_us / 1e6))
@@ -158,6 +164,10 @@ class Aiming(Protocol):
     @property
     def ops(self) -> tuple[str, ...]: ...
 
+    #: the run's coverage goal, as a count per kind of op and fault (None: the run has none)
+    @property
+    def want(self) -> int | None: ...
+
     def landed(self, fault: str) -> Counter[str]:
         """How many times ``fault`` has landed inside each kind of op so far (a live count: the caller adds to it)."""
 
@@ -166,18 +176,20 @@ class Aiming(Protocol):
 
     def aim(self, aims: Sequence[Aim], timeout_s: float, gather_s: float) -> Iterator[InFlight]:
         """Arm ``aims``; yield each op a worker holds for one of them, as it comes (each kind once, each worker once),
-        until every one landed, ``timeout_s`` passed since arming, or ``gather_s`` since the first landed; disarm when
-        done (or closed)."""
+        until every one landed, ``timeout_s`` passed since arming with none landed, or ``gather_s`` since the first
+        landed; disarm when done (or closed: the caller has its victims)."""
 
 
 def choose(aiming: Aiming, fault: str, rng: random.Random, most: int = 1) -> list[Aim]:
-    """Draw up to ``most`` aims for ``fault``, each a different kind of op: the kinds it has landed inside least
-    first (ties broken by ``rng``), each with a boundary among those its ops have shown, and a hold. The draws are as
-    many whatever ``most``, so the later ones follow the seed."""
+    """Draw the aims for ``fault``, each a different kind of op: with a coverage goal (:attr:`Aiming.want`), every kind
+    it has landed inside fewer times than the goal; else (or once none is short) the ``most`` it has landed inside
+    least. Landed least first, ties broken by ``rng``; each with a boundary among those its ops have shown, and a
+    hold. The draws are as many whatever ``most``, so the later ones follow the seed."""
     ops: Sequence[str] = aiming.ops
     if not ops:
         return []
-    landed = aiming.landed(fault)
+    landed, want = aiming.landed(fault), aiming.want
     draws = {f: (rng.random(), rng.random(), rng.uniform(*HOLD_MS)) for f in ops}
-    kinds = sorted(ops, key=lambda f: (landed[f], draws[f][0]))[:max(1, most)]
-    return [Aim(f, 1 + int(draws[f][1] * aiming.boundaries(f)), draws[f][2]) for f in kinds]
+    kinds = sorted(ops, key=lambda f: (landed[f], draws[f][0]))
+    short = [f for f in kinds if want is not None and landed[f] < want]
+    return [Aim(f, 1 + int(draws[f][1] * aiming.boundaries(f)), draws[f][2]) for f in short or kinds[:max(1, most)]]

@@ -15,8 +15,8 @@ from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.protocol import Fault
 
-#: the share of its drawn wait a fault waits while the run wants its evidence sooner (:attr:`Nemesis.hurry`): a
-#: quarter, so a gate's pause and kill (every 5 s) come every 1.25 s on average until their situations are reached
+#: the share of its drawn wait a fault waits while the run wants its evidence sooner (:attr:`Nemesis.hurry`): an
+#: eighth, so a gate's pause and kill (every 5 s) come every 0.6 s on average until their situations are reached
 HURRIED = 0.125
 
 #: record(f, value): write one nemesis event into the history (what it returns, e.g. the event's index, is ignored)

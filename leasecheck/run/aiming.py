@@ -1,6 +1,6 @@
 """The harness's side of aiming a fault inside ops (:mod:`leasecheck.nemesis.inside`): arm, then take the words as they come.
 
-The nemesis thread arms up to :data:`~leasecheck.nemesis.inside.ARMS` kinds of
+The nemesis thread arms up to :data:`~leasecheck.nemesis.inside.SLOTS` kinds of
 op in the shared slot under one serial and waits; the recorder's thread, serving
 the workers' pipes, passes on each ``between`` note a held op sends
 (:meth:`Aimer.note`). The first note from the armed serial at an armed kind's
@@ -32,8 +32,9 @@ UNSEEN_BOUNDARIES = 1
 class Aimer:
     """Arms the slot at ``path`` (created here) and hands over the workers that hold the armed ops."""
 
-    def __init__(self, path: Path, resource_reads: bool) -> None:
+    def __init__(self, path: Path, resource_reads: bool, want: int | None = None) -> None:
         self.path = path
+        self.want = want
         path.parent.mkdir(parents=True, exist_ok=True)
         self.slot = AimSlot(path, create=True)
         self._ops = tuple(f for f in INSIDE_FUNCTIONS if resource_reads or f != READ_RESOURCE)
@@ -72,8 +73,8 @@ class Aimer:
                     came = self._came[given:]
                 if not came:
                     return
-                if not given:  # the first came: the others have a little longer at most
-                    until = min(until, time.monotonic() + gather_s)
+                if not given:  # the first came: the others have ``gather_s`` from now
+                    until = time.monotonic() + gather_s
                 for op in came:
                     given += 1
                     yield op

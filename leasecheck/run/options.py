@@ -100,12 +100,17 @@ class RunOptions:
     record: bool = True
     workload: Workload = field(default_factory=Workload)
 
+    @property
+    def goal_count(self) -> int | None:
+        """How many times ``--until-covered`` wants each situation reached (None: the run has no goal)."""
+        return (self.min_count or MIN_COUNT) if self.until_covered else None
+
     def coverage_goal(self, kinds: Sequence[FaultKind], resource_read: bool = True) -> CoverageGoal | None:
         """What ``--until-covered`` waits for (every situation applicable to these faults and a target that reads its
         resource back or not, ``min_count`` times), or None."""
         if not self.until_covered:
             return None
-        return coverage_goal(kinds, self.require, self.min_count or MIN_COUNT, self.strict_coverage, resource_read)
+        return coverage_goal(kinds, self.require, self.goal_count or MIN_COUNT, self.strict_coverage, resource_read)
 
     @property
     def longest_s(self) -> float:

@@ -63,6 +63,8 @@ from leasecheck.targets.registry import TargetSpec
 from leasecheck.verdict.tails import HistoryTail
 
 log = logging.getLogger("leasecheck.run")
+#: what a run's folder logs: the run's own lines and the nemesis' (each fault's aim, what it landed in)
+RUN_LOGGER = logging.getLogger("leasecheck")
 
 
 class Run:
@@ -147,14 +149,14 @@ class Run:
             self._failed(e)
             raise
         finally:
-            log.removeHandler(handler)
+            RUN_LOGGER.removeHandler(handler)
             handler.close()
 
     def _open_run_folder(self) -> logging.Handler:
         """The run's folder, its log (the handler the caller removes), test.json; the run's clock and the workers' clocks."""
         opts = self.opts
         self.run_dir = new_run_dir(Path(opts.store), opts.target)
-        handler = log_to(log, self.run_dir / "leasecheck.log")
+        handler = log_to(RUN_LOGGER, self.run_dir / "leasecheck.log")
         write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "run_id": self.run_id, "argv": sys.argv,
                                                    **recorded_replay()})
         log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
@@ -223,7 +225,7 @@ class Run:
                                log_dir=self.run_dir / WORKERS_DIR, start_ns=self.start_ns)
         self.aimer: Aimer | None = None  # a worker pause or kill lands inside an op: the slot it arms, the notes that answer it
         if opts.record and any(kind.name in INSIDE_FAULTS for kind in self.kinds):
-            self.aimer = Aimer(self.run_dir / CLOCKS_DIR / AIM_SLOT, self.resource_read)
+            self.aimer = Aimer(self.run_dir / CLOCKS_DIR / AIM_SLOT, self.resource_read, opts.goal_count)
             self.recorder.on_between, self.pool.aim_path = self.aimer.note, str(self.aimer.path)
 
     def _set_up_nemesis(self) -> None:
@@ -303,7 +305,8 @@ class Run:
         end = self.deadline = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require, self.opts.time_limit,
                                        self.opts.longest_s, time.monotonic(), self.following.coverage if self.following else None,
                                        self.opts.coverage_goal(self.kinds, self.resource_read))
-        self.nemesis.hurry, end.on_pace = end.hurry, self.nemesis.repace  # past the limit, faults short of evidence come sooner
+        self.nemesis.hurry, end.on_pace = end.hurry, self.nemesis.repace  # faults short of the goal come sooner
+        self.deliveries.race_more = lambda: end.wants("claim-race-ready")  # and claims racing for a READY node, more often
         self.nemesis.start()
         self.clock_watch = ClockWatch.started(self.merge.nemesis, self.timing.uncertainty_ms)  # a VM restored, a resume
         self.tail = end.tail
