@@ -258,3 +258,27 @@ def test_refusals_a_fault_explains_are_counted_under_it() -> None:
                                   "had its worker cut off from the store), error 1 (1 while partition had its worker cut off "
                                   "from the store)")
     assert refusals_text(Refusals().to_json([])) == "none"
+
+
+def test_refusals_of_a_node_whose_record_a_failover_lost_are_said_with_the_failover() -> None:
+    """After a failover that lost writes, every claim of a lost node is refused 'no such node' long after the fault's
+    window closed; those are said as the failover's doing, the other errors are not."""
+    from leasecheck.checker.attribution import FaultWindow
+    from leasecheck.histories import Op
+    from leasecheck.report.refusals import Refusals, refusals_text
+
+    def error(i: int, message: str, start: int) -> Op:
+        return Op(index=i, process=1, f="claim", node="n", value={}, type="fail",
+                  result={"reason": "error", "message": message}, invoke_time=start, complete_time=start + 5)
+
+    early = FaultWindow("kill-primary", 50, 80, frozenset(), True, "killed", "killed the primary")
+    failover = FaultWindow("failover", 100, 200, frozenset(), True, "failed over", "failed the cluster over")
+    r = Refusals()
+    for op in [error(0, "no such node 'x' (no key x)", 40),  # before any fault: nothing explains it
+               error(1, "no such node 'x' (no key x)", 300), error(2, "no such node 'y'", 900),
+               error(3, "syntax error", 400)]:  # an error of another kind: not the failover's
+        r.add(op)
+    obj = r.to_json([failover, early])
+    assert obj["explained"] == [{"reason": "error", "fault": "failover", "did": "lost the node's record", "count": 2,
+                                 "ops": {"claim": 2}, "after": True}]
+    assert refusals_text(obj) == "4: error 4 (2 after failover lost the node's record)"

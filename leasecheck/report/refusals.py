@@ -6,7 +6,10 @@ store faults has hundreds of them that a reader must not mistake for the backend
 doing. So each of those whose op a fault window hit (the store's, hitting every
 process, or one naming the op's process; :func:`~leasecheck.verdict.attribution.fault_victims`'s
 windows) is counted under that fault: ``unavailable 36 (30 while kill-store killed
-the store)``. Counted once, by the checker thread that follows the run, into
+the store)``. A store's ``error`` that says the node has no record (``no such node``)
+after a fault of the whole store (a failover, a store killed) is that fault's doing
+too, long after its window closed: ``error 659 (659 after failover lost the node's
+record)``. Counted once, by the checker thread that follows the run, into
 ``results.json``'s ``run.refusals``; the terminal and the report both word it with
 :func:`refusals_text`, so they say the same numbers.
 """
@@ -23,6 +26,11 @@ from leasecheck.histories import Op
 
 #: refusals that are not the workload's own: a fault that hit the op explains them
 FAULT_REASONS = ("unavailable", "error")
+#: the start of an ``error`` refusal's message that says the node has no record in the store (every reference
+#: backend's wording): the record was lost, by a failover or a crash that kept no durable copy
+NO_RECORD = "no such node"
+#: what a fault of the whole store did to such a node, as the refusals say it
+LOST_RECORD = "lost the node's record"
 #: reasons in the order they are said (the workload's own first); any other after them, by name
 _ORDER = ("held", "stale", "expired", "terminal", "not-owner", *FAULT_REASONS)
 
@@ -36,7 +44,9 @@ class Refusals:
     def __init__(self) -> None:
         self.reasons: Counter[str] = Counter()
         self.by_f: dict[str, Counter[str]] = {}
-        self._kept = array("q")  # invoke, complete, process, reason's index, f's index: for each FAULT_REASONS refusal
+        #: invoke, complete, process, reason's index, f's index, and whether it says the node has no record (1): for
+        #: each FAULT_REASONS refusal
+        self._kept = array("q")
         self._fs: list[str] = []
 
     def add(self, op: Op) -> None:
@@ -49,27 +59,31 @@ class Refusals:
             if op.f not in self._fs:
                 self._fs.append(op.f)
             end = op.invoke_time if op.complete_time is None else op.complete_time
-            self._kept.extend((op.invoke_time, end, op.process, FAULT_REASONS.index(reason), self._fs.index(op.f)))
+            no_record = str(op.result.get("message", "")).startswith(NO_RECORD)
+            self._kept.extend((op.invoke_time, end, op.process, FAULT_REASONS.index(reason), self._fs.index(op.f), no_record))
 
     def to_json(self, windows: Sequence[FaultWindow]) -> dict[str, Any]:
         """``{"total", "reasons": {reason: n}, "ops": {reason: {f: n}}, "explained": [{"reason", "fault", "did",
         "count", "ops": {f: n}}]}``: each refusal of :data:`FAULT_REASONS` under the first fault window that hit its
-        process while it was in flight."""
-        explained: dict[tuple[str, str, str], Counter[str]] = {}
+        process while it was in flight, or (one that says the node has no record) under the latest fault of the whole
+        store before it (``"after": true``)."""
+        explained: dict[tuple[str, str, str, bool], Counter[str]] = {}
         kept = self._kept
-        for i in range(0, len(kept), 5):
-            start, end, process, reason, f = kept[i:i + 5]
-            for w in windows:
-                if w.start <= end and w.until >= start and (w.everyone or process in w.victims):
-                    key = (FAULT_REASONS[reason], w.fault, w.did_all if w.everyone else f"had its worker {w.did}")
-                    explained.setdefault(key, Counter())[self._fs[f]] += 1
-                    break
+        for i in range(0, len(kept), 6):
+            start, end, process, reason, f, no_record = kept[i:i + 6]
+            key = next(((FAULT_REASONS[reason], w.fault, w.did_all if w.everyone else f"had its worker {w.did}", False)
+                        for w in windows if w.start <= end and w.until >= start and (w.everyone or process in w.victims)), None)
+            if key is None and no_record:
+                before = [w for w in windows if w.everyone and w.start <= start]
+                key = (FAULT_REASONS[reason], max(before, key=lambda w: w.start).fault, LOST_RECORD, True) if before else None
+            if key is not None:
+                explained.setdefault(key, Counter())[self._fs[f]] += 1
         return {
             "total": sum(self.reasons.values()),
             "reasons": {r: self.reasons[r] for r in _ordered(self.reasons)},
             "ops": {r: dict(self.by_f[r]) for r in _ordered(self.reasons)},
-            "explained": [{"reason": r, "fault": fault, "did": did, "count": sum(fs.values()), "ops": dict(fs)}
-                          for (r, fault, did), fs in explained.items()],
+            "explained": [{"reason": r, "fault": fault, "did": did, "count": sum(fs.values()), "ops": dict(fs),
+                           **({"after": True} if after else {})} for (r, fault, did, after), fs in explained.items()],
         }
 
 
@@ -87,8 +101,9 @@ def refusals_text(obj: Any) -> str | None:
     why: dict[str, list[str]] = {}
     for e in obj.get("explained") or []:
         if isinstance(e, dict) and isinstance(e.get("count"), int):
-            why.setdefault(str(e.get("reason")), []).append(f"{e['count']:,} while {e.get('fault')} {e.get('did')}"
-                                                            if e.get("did") else f"{e['count']:,} while {e.get('fault')}")
+            when = "after" if e.get("after") else "while"
+            why.setdefault(str(e.get("reason")), []).append(f"{e['count']:,} {when} {e.get('fault')} {e.get('did')}"
+                                                            if e.get("did") else f"{e['count']:,} {when} {e.get('fault')}")
     parts = [f"{r} {n:,}" + (f" ({', '.join(why[r])})" if r in why else "")
              for r, n in obj["reasons"].items() if isinstance(n, int)]
     return f"{obj['total']:,}: {', '.join(parts)}"
