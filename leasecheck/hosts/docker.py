@@ -1,0 +1,159 @@
+"""A host that is a container (``docker://NAME``): commands by ``exec``, files by the engine's archives.
+
+Why the SDK and not ``docker exec`` on a shell: the engine answers with the
+exit code and the two outputs apart (``demux``), and files cross as tar archives
+(``get_archive`` / ``put_archive``) with no shell or ``cat`` needed in the image
+for a read. A command's stdin and a file's atomic replacement do need ``sh`` and
+``mv`` in the container (the engine's exec has no stdin but a socket to hijack):
+the input is put beside the command as a file first.
+
+Commands run in a thread of the host's own, so a container that never answers
+costs the caller ``timeout`` seconds, not the run.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import shutil
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from leasecheck.errors import EnvironmentFailure
+from leasecheck.hosts.protocol import TIMEOUT_S, HostFileError, HostUnreachable, Ran
+
+T = TypeVar("T")
+#: runs a command with its stdin from a file put there first (argv: sh -c SCRIPT sh FILE COMMAND...)
+_STDIN_SCRIPT = 'f=$1; shift; "$@" < "$f"; s=$?; rm -f "$f"; exit $s'
+
+
+@dataclass
+class DockerHost:
+    """The container ``container`` (a name or an id) as a host named ``name``; the engine from the environment."""
+
+    name: str
+    container: str
+    client: Any = None
+    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(4, "leasecheck-docker"), repr=False)
+
+    def _engine(self) -> Any:
+        if self.client is None:
+            try:
+                import docker
+            except ImportError:
+                raise EnvironmentFailure("docker:// hosts need the Docker SDK: pip install 'leasecheck[docker]'") from None
+            try:
+                self.client = docker.from_env(timeout=60)
+            except docker.errors.DockerException as e:
+                raise HostUnreachable(f"{self.name}: no Docker engine answers: {e}") from None
+        return self.client
+
+    def _call(self, what: str, fn: Callable[[Any], T], timeout: float) -> T:
+        """``fn(container)`` in the host's thread, within ``timeout``; the engine's errors as HostUnreachable."""
+        import docker
+
+        def call() -> T:
+            return fn(self._engine().containers.get(self.container))
+
+        try:
+            return self._pool.submit(call).result(timeout)
+        except FutureTimeout:
+            raise HostUnreachable(f"{self.name}: {what} did not finish within {timeout:g} s") from None
+        except docker.errors.NotFound as e:
+            raise HostUnreachable(f"{self.name}: no container {self.container}: {e.explanation or e}") from None
+        except docker.errors.DockerException as e:
+            raise HostUnreachable(f"{self.name}: {what}: {getattr(e, 'explanation', None) or e}") from None
+
+    def run(self, argv: Sequence[str], input: bytes | None = None, timeout: float = TIMEOUT_S) -> Ran:
+        command = list(argv)
+        if input is not None:
+            stdin = f"/.leasecheck-stdin-{uuid.uuid4().hex}"  # the one folder every image has (the engine cannot write a tmpfs)
+            self._put(stdin, input, timeout)
+            command = ["sh", "-c", _STDIN_SCRIPT, "sh", stdin, *argv]
+
+        def exec_run(container: Any) -> Ran:
+            code, (out, err) = container.exec_run(command, demux=True)
+            return Ran(tuple(argv), code if code is not None else -1, out or b"", err or b"")
+
+        return self._call(" ".join(argv), exec_run, timeout)
+
+    def _put(self, path: str, data: bytes, timeout: float) -> None:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            info = tarfile.TarInfo(posixpath.basename(path))
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+        directory = posixpath.dirname(path) or "/"
+
+        def put(container: Any) -> bool:
+            try:
+                return bool(container.put_archive(directory, buffer.getvalue()))
+            except _not_found() as e:
+                raise HostFileError(f"{self.name}: cannot write {path}: {getattr(e, 'explanation', None) or e}") from None
+
+        if not self._call(f"writing {path}", put, timeout):
+            raise HostFileError(f"{self.name}: cannot write {path}: the engine refused the archive")
+
+    def read_file(self, path: str) -> bytes:
+        with tempfile.TemporaryFile() as tar_file:
+            self._archive(path, tar_file)
+            out = io.BytesIO()
+            _copy_member(self.name, path, tar_file, out)
+            return out.getvalue()
+
+    def write_file(self, path: str, data: bytes) -> None:
+        tmp = f"{path}.leasecheck-tmp"
+        self._put(tmp, data, TIMEOUT_S)
+        moved = self.run(["mv", "-f", tmp, path])
+        if not moved.ok:
+            raise HostFileError(f"{self.name}: cannot write {path}: {moved.why()}")
+
+    def fetch(self, remote_path: str, local_path: Path) -> None:
+        with tempfile.TemporaryFile() as tar_file:
+            self._archive(remote_path, tar_file, timeout=300.0)
+            with open(local_path, "wb") as out:
+                _copy_member(self.name, remote_path, tar_file, out)
+
+    def _archive(self, path: str, into: Any, timeout: float = TIMEOUT_S) -> None:
+        """The engine's tar of ``path``, streamed into the file ``into``."""
+
+        def get(container: Any) -> None:
+            try:
+                chunks, _stat = container.get_archive(path)
+            except _not_found():
+                raise HostFileError(f"{self.name}: cannot read {path}: no such file") from None
+            for chunk in chunks:
+                into.write(chunk)
+
+        self._call(f"reading {path}", get, timeout)
+        into.seek(0)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
+def _not_found() -> type[Exception]:
+    """The SDK's "no such container or file" (imported late: the SDK is an extra)."""
+    import docker
+
+    return docker.errors.NotFound
+
+
+def _copy_member(host: str, path: str, tar_file: Any, out: Any) -> None:
+    """Copy the one regular file of the archive the engine made of ``path`` into ``out``."""
+    with tarfile.open(fileobj=tar_file, mode="r") as tar:
+        for info in tar:
+            extracted = tar.extractfile(info) if info.isfile() else None
+            if extracted is not None:
+                shutil.copyfileobj(extracted, out)
+                return
+    raise HostFileError(f"{host}: cannot read {path}: not a regular file")
