@@ -15,6 +15,7 @@ import os
 import pwd
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from leasecheck.nemesis.processes import read_process
@@ -92,6 +93,15 @@ def server_directory(run_dir: Path, name: str, user: pwd.struct_passwd | None = 
     return tmp  # the server is given the real path: it cannot pass through the run directory
 
 
+def _logs_only(home: Path) -> Callable[[str, list[str]], list[str]]:
+    """What a copy of the members' folders leaves out: every folder below a member's (its data), and anything that is
+    neither a file nor a folder (a server's socket, which no copy can read: ENXIO)."""
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        here = Path(folder)
+        return [n for n in names if ((here / n).is_dir() and here != home) or not ((here / n).is_dir() or (here / n).is_file())]
+    return ignore
+
+
 def _remove_linked_home(run_dir: Path, name: str) -> bool:
     """A server directory outside the run (see :func:`server_directory`): keep its log in the run, remove it."""
     link = run_dir / name
@@ -104,8 +114,7 @@ def _remove_linked_home(run_dir: Path, name: str) -> bool:
         if any(_postmaster_alive(data) for data in home.glob("*/data")):
             return False
         link.unlink()
-        shutil.copytree(home, link, ignore=lambda folder, names: [n for n in names if (Path(folder) / n).is_dir()
-                                                                   and Path(folder) != home])
+        shutil.copytree(home, link, ignore=_logs_only(home))
         shutil.rmtree(home, ignore_errors=True)
         return True
     log = home / f"{name}.log"

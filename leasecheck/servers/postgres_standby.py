@@ -131,7 +131,7 @@ class StandbyMember(PostgresServer):
                                   f" WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '{name}')")
         shutil.rmtree(self.data_dir, ignore_errors=True)
         command = [
-            str(self.bin_dir / "pg_basebackup"), "-D", str(self.data_dir), "-d", f"{member_url(upstream)}?connect_timeout=5",
+            str(self.bin_dir / "pg_basebackup"), "-D", str(self.data_dir), "-d", f"{member_url(upstream)}?connect_timeout=15",
             "-S", name, "--checkpoint=fast", "--wal-method=stream", "--no-sync",
         ]
 
