@@ -39,11 +39,14 @@ WIDTH = 80
 
 
 def command(name: str) -> click.Command:
-    """A subcommand of ``leasecheck`` by its name."""
-    group = cli_group
-    cmd = group.commands.get(name)
-    if cmd is None:
-        raise KeyError(f"no command {name!r} (commands: {', '.join(group.commands)})")
+    """A subcommand of ``leasecheck`` by its name (``hosts check``: a group's subcommand)."""
+    cmd: click.Command = cli_group
+    for part in name.split():
+        sub = cmd.commands.get(part) if isinstance(cmd, click.Group) else None
+        if sub is None:
+            known = ", ".join(cmd.commands) if isinstance(cmd, click.Group) else "none"
+            raise KeyError(f"no command {name!r} (commands: {known})")
+        cmd = sub
     return cmd
 
 
@@ -151,7 +154,9 @@ def _help(cmd: click.Command) -> str:
 def cli() -> str:
     """Every command of ``leasecheck``: its help text, synopsis and options, in the CLI's order."""
     parts: list[str] = []
-    for name, cmd in cli_group.commands.items():
+    every = [(f"{name} {sub}".strip(), each) for name, cmd in cli_group.commands.items()  # a group: its subcommands
+             for sub, each in (cmd.commands.items() if isinstance(cmd, click.Group) else [("", cmd)])]
+    for name, cmd in every:
         if cmd.hidden:
             continue
         parts.append(f"## `leasecheck {name}`")

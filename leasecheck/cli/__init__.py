@@ -14,6 +14,7 @@ the command that needs it:
 * :mod:`.running` — ``run`` (its options are :mod:`leasecheck.run.flags`'), ``install-toxiproxy``;
 * :mod:`.many_runs` — ``audit``, ``matrix``, ``summary``: many runs at once, judged;
 * :mod:`.run_folders` — ``report``, ``heal``: a run folder after its run;
+* :mod:`.hosts` — ``hosts check``: a deployment on hosts leasecheck did not start, and what its faults need there;
 * :mod:`.new_target` — ``new-target``: a team's own adapter and its test;
 * :mod:`.output` — what the commands share: one-line messages, JUnit files.
 
@@ -31,6 +32,7 @@ import traceback
 import click
 
 from leasecheck.cli.checking import check, clusters, nemeses, targets
+from leasecheck.cli.hosts import hosts
 from leasecheck.cli.many_runs import audit, matrix, summary
 from leasecheck.cli.new_target import new_target
 from leasecheck.cli.output import last_note, one_line
@@ -110,5 +112,6 @@ def main() -> None:
 
 
 # in the order --help and the docs' command-line reference list them
-for _command in (check, targets, run, audit, new_target, report, heal, nemeses, clusters, install_toxiproxy, matrix, summary):
+for _command in (check, targets, run, audit, new_target, report, heal, nemeses, clusters, hosts, install_toxiproxy, matrix,
+                 summary):
     main.add_command(_command)

@@ -46,8 +46,11 @@ def report(path: str, output: str | None) -> None:
 
 
 @click.command()
-@click.argument("path", default="store/latest", metavar="[RUN_DIR]")
-def heal(path: str) -> None:
+@click.argument("path", default=None, required=False, metavar="[RUN_DIR]")
+@click.option("--hosts", "hosts_file", default=None, metavar="FILE",
+              help="Also undo, on every member's host of this deployment file, what leasecheck left there (docs/hosts.md).")
+@click.option("--run-id", default=None, metavar="ID", help="With --hosts: only that run's firewall rules (default: every leasecheck rule).")
+def heal(path: str | None, hosts_file: str | None, run_id: str | None) -> None:
     """Undo the faults a run left active (after the harness itself was killed).
 
     Reads RUN_DIR/faults.json (default: store/latest), undoes each fault it
@@ -56,7 +59,20 @@ def heal(path: str) -> None:
     (network namespaces) of any cluster whose harness is gone. Then appends to the
     history what only the worker logs hold (RUN_DIR/workers/, what the killed
     harness had not merged yet), as `leasecheck check RUN_DIR` does.
+
+    With --hosts FILE it first heals the deployment's hosts: deletes the
+    firewall rules tagged leasecheck: (only leasecheck:ID with --run-id),
+    sends SIGCONT to each member's processes and resets each faketime file to
+    +0; exit 4 if a host could not be healed. Without RUN_DIR, and no
+    store/latest, only the hosts are healed.
     """
+    if hosts_file is not None:
+        healed = heal_hosts(hosts_file, run_id)
+        if path is None and not Path("store/latest").is_dir():
+            sys.exit(healed)
+    elif run_id is not None:
+        raise click.UsageError("--run-id goes with --hosts FILE")
+    path = path or "store/latest"
     from leasecheck.nemesis.catalogue import import_fault_modules
     from leasecheck.nemesis.heal import heal_record
     from leasecheck.rundir.storedir import BadFaultsFile, load_faults, save_faults
@@ -91,6 +107,28 @@ def heal(path: str) -> None:
     for netns in remove_orphans():  # a cluster's hosts whose harness and guard were both killed
         click.echo(f"removed network namespace {netns}")
     recover_history(run_dir)
+    if hosts_file is not None:
+        sys.exit(healed)
+
+
+def heal_hosts(file: str, run_id: str | None) -> int:
+    """``heal --hosts FILE``: every member's host healed, one line per step; the exit code (0, 3 or 4)."""
+    from leasecheck.hosts.control import DeployedCluster
+    from leasecheck.hosts.deployment import DeploymentError, load_deployment
+
+    try:
+        cluster = DeployedCluster.open(load_deployment(file), run_id or "heal")
+    except (DeploymentError, ValueError) as e:
+        click.echo(f"leasecheck heal: {e}", err=True)
+        return Exit.BAD_INPUT
+    try:
+        rows = cluster.heal_run(run_id) if run_id else cluster.heal_all_tagged()
+    finally:
+        cluster.close()
+    for row in rows:
+        click.echo(f"{row.member}: {row.what}: {row.detail}" if row.ok else f"{row.member}: {row.what}: FAILED: {row.detail}",
+                   err=not row.ok)
+    return Exit.VALID if all(row.ok for row in rows) else Exit.ENVIRONMENT
 
 
 def recover_history(run_dir: Path) -> None:

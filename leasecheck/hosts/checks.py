@@ -21,7 +21,7 @@ from pathlib import Path
 
 from leasecheck.errors import EnvironmentFailure
 from leasecheck.hosts import firewall, processes, stores
-from leasecheck.hosts.control import DeployedCluster, Row
+from leasecheck.hosts.control import DeployedCluster, Row, each
 from leasecheck.hosts.deployment import DeploymentError, MemberSpec, load_deployment
 from leasecheck.hosts.protocol import Host
 
@@ -51,9 +51,8 @@ def needs_of(faults: Iterable[str]) -> frozenset[str]:
 def check(cluster: DeployedCluster, faults: Sequence[str] = tuple(NEEDS)) -> list[Row]:
     """One row per thing tried, on every member, for ``faults``; nothing on any host is changed."""
     needs = needs_of(faults)
-    rows: list[Row] = []
-    for member in cluster.deployment.members:
-        rows += _member_rows(cluster.host(member.name), member, needs, cluster.run_id)
+    rows = [row for member_rows in each(cluster.member_names(), lambda name: _member_rows(
+        cluster.host(name), cluster.member(name), needs, cluster.run_id)) for row in member_rows]
     reached = all(r.ok for r in rows if r.what == "reach")
     if "primary" in needs and reached:
         primary = cluster.primary()

@@ -24,9 +24,10 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from leasecheck.errors import EnvironmentFailure
 from leasecheck.hosts import firewall, processes, stores
@@ -36,6 +37,7 @@ from leasecheck.hosts.protocol import Host
 from leasecheck.hosts.transports import open_host
 from leasecheck.waiting import poll
 
+T = TypeVar("T")
 #: how long a member's start command and then its process may take to show
 START_TIMEOUT_S = 60.0
 #: how long a killed member's processes may take to be gone
@@ -46,6 +48,15 @@ def faketime_offset(offset_ms: float) -> str:
     """libfaketime's relative-offset syntax, in seconds: ``+1.5``, ``-0.25``, ``+0`` (what its control file holds)."""
     text = f"{offset_ms / 1000.0:+.6f}".rstrip("0").rstrip(".")
     return "+0" if text in ("+", "-", "+0", "-0") else text
+
+
+def each(names: Iterable[str], act: Callable[[str], T]) -> list[T]:
+    """``act`` on every member at once (a command over ssh costs ~0.1 s), in ``names``' order; the first error raised."""
+    names = list(names)
+    if len(names) < 2:
+        return [act(name) for name in names]
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        return list(pool.map(act, names))
 
 
 def _link(a: str, b: str) -> tuple[str, str]:
@@ -168,8 +179,7 @@ class DeployedCluster:
         with self._lock:
             if links is None:
                 self.cuts.clear()
-                for name in self.member_names():
-                    firewall.remove_tagged(self.host(name), self.run_id)
+                each(self.member_names(), lambda name: firewall.remove_tagged(self.host(name), self.run_id))
                 return
             for a, b in (_link(*link) for link in links):
                 if self.cuts[a, b] <= 0:
@@ -208,19 +218,22 @@ class DeployedCluster:
     def heal_all(self) -> None:
         """This run's rules gone, every member that is up resumed and its clock back (heal-all's last word)."""
         self.heal_partition()
-        for name in self.member_names():
-            if name not in self.down:
-                self.resume_member(name)
-                if self.member(name).faketime is not None:
-                    self.skew_member(name, 0.0)
+
+        def heal(name: str) -> None:
+            self.resume_member(name)
+            if self.member(name).faketime is not None:
+                self.skew_member(name, 0.0)
+
+        each([name for name in self.member_names() if name not in self.down], heal)
 
     def heal_run(self, run_id: str | None = None, every_run: bool = False) -> list[Row]:
         """Undo, from the deployment alone, what run ``run_id`` (default: this one; ``every_run``: any leasecheck run)
         left on each host: its firewall rules, stopped processes, skewed clocks. A host that fails is a row, not the end.
         """
-        rows = []
         tag = None if every_run else run_id or self.run_id
-        for member in self.deployment.members:
+
+        def heal(member: MemberSpec) -> list[Row]:
+            rows = []
             steps = [("firewall", self._unfirewall), ("processes", self._unpause)]
             if member.faketime is not None:
                 steps.append(("clock", self._unskew))
@@ -229,8 +242,11 @@ class DeployedCluster:
                     rows.append(Row(member.name, what, True, step(member.name, tag)))
                 except EnvironmentFailure as e:
                     rows.append(Row(member.name, what, False, str(e)))
+            return rows
+
+        done = each(self.member_names(), lambda name: heal(self.member(name)))
         self.cuts.clear()
-        return rows
+        return [row for rows in done for row in rows]
 
     def _unfirewall(self, name: str, run_id: str | None) -> str:
         removed = firewall.remove_tagged(self.host(name), run_id)

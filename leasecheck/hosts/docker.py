@@ -80,7 +80,7 @@ class DockerHost:
 
         def exec_run(container: Any) -> Ran:
             code, (out, err) = container.exec_run(command, demux=True)
-            return Ran(tuple(argv), code if code is not None else -1, out or b"", err or b"")
+            return Ran(tuple(argv), _returncode(code), out or b"", err or b"")
 
         return self._call(" ".join(argv), exec_run, timeout)
 
@@ -139,6 +139,13 @@ class DockerHost:
         if self.client is not None:
             self.client.close()
             self.client = None
+
+
+def _returncode(code: int | None) -> int:
+    """The engine says 128 + N for a command killed by signal N (as a shell would): minus N, as the other transports."""
+    if code is None:
+        return -1
+    return -(code - 128) if 128 < code < 128 + 65 else code
 
 
 def _not_found() -> type[Exception]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from leasecheck.errors import EnvironmentFailure
@@ -60,6 +61,15 @@ def _ask(cluster: Members, member: MemberSpec, argv: list[str], timeout: float =
     except HostUnreachable:
         return None
     return ran.out if ran.ok else None
+
+
+def _ask_each(cluster: Members, argv: Callable[[MemberSpec], list[str]]) -> dict[str, str | None]:
+    """Each live member's answer to its ``argv``, asked of all at once (a command over ssh costs ~0.1 s)."""
+    live = _live(cluster)
+    if not live:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(live)) as pool:
+        return dict(zip([m.name for m in live], pool.map(lambda m: _ask(cluster, m, argv(m)), live)))
 
 
 def _client(cluster: Members, key: str = "client") -> list[str]:
@@ -106,8 +116,8 @@ def _redis_primary(cluster: Members) -> str | None:
             if said:
                 return member_named(cluster, said.splitlines()[0])
         return None
-    masters = [m.name for m in _live(cluster)
-               if "role:master" in (_ask(cluster, m, [*_client(cluster), "INFO", "replication"]) or "").split()]
+    infos = _ask_each(cluster, lambda m: [*_client(cluster), "INFO", "replication"])
+    masters = [name for name, info in infos.items() if "role:master" in (info or "").split()]
     return masters[0] if len(masters) == 1 else None
 
 
@@ -140,27 +150,29 @@ def _moved(cluster: Members, old: str | None, ask: Callable[[Members], str | Non
 # ---------------------------------------------------------------- postgres
 
 
-def _in_recovery(cluster: Members, member: MemberSpec) -> bool | None:
-    said = _ask(cluster, member, [*_client(cluster), "-At", "-c", "select pg_is_in_recovery()"])
-    return None if said is None else said == "t"
+def _in_recovery(cluster: Members) -> dict[str, str | None]:
+    """Each live member's ``pg_is_in_recovery()``: ``t`` (a standby), ``f`` (writable), None (no answer)."""
+    return _ask_each(cluster, lambda m: [*_client(cluster), "-At", "-c", "select pg_is_in_recovery()"])
 
 
 def _postgres_primary(cluster: Members) -> str | None:
-    primaries = [m.name for m in _live(cluster) if _in_recovery(cluster, m) is False]
+    primaries = [name for name, said in _in_recovery(cluster).items() if said == "f"]
     return primaries[0] if len(primaries) == 1 else None
 
 
 def _postgres_failover(cluster: Members) -> dict[str, Any]:
     """As Patroni on a lost primary: kill it first (two writable primaries are never made), promote a standby."""
-    old = _postgres_primary(cluster)
-    standbys = [m for m in _live(cluster) if m.name != old and _in_recovery(cluster, m) is True]
+    said = _in_recovery(cluster)
+    writable = [name for name, answer in said.items() if answer == "f"]
+    old = writable[0] if len(writable) == 1 else None
+    standbys = [cluster.deployment.member(name) for name, answer in said.items() if answer == "t"]
     if old is None or not standbys:
         return {"to": None, "primary": old, "skipped": "no primary, or no standby answering, to fail over to"}
     cluster.kill_member(old)
     new = standbys[0]
-    said = _ask(cluster, new, [*_client(cluster), "-At", "-c", "select pg_promote(true, 10)"], timeout=15.0)
-    if said != "t":
-        raise EnvironmentFailure(f"postgres: promoting {new.name} failed (it said {said!r}); {old} was killed")
+    promoted = _ask(cluster, new, [*_client(cluster), "-At", "-c", "select pg_promote(true, 10)"], timeout=15.0)
+    if promoted != "t":
+        raise EnvironmentFailure(f"postgres: promoting {new.name} failed (it said {promoted!r}); {old} was killed")
     return {"from": old, "to": new.name}
 
 
