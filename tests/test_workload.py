@@ -465,3 +465,26 @@ def test_a_worker_gives_its_lease_back_when_its_clock_goes_behind_and_then_claim
     assert ("requeue", "n1") in hub.told, "given back: handed out again at once"
     assert n2[0] == ("claim", "ok") and ("renew", "ok") in n2 and n2[-1] == ("commit", "ok"), n2
     assert took < 0.6, f"the first execution (1.2-2.5 ttl) was cut at the skew and the second was brief: {took:.2f} s"
+
+
+def test_a_zombies_phase_moves_to_one_the_goal_is_short_of() -> None:
+    """Drawn alike, a zombie's phases after a takeover's end came least (a new holder paused or killed never ends),
+    and an until-covered gate hit its cap short of them; while the goal is short of a phase, a zombie waiting for
+    another it has enough of waits for that one instead; phases the goal does not count are never moved."""
+    from leasecheck.run.steering import Steering, Wait
+    from leasecheck.run.takeovers import Takeovers
+
+    short: frozenset[str] = frozenset()
+    s = Steering(Takeovers(), _queue(), lapse_ns=1_010, rng=random.Random(3), short=lambda: short)
+
+    def waited(phase: Any) -> str:
+        s.wait(Wait(None, "n", 1, 1, phase, 0.0))  # type: ignore[arg-type]
+        return s.waits.pop().phase
+
+    assert waited("before-new-effect") == "before-new-effect"  # no goal, or nothing short: as asked
+    short = frozenset({"zombie-commit-after-new-ends", "zombie-read-after-new-ends", "claim-race-ready"})
+    assert {waited("before-new-effect") for _ in range(5)} == {"after-new-ends"}
+    assert waited("after-new-ends") == "after-new-ends"
+    assert waited("while-new-lapsed") == "while-new-lapsed" and waited("at-new-claim") == "at-new-claim"
+    short = frozenset({"zombie-commit-after-new-ends", "zombie-effect-while-new-runs"})
+    assert {waited("before-new-effect") for _ in range(30)} == {"after-new-ends", "while-new-runs"}

@@ -106,9 +106,9 @@ class Deadline:
         (2 of the 42 landings inside ops its goal asks for) and ended at its cap short of them."""
         return not self._short.isdisjoint(kind.situations) or not self._short.isdisjoint(kind.seeks)
 
-    def wants(self, situation: str) -> bool:
-        """Is ``situation`` short of the goal now (what the workload's steering reads, e.g. racing deliveries)?"""
-        return situation in self._short
+    def short(self) -> frozenset[str]:
+        """The goal's situations short now (what the workload's steering reads: racing deliveries, a zombie's phase)."""
+        return self._short
 
     def _pace(self, short: frozenset[str]) -> None:
         if short != self._short:

@@ -12,10 +12,9 @@ node left (:mod:`leasecheck.run.final_reads`) — and the verdict. Every fault i
 and every process we started is stopped on every exit path: normal end, SIGINT /
 SIGTERM (:mod:`leasecheck.run.interrupts`), or an exception.
 
-The run's clock and the nemesis start only when every worker is up and has said hello
-(a barrier: 64 workers take ~1.5 s to come up on two cores). The verdict is the run verdict
-(:mod:`leasecheck.verdict.run_verdict`): a run that tested too little is ``unknown``. Everything
-the run makes lives in its run directory, never in the system's temp folder.
+The run's clock and the nemesis start only when every worker is up and has said hello (a barrier: 64 workers take
+~1.5 s to come up on two cores). The verdict is the run verdict (:mod:`leasecheck.verdict.run_verdict`): a run that
+tested too little is ``unknown``. Everything the run makes lives in its run directory, never in the system's temp folder.
 """
 from __future__ import annotations
 
@@ -248,7 +247,7 @@ class Run:
     # ---------------------------------------------------------- the test
 
     def _hurried(self, fault: str) -> bool:
-        """Does the run want ``fault``'s evidence sooner? (its deadline's word: ``--until-covered`` past the limit)"""
+        """Does the run want ``fault``'s evidence sooner? (its deadline's word: ``--until-covered`` while short)"""
         return self.deadline is not None and any(self.deadline.hurry(kind) for kind in self.kinds if kind.name == fault)
 
     def _check_parts(self) -> None:
@@ -305,8 +304,9 @@ class Run:
         end = self.deadline = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require, self.opts.time_limit,
                                        self.opts.longest_s, time.monotonic(), self.following.coverage if self.following else None,
                                        self.opts.coverage_goal(self.kinds, self.resource_read))
-        self.nemesis.hurry, end.on_pace = end.hurry, self.nemesis.repace  # faults short of the goal come sooner
-        self.deliveries.race_more = lambda: end.wants("claim-race-ready")  # and claims racing for a READY node, more often
+        # toward what the goal is short of: faults sooner, claims racing for a READY node, a zombie's phase
+        self.nemesis.hurry, end.on_pace, self.recorder.steering.short = end.hurry, self.nemesis.repace, end.short
+        self.deliveries.race_more = lambda: "claim-race-ready" in end.short()
         self.nemesis.start()
         self.clock_watch = ClockWatch.started(self.merge.nemesis, self.timing.uncertainty_ms)  # a VM restored, a resume
         self.tail = end.tail

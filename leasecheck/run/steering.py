@@ -55,6 +55,8 @@ from leasecheck.run.takeovers import PHASES, Phase, Takeovers, Wake
 
 #: share of deliveries of a node a zombie waits on that come with a stall (see the module docstring)
 STALL_SHARE = 0.3
+#: a zombie's phases a coverage goal counts (``zombie-OP-PHASE``), which its wait may be moved among (:meth:`Steering.wait`)
+GOAL_PHASES: tuple[Phase, ...] = ("before-new-effect", "while-new-runs", "after-new-ends")
 #: how recently another worker's grant makes a node a lagging clock's pick, in ttls: under the least a clock fault sets
 #: a clock behind (``leasecheck.nemesis.clock``: 2-10 ttl), with room for the claim to wait for a strobe's behind
 #: half-period (at most 100 ms) and be granted, so the claim reads before that grant
@@ -104,12 +106,20 @@ class Steering:
     #: the worker slots whose clock was behind when they last asked, and their process numbers: deliveries to other
     #: workers are given back for them (:meth:`tagged`) while they lag
     behind: dict[int, int] = field(default_factory=dict)
+    #: the situations the run's coverage goal is short of now (the runner's deadline; none without a goal)
+    short: Callable[[], frozenset[str]] = frozenset
 
     def late(self, node: str, process: int, now_s: float, ttl_s: float) -> None:
         """``process`` was granted ``node`` and will write late in that lease: the next other worker to ask contends."""
         self.lates[node] = (process, now_s + LATE_WAIT_TTLS * ttl_s)
 
     def wait(self, wait: Wait) -> None:
+        """Hold ``wait`` until its phase. A zombie's phase among :data:`GOAL_PHASES` the goal has enough of is moved,
+        by the generator, to one it is short of (:attr:`short`): drawn alike, the phases after a takeover's end
+        came least (a new holder paused or killed never ends), and an until-covered gate hit its cap short of them."""
+        shorts = sorted({p for p in GOAL_PHASES for s in self.short() if s.startswith("zombie-") and s.endswith(p)})
+        if wait.phase in GOAL_PHASES and shorts and wait.phase not in shorts:
+            wait.phase = self.rng.choice(shorts)
         self.waits.append(wait)
 
     def due(self, now_ns: int, now_s: float, out_s: float, alive: Callable[[Connection], bool],
