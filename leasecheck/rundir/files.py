@@ -18,13 +18,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from leasecheck.nemesis.mounts import unmount_orphans
 from leasecheck.nemesis.processes import read_process
 
 #: the worker clocks' directory (:class:`leasecheck.nemesis.worker_clocks.ClockControl`)
 CLOCKS_DIR = "clocks"
 
-#: server state under the run directory: removed once the server is gone
-SERVER_STATE = ("postgres/data", "redis/appendonlydir", "redis/dump.rdb")
+#: server state under the run directory: removed once the server is gone (``NAME.disk``: a power-loss layer's disk)
+SERVER_STATE = ("postgres/data", "redis/appendonlydir", "redis/dump.rdb", "postgres.disk", "redis.disk")
 #: names the harness's multiprocessing temp folder (``pymp-*``, the workers' forkserver socket): it lives in
 #: the system's temp folder (a Unix socket path must be short) and a killed harness cannot remove it
 MP_TEMP_NOTE = "mp-tempdir"
@@ -126,11 +127,19 @@ def _remove_linked_home(run_dir: Path, name: str) -> bool:
 
 
 def remove_leftovers(run_dir: Path) -> list[str]:
-    """Remove the clocks and the servers' state from ``run_dir`` (never a running server's); the paths removed."""
-    removed = [name for name in ("postgres", "redis", "cluster") if _remove_linked_home(run_dir, name)]
+    """Remove the clocks and the servers' state from ``run_dir`` (never a running server's); the paths removed.
+
+    First every power-loss layer whose process is gone, anywhere on the machine, is taken off (its mount point, an
+    absolute path, is among those returned): a dead layer's mount fails every access to it, the state below too.
+    """
+    removed = unmount_orphans()
+    removed += [name for name in ("postgres", "redis", "cluster") if _remove_linked_home(run_dir, name)]
     for name in (CLOCKS_DIR, *SERVER_STATE):
         path = run_dir / name
-        if not path.exists() or (name == "postgres/data" and _postmaster_alive(path)):
+        try:
+            if not path.exists() or (name in ("postgres/data", "postgres.disk") and _postmaster_alive(run_dir / "postgres" / "data")):
+                continue
+        except OSError:  # a mount that would not come off
             continue
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)

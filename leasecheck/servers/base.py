@@ -22,11 +22,13 @@ import sys
 import tempfile
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from leasecheck.errors import EnvironmentFailure
+from leasecheck.nemesis.processes import signal_process, working_in
 from leasecheck.waiting import poll
 
 #: a path as callers give it (typeshed's name for it)
@@ -108,13 +110,14 @@ def python_module(module: str) -> list[str]:
     return [sys.executable, "-P", "-m", module]
 
 
-def start_guard(pid: int, home: StrPath) -> subprocess.Popen[bytes]:
-    """Start a guard over ``pid``'s process tree and every process working in ``home`` (see :mod:`.guard`).
+def start_guard(pid: int, home: StrPath, unmount: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """Start a guard over ``pid``'s process tree and every process working in ``home`` (see :mod:`.guard`), which
+    also takes off the mounts ``unmount`` (a power-loss layer's) once that tree is gone.
 
     In a session of its own, so that no signal meant for the harness's group reaches it.
     """
     return popen(
-        [*python_module(GUARD_MODULE), str(pid), os.fspath(home)],
+        [*python_module(GUARD_MODULE), str(pid), os.fspath(home), *unmount],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
@@ -141,6 +144,17 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
+class Layer(Protocol):
+    """A file system a server's directory is mounted on, whose power can be cut
+    (:class:`leasecheck.servers.powerfs_layer.PowerLayer`)."""
+
+    def mount(self) -> object: ...
+    def unmount(self) -> None: ...
+    def discard(self) -> None: ...
+    def sync_once(self) -> None: ...
+    def power_loss(self, torn: bool = False) -> dict[str, int]: ...
+
+
 class LocalServer(ABC):
     """A store server we start, own and stop. Use it as a context manager.
 
@@ -155,6 +169,8 @@ class LocalServer(ABC):
     guarded: bool = False
     #: the network namespace the server runs in, as a member of a cluster (:mod:`.hosts`); None: the machine's
     netns: str | None = None
+    #: the power-loss layer its directory is mounted on (:func:`leasecheck.servers.powerfs_layer.on_powerfs`); None: none
+    layer: Layer | None = None
 
     def __init__(self, directory: StrPath | None = None, port: int | None = None) -> None:
         self._owns_directory = directory is None
@@ -166,6 +182,9 @@ class LocalServer(ABC):
 
     @property
     def log_path(self) -> Path:
+        """In its directory; beside it when that is a power-loss layer (a log is no store's data to lose)."""
+        if self.layer is not None:
+            return self.directory.with_name(f"{self.directory.name}.log")
         return self.directory / f"{self.kind}.log"
 
     @property
@@ -206,7 +225,11 @@ class LocalServer(ABC):
         """Start the server and wait until it answers; raise EnvironmentFailure if it doesn't."""
         if self.pid is not None:
             return self
+        if self.layer is not None:
+            self.layer.mount()
         self._prepare()
+        if self.layer is not None:
+            self.layer.sync_once()  # the set-up (a fresh cluster, its config) is on the disk before any fault
         command = self._launcher() + self._command()
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             try:
@@ -260,6 +283,28 @@ class LocalServer(ABC):
             os.kill(self.pid, signal.SIGKILL)
             self.process.wait()
 
+    @property
+    def on_layer(self) -> bool:
+        """Does it run on a power-loss layer (can its power be cut)?"""
+        return self.layer is not None
+
+    def power_cut(self, torn: bool = False) -> dict[str, int]:
+        """SIGKILL the server (and any child of it still working in its directory), then drop every write it never
+        fsynced: what was dropped (``bytes``, ``files``, ``entries``; see :meth:`power_loss`). ``start()`` brings it
+        back on what survived."""
+        if self.layer is None:
+            raise EnvironmentFailure(f"{self.kind}: no power-loss layer under {self.directory} (on_powerfs)")
+        self.kill()
+        for pid in working_in(os.path.realpath(self.directory)):  # a forked child (an AOF rewrite) writes on otherwise
+            signal_process(pid, signal.SIGKILL)
+        return self.layer.power_loss(torn)
+
+    def power_loss(self, torn: bool = False) -> dict[str, int]:
+        """A power cut (:meth:`power_cut`) and the server started again on what survived; what was dropped."""
+        dropped = self.power_cut(torn)
+        self.start()
+        return dropped
+
     def pause(self) -> None:
         """SIGSTOP the server's process group (servers that fork children outside it override this)."""
         if self.pid is not None:
@@ -273,9 +318,14 @@ class LocalServer(ABC):
         return self.start()
 
     def cleanup(self) -> None:
-        """Delete the directory, if this server made it (its data and log go with it)."""
-        if self._owns_directory and self.pid is None:
+        """Take its power-loss layer off, and delete the directory if this server made it (its data and log go with it)."""
+        if self.pid is not None:
+            return
+        if self.layer is not None:
+            self.layer.discard() if self._owns_directory else self.layer.unmount()
+        if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+            self.log_path.unlink(missing_ok=True)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -11,7 +11,11 @@ working directory is inside the server's directory (children forked since its
 last look, already orphaned). It leaves quietly once the server and all its
 children are gone.
 
-It is a program of its own, ``python -m leasecheck.servers.guard PID HOME``,
+A guard over a power-loss layer (:mod:`leasecheck.servers.powerfs_layer`) is also given
+its mount point: once the tree is gone (the harness died, or the layer's process did), it
+takes the mount off, lazily, so that no dead mount outlives them.
+
+It is a program of its own, ``python -m leasecheck.servers.guard PID HOME [MOUNT...]``,
 started by :meth:`leasecheck.servers.base.LocalServer.start` for a ``guarded``
 server (see :func:`leasecheck.servers.base.start_guard`): a thread of the harness
 would die with it, which is the one moment the guard exists for.
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import NoReturn
 
+from leasecheck.nemesis.mounts import mounted, unmount
 from leasecheck.nemesis.processes import descendants, process_table, signal_process, start_time, working_in
 from leasecheck.servers.base import die_with_parent
 
@@ -42,10 +47,13 @@ class Guard:
     #: the server's directory, resolved, with a trailing separator
     home: str
     seen: dict[int, int] = field(default_factory=dict)
+    #: mounts to take off once the tree is gone (a power-loss layer's)
+    mounts: tuple[str, ...] = ()
 
     def look(self) -> None:
-        """Add the server's tree as it is now; forget the processes that exited (or whose pid was reused)."""
-        table = {p.pid: p for p in process_table()}
+        """Add the server's tree as it is now; forget the processes that exited (a zombie has: its parent, the
+        harness, has not reaped it yet) or whose pid was reused."""
+        table = {p.pid: p for p in process_table() if not p.exited}
         for pid in descendants(self.root, list(table.values())):
             if pid in table:
                 self.seen[pid] = table[pid].start_time
@@ -58,23 +66,31 @@ class Guard:
         doomed |= set(working_in(self.home))
         for pid in doomed:
             signal_process(pid, signal.SIGKILL)
+        self.unmount()
         os._exit(0)
+
+    def unmount(self) -> None:
+        for path in self.mounts:
+            if mounted(path):
+                unmount(path, lazy=True)
 
     def watch(self) -> NoReturn:
         """Look at the tree until it is gone (the server stopped): then there is nothing left to guard."""
         while True:
             self.look()
             if not self.seen:
+                self.unmount()
                 os._exit(0)
             time.sleep(LOOK_EVERY_S)
 
 
 def main(argv: list[str]) -> NoReturn:
-    """``guard PID HOME``: guard the tree of ``PID`` and every process working in ``HOME``."""
-    if len(argv) != 2 or not argv[0].isdigit():
-        sys.exit("usage: python -m leasecheck.servers.guard PID HOME")
+    """``guard PID HOME [MOUNT...]``: guard the tree of ``PID`` and every process working in ``HOME``; then take
+    off each ``MOUNT``."""
+    if len(argv) < 2 or not argv[0].isdigit():
+        sys.exit("usage: python -m leasecheck.servers.guard PID HOME [MOUNT...]")
     die_with_parent(signal.SIGTERM)  # told when the harness dies, and then kill_all
-    guard = Guard(int(argv[0]), os.path.realpath(argv[1]) + os.sep)
+    guard = Guard(int(argv[0]), os.path.realpath(argv[1]) + os.sep, mounts=tuple(argv[2:]))
     if os.getppid() == 1:  # the harness died before we could be told: too late to guard anything
         sys.exit(0)
     signal.signal(signal.SIGTERM, guard.kill_all)
