@@ -7,7 +7,6 @@ removals and fsyncs against a model of what must survive.
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
