@@ -23,21 +23,21 @@ from pathlib import Path
 from leasecheck.nemesis.processes import children, descendants, freeze, running, signal_process, working_in
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
 from leasecheck.servers.readiness import postgres_answers
+from leasecheck.targets.durability import DEFAULT_PROFILE, POSTGRES, check_profile
 from leasecheck.waiting import poll
 
 #: the unprivileged user Debian's packages create; used only when we run as root
 SERVER_USER = "postgres"
 
-#: every acknowledged commit on disk, and the rest of what every server of ours runs with (local or container)
-DURABLE_SETTINGS = {
-    "fsync": "on",
-    "synchronous_commit": "on",
-    "full_page_writes": "on",
+#: what every server of ours runs with (local or container), whatever its durability profile
+BASE_SETTINGS = {
     "max_connections": "200",
     "logging_collector": "off",
     "log_destination": "stderr",
     "timezone": "UTC",
 }
+#: every acknowledged commit on disk, and the rest (the ``durable`` profile, :mod:`leasecheck.targets.durability`)
+DURABLE_SETTINGS = {**POSTGRES["durable"], **BASE_SETTINGS}
 
 
 def find_bin_dir(bin_dir: StrPath | None = None) -> Path:
@@ -70,7 +70,10 @@ class PostgresServer(LocalServer):
 
     kind = "postgres"
 
-    def __init__(self, directory: StrPath | None = None, port: int | None = None, bin_dir: StrPath | None = None) -> None:
+    def __init__(self, directory: StrPath | None = None, port: int | None = None, bin_dir: StrPath | None = None,
+                 profile: str = DEFAULT_PROFILE) -> None:
+        #: the durability profile (:data:`leasecheck.targets.durability.POSTGRES`)
+        self.profile = check_profile(profile)
         self.bin_dir = find_bin_dir(bin_dir)  # before the base class makes a directory we would leave behind
         self._user = self._server_user()
         super().__init__(directory, port)
@@ -129,7 +132,8 @@ class PostgresServer(LocalServer):
             "port": str(self.port),
             # a socket path longer than 107 bytes is fatal to Postgres; a run directory may be that deep (TCP is what we use)
             "unix_socket_directories": str(self.directory) if len(str(self.directory)) < 80 else "",
-            **DURABLE_SETTINGS,
+            **POSTGRES[self.profile],
+            **BASE_SETTINGS,
         }
         path = self.data_dir / "leasecheck.conf"
         path.write_text("".join(f"{key} = '{value}'\n" for key, value in settings.items()))

@@ -1,10 +1,11 @@
-"""A private redis-server for tests and runs: loopback only, every acknowledged write on disk.
+"""A private redis-server for tests and runs: loopback only, every acknowledged write on disk by default.
 
 Durability is part of what leasecheck checks (``lost-commit`` after a crash), so
 the server runs with the append-only file fsynced before every reply
 (``appendfsync always``) and no RDB snapshots: an acknowledged commit survives
 ``kill()`` and ``restart()``, and a lost one is the backend's fault, not the
-harness's configuration.
+harness's configuration. Another durability profile
+(:mod:`leasecheck.targets.durability`: ``default``, ``fast``) is given by name.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import shutil
 
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
 from leasecheck.servers.readiness import redis_answers
+from leasecheck.targets.durability import DEFAULT_PROFILE, REDIS, check_profile
 
 #: what makes every acknowledged write durable, for the local and the container server alike
-DURABLE_ARGS = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
+DURABLE_ARGS = REDIS["durable"]
 
 
 def find_redis_server(binary: StrPath | None = None) -> str:
@@ -33,8 +35,11 @@ class RedisServer(LocalServer):
 
     kind = "redis"
 
-    def __init__(self, directory: StrPath | None = None, port: int | None = None, binary: StrPath | None = None) -> None:
+    def __init__(self, directory: StrPath | None = None, port: int | None = None, binary: StrPath | None = None,
+                 profile: str = DEFAULT_PROFILE) -> None:
         self.binary = find_redis_server(binary)
+        #: the durability profile (:data:`leasecheck.targets.durability.REDIS`)
+        self.profile = check_profile(profile)
         super().__init__(directory, port)
 
     @property
@@ -49,7 +54,7 @@ class RedisServer(LocalServer):
             "--dir", str(self.directory),
             "--daemonize", "no",
             "--logfile", "",  # stdout: LocalServer captures it into redis.log
-            *DURABLE_ARGS,
+            *REDIS[self.profile],
         ]
 
     def _ready(self) -> bool:

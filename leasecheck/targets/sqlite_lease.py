@@ -10,7 +10,9 @@ wall clock. The protected resource lives in the same file: a per-node fence
 (the largest epoch granted or accepted) and the log of accepted effects, in
 the order they were accepted (``rowid``: SQLite gives each new row a larger
 one, and rows are never deleted), read back with the fence in one read
-transaction (:meth:`SqliteLease.read_resource`).
+transaction (:meth:`SqliteLease.read_resource`). How durably a commit is kept is the
+config option ``store_config`` (:mod:`leasecheck.targets.durability`; ``durable``,
+WAL with ``synchronous = FULL``, unless named).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from leasecheck.targets.base import (
     TargetConfig,
     Unavailable,
 )
+from leasecheck.targets.durability import DEFAULT_PROFILE, OPTION, SQLITE, check_profile
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
@@ -68,8 +71,8 @@ class SqliteLease(Target):
         self.path = config.url.removeprefix("sqlite:///").removeprefix("sqlite://")
         try:
             self.db = sqlite3.connect(self.path, timeout=config.timeout_s, isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")
+            for pragma in SQLITE[check_profile(config.options.get(OPTION, DEFAULT_PROFILE))]:  # durable: WAL, FULL
+                self.db.execute(pragma)
         except sqlite3.Error as e:
             raise Unavailable(f"cannot open {self.path}: {e}") from None
 
