@@ -453,7 +453,7 @@ def test_every_row_requires_situations_of_the_vocabulary() -> None:
 
     for kind in CATALOGUE:
         assert set(kind.situations) <= set(SITUATIONS), kind.name
-    store = ("pause-store", "kill-store", "partition", "docker-pause", "docker-kill", "docker-disconnect")
+    store = ("pause-store", "kill-store", "partition", "docker-pause", "docker-kill", "docker-disconnect", "power-loss")
     assert {kind.name: kind.situations for kind in CATALOGUE} == {
         "pause": ("claim-after-expiry",), "kill": ("claim-after-expiry",),
         **dict.fromkeys(store, ("lease-expires-during-store-fault",)),

@@ -46,6 +46,8 @@ class Need(enum.Enum):
     FAKETIME = "the store under libfaketime (not --env docker)"
     #: a replicated store leasecheck starts (``--cluster``): members on hosts of their own
     CLUSTER = "a cluster of the store (--cluster)"
+    #: the store's server on the power-loss layer (:mod:`leasecheck.servers.powerfs`), which can drop what it never fsynced
+    POWERFS = "the store's server on the power-loss layer (powerfs)"
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,8 @@ def _row(name: str, description: str, duration: tuple[float, float], events: tup
 
 _FAULTS, _CLOCK, _NETWORK = "leasecheck.nemesis.faults", "leasecheck.nemesis.clock", "leasecheck.nemesis.network"
 _STORE_CLOCK, _CONTAINER = "leasecheck.nemesis.store_clock", "leasecheck.nemesis.container"
-_MEMBERS = "leasecheck.nemesis.members"
-S, T, D, F, C = Need.SERVER, Need.TOXIPROXY, Need.DOCKER, Need.FAKETIME, Need.CLUSTER
+_MEMBERS, _POWER = "leasecheck.nemesis.members", "leasecheck.nemesis.power"
+S, T, D, F, C, P = Need.SERVER, Need.TOXIPROXY, Need.DOCKER, Need.FAKETIME, Need.CLUSTER, Need.POWERFS
 #: what the faults that stop, kill or cut off the store's server or container hold (FaultKind.holds): one at a time
 STORE = "store"
 #: what each family of faults exists to bring about (see the vocabulary's situations)
@@ -175,6 +177,9 @@ CATALOGUE: tuple[FaultKind, ...] = (
          (1.0, 2.0), ("failover", "heal"), Lazy(_MEMBERS, "make_failover"), S, C, situations=FAILED_OVER),
     _row("clock-member", "--cluster: skew one member's clock (libfaketime) by up to ±--store-skew for 1-2 ttl",
          (1.0, 2.0), ("clock-skew", "clock-reset"), Lazy(_MEMBERS, "make_clock_member"), S, F, C),
+    _row("power-loss", "SIGKILL the store's server and drop every write it never fsynced (the page cache lost), start it "
+         "again on what survived 0.5-1.5 ttl later", (0.5, 1.5), ("kill", "start"), Lazy(_POWER, "make_power_loss"), S, P,
+         situations=STORE_FAULT, holds=STORE),
 )
 
 #: the catalogue by name
@@ -202,6 +207,17 @@ def needs(kinds: Iterable[FaultKind]) -> frozenset[Need]:
 def needing(kinds: Iterable[FaultKind], need: Need) -> list[str]:
     """The names of those of ``kinds`` that need ``need``."""
     return [kind.name for kind in kinds if need in kind.needs]
+
+
+def unmet(kinds: Iterable[FaultKind], provided: Iterable[Need]) -> str | None:
+    """Why a run providing only ``provided`` cannot take these faults, in one line (the first need it lacks, with the
+    faults needing it); None when it provides all they need. The runner refuses such a run before it starts."""
+    kinds, have = list(kinds), set(provided)
+    for need in Need:
+        names = needing(kinds, need)
+        if names and need not in have:
+            return f"{', '.join(names)} {'needs' if len(names) == 1 else 'need'} {need.value}"
+    return None
 
 
 def import_fault_modules() -> list[str]:

@@ -71,6 +71,17 @@ class ClusterControl(Protocol):
 
 
 @runtime_checkable
+class PowerLossServer(Protocol):
+    """A store server whose directory may be a power-loss layer (:mod:`leasecheck.servers.powerfs_layer`): its power
+    can then be cut (SIGKILL, and every write it never fsynced dropped) and the server started again."""
+
+    @property
+    def on_layer(self) -> bool: ...
+    def power_cut(self, torn: bool = False) -> dict[str, int]: ...
+    def start(self) -> object: ...
+
+
+@runtime_checkable
 class SkewableServer(Protocol):
     """A store server running under libfaketime, which can make the fault that skews its clock."""
 

@@ -228,8 +228,6 @@ class LocalServer(ABC):
         if self.layer is not None:
             self.layer.mount()
         self._prepare()
-        if self.layer is not None:
-            self.layer.sync_once()  # the set-up (a fresh cluster, its config) is on the disk before any fault
         command = self._launcher() + self._command()
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             try:
@@ -254,6 +252,8 @@ class LocalServer(ABC):
         if self.guarded:
             stop_guard(self._guard)
             self._guard = start_guard(process.pid, self.directory)
+        if self.layer is not None:  # what its first start wrote (a fresh cluster, its files) is on the disk before any
+            self.layer.sync_once()  # fault: a store set up a while ago, not one whose folder was made a moment before
         return self
 
     def stop(self, grace: float = 10.0) -> None:

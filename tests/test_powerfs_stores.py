@@ -1,0 +1,171 @@
+"""Real stores on the power-loss layer: a store that acknowledges before it fsyncs loses acknowledged writes at a
+power cut, one that fsyncs first loses none; and the ``power-loss`` fault of the catalogue records what it dropped.
+
+redis-server is started by the project's own :class:`~leasecheck.servers.redis.RedisServer` with a durability profile
+(:mod:`leasecheck.targets.durability`); SQLite runs in a child process with the profile's PRAGMAs, and is SIGKILLed
+(a clean close would checkpoint its WAL, which no crash does) before the power is cut.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from leasecheck.nemesis.catalogue import FAULTS, Need, unmet
+from leasecheck.nemesis.context import FaultContext
+from leasecheck.servers.base import EnvironmentFailure
+from leasecheck.servers.powerfs_layer import PowerLayer, on_powerfs
+from leasecheck.servers.redis import RedisServer
+from leasecheck.targets.durability import SQLITE
+
+#: how many acknowledged SETs a burst sends before the power is cut
+BURST = 2000
+
+
+@pytest.fixture
+def redis_on_layer(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    server = on_powerfs(RedisServer(tmp_path / "redis", profile=request.param))
+    try:
+        server.start()
+    except EnvironmentFailure as e:
+        pytest.fail(f"cannot start redis on the power-loss layer: {e}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+        server.cleanup()
+
+
+def burst_then_power_loss(server: RedisServer, tag: str) -> tuple[list[str], list[str], dict[str, int]]:
+    """BURST acknowledged SETs, the power cut right after the last reply: (keys acknowledged, keys lost, dropped)."""
+    client = redis.Redis.from_url(server.url)
+    acked = []
+    for i in range(BURST):
+        assert client.set(f"{tag}:{i}", i)
+        acked.append(f"{tag}:{i}")
+    client.close()
+    dropped = server.power_loss()
+    client = redis.Redis.from_url(server.url)
+    lost = [key for key in acked if client.get(key) is None]
+    client.close()
+    return acked, lost, dropped
+
+
+@pytest.mark.parametrize("redis_on_layer", ["fast"], indirect=True)
+def test_redis_appendfsync_everysec_loses_writes_it_acknowledged(redis_on_layer: RedisServer) -> None:
+    """everysec: the AOF is fsynced once a second in the background, so a power cut loses the last second's SETs,
+    all acknowledged. The burst lasts well under a second; the bio thread's fsync could land between the last reply
+    and the cut (a few ms of a second), so up to three bursts are tried and one must lose."""
+    for attempt in range(3):
+        acked, lost, dropped = burst_then_power_loss(redis_on_layer, f"burst{attempt}")
+        if lost:
+            break
+    assert lost, "no acknowledged SET was lost in three bursts"
+    assert dropped["bytes"] > 0 and dropped["files"] >= 1
+    kept = acked[: len(acked) - len(lost)]
+    assert lost == acked[len(kept):], "what is lost is the tail of the burst: the AOF is a prefix of what was acknowledged"
+    client = redis.Redis.from_url(redis_on_layer.url)
+    assert all(client.get(key) is not None for key in kept)
+    client.close()
+
+
+@pytest.mark.parametrize("redis_on_layer", ["durable"], indirect=True)
+def test_redis_appendfsync_always_loses_nothing_it_acknowledged(redis_on_layer: RedisServer) -> None:
+    for attempt in range(2):
+        acked, lost, dropped = burst_then_power_loss(redis_on_layer, f"burst{attempt}")
+        assert lost == [] and len(acked) == BURST
+        assert dropped == {"bytes": 0, "files": 0, "entries": 0}
+
+
+@pytest.mark.parametrize("redis_on_layer", ["fast"], indirect=True)
+def test_the_power_loss_fault_records_what_it_dropped_and_brings_the_store_back(redis_on_layer: RedisServer) -> None:
+    kind = FAULTS["power-loss"]
+    assert kind.events == ("kill", "start") and Need.POWERFS in kind.needs
+    fault = kind.make(FaultContext(ttl_ms=1000, server=redis_on_layer), random.Random(1))
+    assert fault is not None
+    client = redis.Redis.from_url(redis_on_layer.url)
+    for i in range(BURST):
+        client.set(f"k{i}", i)
+    client.close()
+    started = fault.start()
+    assert started["victims"] == ["store"] and started["dropped"]["bytes"] > 0
+    assert redis_on_layer.pid is None
+    assert fault.heal() == {"victims": ["store"]} and fault.heal() is None
+    assert redis.Redis.from_url(redis_on_layer.url).ping()
+    assert fault.undo_record() is None
+
+
+def test_the_power_loss_fault_has_no_victim_off_the_layer(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis")
+    assert FAULTS["power-loss"].make(FaultContext(ttl_ms=1000, server=server), random.Random(1)) is None
+    assert unmet([FAULTS["power-loss"], FAULTS["kill-store"]], {Need.SERVER}) == (
+        "power-loss needs the store's server on the power-loss layer (powerfs)")
+    assert unmet([FAULTS["power-loss"]], {Need.SERVER, Need.POWERFS}) is None
+
+
+# ------------------------------------------------------------------------- SQLite
+
+#: the child: the profile's PRAGMAs, then one row per committed transaction, each commit's number printed once done
+WRITER = textwrap.dedent("""
+    import sqlite3, sys, time
+    db = sqlite3.connect(sys.argv[1], isolation_level=None)
+    for pragma in sys.argv[3:]:
+        db.execute(pragma)
+    for i in range(int(sys.argv[2])):
+        db.execute("INSERT INTO t VALUES (?)", (i,))
+        print(i, flush=True)
+    time.sleep(60)  # killed here: a close would checkpoint
+""")
+
+
+def sqlite_commits_after_power_loss(tmp_path: Path, profile: str, commits: int = 200) -> tuple[int, dict[str, int]]:
+    """``commits`` acknowledged single-row transactions in a child on the layer, the child SIGKILLed, the power cut:
+    (rows left, what the layer dropped)."""
+    with PowerLayer(tmp_path / "disk", tmp_path / "mnt", tmp_path / "ctl.sock", tmp_path / "powerfs.log") as layer:
+        db_path = layer.mount_point / "lease.db"
+        setup = sqlite3.connect(db_path)
+        for pragma in SQLITE[profile]:
+            setup.execute(pragma)
+        setup.execute("CREATE TABLE t (i INTEGER)")
+        setup.commit()
+        setup.close()
+        layer.sync()  # the empty table is on the disk: only the commits are at stake
+        child = subprocess.Popen([sys.executable, "-c", WRITER, str(db_path), str(commits), *SQLITE[profile]],
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout is not None
+            acknowledged = [int(child.stdout.readline()) for _ in range(commits)]
+            assert acknowledged == list(range(commits))
+        finally:
+            child.kill()
+            child.wait()
+        dropped = layer.power_loss()
+        check = sqlite3.connect(db_path)
+        try:
+            assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            rows = check.execute("SELECT count(*) FROM t").fetchone()[0]
+        finally:
+            check.close()
+        return rows, dropped
+
+
+def test_sqlite_wal_with_synchronous_normal_loses_commits_it_acknowledged(tmp_path: Path) -> None:
+    """WAL + NORMAL syncs the WAL only at a checkpoint (at 1000 pages; 200 one-row commits never reach it): every
+    commit since the table was made is lost, deterministically."""
+    rows, dropped = sqlite_commits_after_power_loss(tmp_path, "fast")
+    assert rows == 0
+    assert dropped["bytes"] > 0
+
+
+def test_sqlite_wal_with_synchronous_full_loses_nothing_it_acknowledged(tmp_path: Path) -> None:
+    rows, dropped = sqlite_commits_after_power_loss(tmp_path, "durable")
+    assert rows == 200
+    assert dropped == {"bytes": 32768, "files": 1, "entries": 0}, "only the WAL index (-shm: memory SQLite never syncs)"
