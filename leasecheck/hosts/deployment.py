@@ -46,12 +46,13 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TOP = ("store", "ssh", "member", *STORES)
 _SSH = ("user", "port", "identity", "agent", "known-hosts", "trust-host-key", "connect-timeout")
 _MEMBER = ("name", "host", "address", "process", "start", "logs", "faketime", "companions", "primary")
-#: each store kind's table and its defaults: the command that asks the store on a member's own host
+#: each store kind's table and its defaults: the command that asks the store on a member's own host (``{address}`` in
+#: it is the member's address, for a store that listens there only)
 STORE_DEFAULTS: dict[str, dict[str, Any]] = {
     "redis": {"client": "redis-cli -p 6379", "sentinel": None, "master-name": "mymaster"},
     "postgres": {"client": "runuser -u postgres -- psql -p 5432"},
     "etcd": {"client": "etcdctl --endpoints=http://127.0.0.1:2379"},
-    "zookeeper": {"port": 2181},
+    "zookeeper": {"host": "127.0.0.1", "port": 2181},
 }
 
 

@@ -19,11 +19,12 @@ from leasecheck.errors import EnvironmentFailure
 from leasecheck.hosts.deployment import ProcessSpec
 from leasecheck.hosts.protocol import Host
 
-#: the pid in pidfile $1 if that process is alive, else nothing: in one command (each costs a round trip), and
-#: reading /proc, not ps (a slim image has none); a zombie (SIGKILLed, not yet reaped) serves nothing, so is not alive
+#: the pid on pidfile $1's first line (Postgres' postmaster.pid has more) if that process is alive, else nothing; in one
+#: command (each costs a round trip), from /proc, not ps (a slim image has none); a zombie (SIGKILLed, not yet reaped)
+#: serves nothing, so is not alive
 _PIDFILE_SCRIPT = """
 if [ -e "$1" ] && [ ! -r "$1" ]; then echo "$1: permission denied" >&2; exit 2; fi
-p=$(tr -d ' \\t\\r\\n' < "$1" 2>/dev/null) || exit 0
+p=$(head -n 1 "$1" 2>/dev/null | tr -d ' \\t\\r') || exit 0
 case $p in ''|*[!0-9]*) exit 0;; esac
 s=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || exit 0
 case $s in ''|Z*|X*) exit 0;; esac

@@ -72,8 +72,9 @@ def _ask_each(cluster: Members, argv: Callable[[MemberSpec], list[str]]) -> dict
         return dict(zip([m.name for m in live], pool.map(lambda m: _ask(cluster, m, argv(m)), live)))
 
 
-def _client(cluster: Members, key: str = "client") -> list[str]:
-    return shlex.split(str(cluster.deployment.option(key)))
+def _client(cluster: Members, member: MemberSpec, key: str = "client") -> list[str]:
+    """The store's command line from the deployment (``client``, ``sentinel``), ``{address}`` the member's address."""
+    return shlex.split(str(cluster.deployment.option(key)).replace("{address}", member.address or "127.0.0.1"))
 
 
 def member_named(cluster: Members, answer: str) -> str | None:
@@ -112,11 +113,11 @@ def _redis_primary(cluster: Members) -> str | None:
     if cluster.deployment.option("sentinel"):
         master = str(cluster.deployment.option("master-name"))
         for member in _live(cluster):
-            said = _ask(cluster, member, [*_client(cluster, "sentinel"), "SENTINEL", "get-master-addr-by-name", master])
+            said = _ask(cluster, member, [*_client(cluster, member, "sentinel"), "SENTINEL", "get-master-addr-by-name", master])
             if said:
                 return member_named(cluster, said.splitlines()[0])
         return None
-    infos = _ask_each(cluster, lambda m: [*_client(cluster), "INFO", "replication"])
+    infos = _ask_each(cluster, lambda m: [*_client(cluster, m), "INFO", "replication"])
     masters = [name for name, info in infos.items() if "role:master" in (info or "").split()]
     return masters[0] if len(masters) == 1 else None
 
@@ -128,7 +129,7 @@ def _redis_failover(cluster: Members) -> dict[str, Any]:
     old = _redis_primary(cluster)
     master = str(cluster.deployment.option("master-name"))
     for member in _live(cluster):
-        if _ask(cluster, member, [*_client(cluster, "sentinel"), "SENTINEL", "FAILOVER", master]) == "OK":
+        if _ask(cluster, member, [*_client(cluster, member, "sentinel"), "SENTINEL", "FAILOVER", master]) == "OK":
             return {"from": old, "to": _moved(cluster, old, _redis_primary)}
     raise EnvironmentFailure(f"redis: no Sentinel took SENTINEL FAILOVER {master}")
 
@@ -152,7 +153,7 @@ def _moved(cluster: Members, old: str | None, ask: Callable[[Members], str | Non
 
 def _in_recovery(cluster: Members) -> dict[str, str | None]:
     """Each live member's ``pg_is_in_recovery()``: ``t`` (a standby), ``f`` (writable), None (no answer)."""
-    return _ask_each(cluster, lambda m: [*_client(cluster), "-At", "-c", "select pg_is_in_recovery()"])
+    return _ask_each(cluster, lambda m: [*_client(cluster, m), "-At", "-c", "select pg_is_in_recovery()"])
 
 
 def _postgres_primary(cluster: Members) -> str | None:
@@ -170,7 +171,7 @@ def _postgres_failover(cluster: Members) -> dict[str, Any]:
         return {"to": None, "primary": old, "skipped": "no primary, or no standby answering, to fail over to"}
     cluster.kill_member(old)
     new = standbys[0]
-    promoted = _ask(cluster, new, [*_client(cluster), "-At", "-c", "select pg_promote(true, 10)"], timeout=15.0)
+    promoted = _ask(cluster, new, [*_client(cluster, new), "-At", "-c", "select pg_promote(true, 10)"], timeout=15.0)
     if promoted != "t":
         raise EnvironmentFailure(f"postgres: promoting {new.name} failed (it said {promoted!r}); {old} was killed")
     return {"from": old, "to": new.name}
@@ -181,7 +182,7 @@ def _postgres_failover(cluster: Members) -> dict[str, Any]:
 
 def _etcd_status(cluster: Members, member: MemberSpec) -> tuple[int, int] | None:
     """(this member's id, the leader's id) as the member sees them."""
-    said = _ask(cluster, member, [*_client(cluster), "endpoint", "status", "-w", "json"])
+    said = _ask(cluster, member, [*_client(cluster, member), "endpoint", "status", "-w", "json"])
     try:
         status = json.loads(said or "")[0]["Status"]
         return int(status["header"]["member_id"]), int(status["leader"])
@@ -204,8 +205,8 @@ def _etcd_failover(cluster: Members) -> dict[str, Any]:
     for member in _live(cluster):
         status = _etcd_status(cluster, member) if member.name != old else None
         if status is not None:
-            said = _ask(cluster, cluster.deployment.member(old), [*_client(cluster), "move-leader", f"{status[0]:x}"],
-                        timeout=15.0)
+            leader = cluster.deployment.member(old)
+            said = _ask(cluster, leader, [*_client(cluster, leader), "move-leader", f"{status[0]:x}"], timeout=15.0)
             if said is None:
                 raise EnvironmentFailure(f"etcd: move-leader from {old} to {member.name} failed")
             return {"from": old, "to": _moved(cluster, old, _etcd_primary)}
@@ -216,13 +217,15 @@ def _etcd_failover(cluster: Members) -> dict[str, Any]:
 
 
 def _zookeeper_primary(cluster: Members) -> str | None:
-    port = int(cluster.deployment.option("port"))
-    srvr = ("if command -v bash >/dev/null; then exec bash -c 'exec 3<>/dev/tcp/127.0.0.1/$0; printf srvr >&3; "
-            f"cat <&3' {port}; else printf srvr | nc 127.0.0.1 {port}; fi")
-    for member in _live(cluster):
-        if "Mode: leader" in (_ask(cluster, member, ["sh", "-c", srvr]) or ""):
-            return member.name
-    return None
+    port = str(cluster.deployment.option("port"))
+    srvr = ("if command -v bash >/dev/null; then exec bash -c 'exec 3<>/dev/tcp/$0/$1; printf srvr >&3; cat <&3' "
+            '"$1" "$2"; else printf srvr | nc "$1" "$2"; fi')
+
+    def ask(m: MemberSpec) -> list[str]:
+        return ["sh", "-c", srvr, "sh", str(cluster.deployment.option("host")).replace("{address}", m.address or ""), port]
+
+    leaders = [name for name, said in _ask_each(cluster, ask).items() if "Mode: leader" in (said or "")]
+    return leaders[0] if len(leaders) == 1 else None
 
 
 def _zookeeper_failover(cluster: Members) -> dict[str, Any]:
