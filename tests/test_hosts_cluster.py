@@ -14,6 +14,7 @@ iptables rule another run or the team put there is still there after the heal.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,6 +27,9 @@ from leasecheck.errors import EnvironmentFailure
 from leasecheck.hosts.checks import check
 from leasecheck.hosts.control import DeployedCluster
 from leasecheck.hosts.deployment import load_deployment
+from leasecheck.nemesis.context import FaultContext
+from leasecheck.nemesis.faults import make_kill_store, make_pause_store
+from leasecheck.nemesis.members import make_isolate_primary, make_pause_primary
 from leasecheck.waiting import poll
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,6 +189,40 @@ def test_heal_after_a_lost_harness_finds_everything_from_the_deployment_alone(la
         assert "192.0.2.9/32" in iptables(lab, "m2", "-S", "INPUT"), "the team's rule survives"
     finally:
         iptables(lab, "m2", "-D", "INPUT", "-s", "192.0.2.9/32", "-j", "DROP")
+
+
+def test_the_catalogues_own_faults_act_through_the_deployed_cluster(lab: Lab, cluster: DeployedCluster) -> None:
+    """The nemesis' factories, given the deployed cluster as the run's cluster and a member as its store's server,
+    do what they do to a cluster leasecheck started: the protocols are met by structure, not by name."""
+    ctx = FaultContext(ttl_ms=1000, cluster=cluster, server=cluster.server("m2"))
+    rng = random.Random(7)
+    isolate = make_isolate_primary(ctx, rng)
+    assert isolate is not None
+    assert isolate.start()["groups"] == [["m1"], ["m2"]]
+    assert not lab.connects("m2", "m1")
+    isolate.heal()
+    assert lab.connects("m2", "m1")
+
+    paused = make_pause_primary(ctx, rng)
+    assert paused is not None and paused.start()["victims"] == ["m1"]
+    assert state(lab.pid("m1")) == "T"
+    paused.heal()
+    assert state(lab.pid("m1")) != "T"
+
+    store = make_pause_store(ctx, rng)
+    assert store is not None and store.undo_record() is None, "no local pid may stand for a process of another host"
+    store.start()
+    assert state(lab.pid("m2")) == "T"
+    store.heal()
+    assert state(lab.pid("m2")) != "T"
+
+    old = lab.pid("m2")
+    killed = make_kill_store(ctx, rng)
+    assert killed is not None
+    killed.start()
+    assert state(old) in ("gone", "Z")
+    killed.heal()
+    assert lab.pid("m2") != old and poll(lambda: redis_ping(lab, "m2"), 10.0, every=0.1)
 
 
 def test_check_tries_every_command_the_faults_need_and_changes_nothing(lab: Lab, cluster: DeployedCluster) -> None:

@@ -13,6 +13,9 @@ sits below the nemesis and never imports it), each a few commands on a member's
 * skew: the member's libfaketime control file rewritten (``+1.5``: seconds ahead). leasecheck never steps a
   host's clock: a member without ``faketime`` is refused.
 
+:meth:`DeployedCluster.server` is one member as the store faults see the store's
+server (``leasecheck.nemesis.context.StoreServer``), through the same commands.
+
 Every change it makes is one its heal can find again without memory: the rules
 by their tag, the stopped processes by their spec, the clock files by the
 deployment. So :meth:`heal_run` (``leasecheck heal --hosts FILE``) undoes a run
@@ -285,3 +288,36 @@ class DeployedCluster:
                 copied.append(local)
         return copied
 
+    def server(self, name: str) -> MemberServer:
+        """Member ``name`` as the store faults (``pause-store``, ``kill-store``) see the store's server."""
+        return MemberServer(self, name)
+
+
+@dataclass(frozen=True)
+class MemberServer:
+    """One member as :class:`leasecheck.nemesis.context.StoreServer` (structurally): a store of one member on a host
+    leasecheck did not start, paused, killed and started through the same commands as a member.
+
+    ``pid`` is None: a pid on another host is not this machine's, so no undo record may name it (``leasecheck heal``
+    would signal a process of its own machine); ``leasecheck heal --hosts FILE`` continues the member instead.
+    """
+
+    cluster: DeployedCluster
+    name: str
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def pause(self) -> None:
+        self.cluster.pause_member(self.name)
+
+    def resume(self) -> None:
+        self.cluster.resume_member(self.name)
+
+    def kill(self) -> None:
+        self.cluster.kill_member(self.name)
+
+    def start(self) -> MemberServer:
+        self.cluster.start_member(self.name)
+        return self
