@@ -105,6 +105,18 @@ def test_a_rename_into_another_folder_is_durable_with_that_folder(tmp_path: Path
     assert disk(tmp_path) == {"dir": None, "dir/base": b"aof"}
 
 
+def test_journaled_any_fsync_makes_every_pending_name_durable(tmp_path: Path) -> None:
+    """As a journaling file system's commit: the file's own fsync keeps it, in its new folder, and the other names
+    changed before; not other files' data."""
+    cache = PageCache(tmp_path, sync_backing=False, names="journaled")
+    cache.make("/base", DIR, 0, 0)
+    write(cache, "/base/16384", b"relation")
+    write(cache, "/other", b"unsynced")
+    cache.fsync(cache.lookup("/base/16384"))
+    cache.power_loss()
+    assert disk(tmp_path) == {"base": None, "base/16384": b"relation", "other": b""}
+
+
 def test_a_torn_page_is_half_new_half_old(tmp_path: Path) -> None:
     cache = PageCache(tmp_path, sync_backing=False)
     write(cache, "/f", b"o" * (2 * PAGE))

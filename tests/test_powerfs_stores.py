@@ -1,7 +1,7 @@
 """Real stores on the power-loss layer: a store that acknowledges before it fsyncs loses acknowledged writes at a
 power cut, one that fsyncs first loses none; and the ``power-loss`` fault of the catalogue records what it dropped.
 
-redis-server is started by the project's own :class:`~leasecheck.servers.redis.RedisServer` with a durability profile
+redis-server and Postgres are started by the project's own server classes with a durability profile
 (:mod:`leasecheck.targets.durability`); SQLite runs in a child process with the profile's PRAGMAs, and is SIGKILLed
 (a clean close would checkpoint its WAL, which no crash does) before the power is cut.
 """
@@ -16,12 +16,14 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 
 from leasecheck.nemesis.catalogue import FAULTS, Need, unmet
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.servers.base import EnvironmentFailure
+from leasecheck.servers.postgres import PostgresServer
 from leasecheck.servers.powerfs_layer import PowerLayer, on_powerfs
 from leasecheck.servers.redis import RedisServer
 from leasecheck.targets.durability import SQLITE
@@ -91,13 +93,12 @@ def test_the_power_loss_fault_records_what_it_dropped_and_brings_the_store_back(
     assert kind.events == ("kill", "start") and Need.POWERFS in kind.needs
     fault = kind.make(FaultContext(ttl_ms=1000, server=redis_on_layer), random.Random(1))
     assert fault is not None
-    client = redis.Redis.from_url(redis_on_layer.url)
-    for i in range(BURST):
-        client.set(f"k{i}", i)
-    client.close()
+    unsynced = redis_on_layer.directory / "unsynced"  # written in the store's folder, never fsynced: surely lost
+    unsynced.write_bytes(b"x" * 1000)
     started = fault.start()
-    assert started["victims"] == ["store"] and started["dropped"]["bytes"] > 0
-    assert redis_on_layer.pid is None
+    assert started["victims"] == ["store"]
+    assert started["dropped"]["bytes"] >= 1000 and started["dropped"]["files"] >= 1 and started["dropped"]["entries"] >= 1
+    assert redis_on_layer.pid is None and not unsynced.exists()
     assert fault.heal() == {"victims": ["store"]} and fault.heal() is None
     assert redis.Redis.from_url(redis_on_layer.url).ping()
     assert fault.undo_record() is None
@@ -109,6 +110,58 @@ def test_the_power_loss_fault_has_no_victim_off_the_layer(tmp_path: Path) -> Non
     assert unmet([FAULTS["power-loss"], FAULTS["kill-store"]], {Need.SERVER}) == (
         "power-loss needs the store's server on the power-loss layer (powerfs)")
     assert unmet([FAULTS["power-loss"]], {Need.SERVER, Need.POWERFS}) is None
+
+
+# ------------------------------------------------------------------------- Postgres
+
+
+@pytest.fixture
+def postgres_on_layer(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
+    """Postgres on a journaled layer (any fsync makes every pending name durable, as on ext4): Postgres never fsyncs
+    the folder of a relation file it creates, and under the strict rules a checkpoint's power cut loses the file."""
+    server = on_powerfs(PostgresServer(profile=request.param), names="journaled")  # its own folder: the postgres user's
+    try:
+        server.start(timeout=120)
+    except EnvironmentFailure as e:
+        pytest.fail(f"cannot start postgres on the power-loss layer: {e}", pytrace=False)
+    try:
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (i int)")
+            conn.execute("CHECKPOINT")  # the table on the disk: only the commits are at stake
+        yield server
+    finally:
+        server.stop()
+        server.cleanup()
+
+
+def commits_then_power_loss(server: PostgresServer, first: int) -> tuple[int, dict[str, int]]:
+    """BURST acknowledged one-row commits, then the power cut: (how many of them are left, what was dropped)."""
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        for i in range(first, first + BURST):
+            conn.execute("INSERT INTO t VALUES (%s)", (i,))
+    dropped = server.power_loss()
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM t WHERE i >= %s", (first,)).fetchone()
+    assert row is not None
+    return row[0], dropped
+
+
+@pytest.mark.parametrize("postgres_on_layer", ["fast"], indirect=True)
+def test_postgres_synchronous_commit_off_loses_commits_it_acknowledged(postgres_on_layer: PostgresServer) -> None:
+    """The WAL writer flushes an asynchronous commit within 3 x wal_writer_delay (200 ms): a burst's tail is lost."""
+    for attempt in range(3):
+        kept, dropped = commits_then_power_loss(postgres_on_layer, attempt * BURST)
+        if kept < BURST:
+            break
+    assert kept < BURST, "no acknowledged commit was lost in three bursts"
+    assert dropped["bytes"] > 0
+
+
+@pytest.mark.parametrize("postgres_on_layer", ["durable"], indirect=True)
+def test_postgres_synchronous_commit_on_loses_nothing_it_acknowledged(postgres_on_layer: PostgresServer) -> None:
+    kept, dropped = commits_then_power_loss(postgres_on_layer, 0)
+    assert kept == BURST
+    assert dropped["bytes"] > 0, "the heap's pages were dropped, and the WAL brought the commits back"
 
 
 # ------------------------------------------------------------------------- SQLite

@@ -1,9 +1,9 @@
-"""The power-loss layer as a program: ``python -m leasecheck.servers.powerfs BACKING MOUNT CONTROL``.
+"""The power-loss layer as a program: ``python -m leasecheck.servers.powerfs BACKING MOUNT CONTROL [--names MODE]``.
 
 It mounts a FUSE file system (mfusepy, over libfuse 3) at MOUNT whose disk is the
 folder BACKING, with the rules of :class:`~leasecheck.servers.powerfs_cache.PageCache`:
 a write stays in the layer's memory until its file is fsynced, a name until its folder
-is. It is named ``leasecheck-powerfs-PID`` (PID: this process) in ``/proc/mounts``, so
+is (``--names journaled``: until any fsync, as on ext4). It is named ``leasecheck-powerfs-PID`` (PID: this process) in ``/proc/mounts``, so
 that ``leasecheck heal`` knows it for ours (:mod:`leasecheck.nemesis.mounts`).
 
 CONTROL is a unix socket the layer listens on, one JSON line in, one JSON line out:
@@ -40,7 +40,7 @@ import mfusepy  # type: ignore[import-untyped, unused-ignore]  # no stubs: ctype
 
 from leasecheck.nemesis.mounts import POWERFS_FSNAME
 from leasecheck.servers.base import die_with_parent
-from leasecheck.servers.powerfs_cache import PageCache
+from leasecheck.servers.powerfs_cache import NAMES, PageCache
 from leasecheck.servers.powerfs_layer import bind_unix
 from leasecheck.servers.powerfs_nodes import Node
 
@@ -235,13 +235,16 @@ def serve_control(fs: PowerFS, listener: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> None:
+    names = "strict"
+    if len(argv) == 5 and argv[3] == "--names" and argv[4] in NAMES:
+        names, argv = argv[4], argv[:3]
     if len(argv) != 3:
-        sys.exit("usage: python -m leasecheck.servers.powerfs BACKING MOUNT CONTROL")
+        sys.exit(f"usage: python -m leasecheck.servers.powerfs BACKING MOUNT CONTROL [--names {'|'.join(NAMES)}]")
     backing, mount, control = argv
     logging.basicConfig(level=logging.INFO, format="%(asctime)s powerfs %(levelname)s %(message)s")
     logging.getLogger("mfusepy").setLevel(logging.WARNING)
     die_with_parent(signal.SIGTERM)  # the harness died: libfuse's handler ends the loop and unmounts
-    fs = PowerFS(PageCache(backing))
+    fs = PowerFS(PageCache(backing, names=names))
     with suppress(FileNotFoundError):
         os.unlink(control)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -20,6 +20,11 @@ The rules, the strict reading of POSIX's ``fsync``:
   removed then). With ``torn``, the latest unsynced page of each file reaches the disk
   half written first (its first half new, the rest as the disk had it).
 
+With ``names="journaled"`` a journaling file system's commit is modelled instead (ext4,
+xfs): any fsync makes every pending name change durable first, then its file's data. A
+store that never fsyncs the folder of a file it creates (Postgres' new relation files)
+loses the file under the strict rules, and keeps it under these.
+
 Not modelled: hard links (refused, EPERM), extended attributes, a disk that reorders or
 fails the writes it acknowledged.
 """
@@ -36,6 +41,9 @@ from leasecheck.servers.powerfs_disk import Disk
 from leasecheck.servers.powerfs_disk import fs_error as _error
 from leasecheck.servers.powerfs_nodes import PAGE, Node
 
+#: when a new, moved or removed name becomes durable: at its folder's fsync (POSIX's promise, no more), or at any
+#: fsync (a journaling file system's commit)
+NAMES = ("strict", "journaled")
 #: ``renameat2``'s flags as FUSE passes them
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 
@@ -43,11 +51,17 @@ RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 class PageCache:
     """The layer's state: the tree now, the tree on the disk (``backing``), the open handles.
 
-    Not thread-safe: the FUSE side calls it under one lock. ``sync_backing``: see :class:`Disk`.
+    Not thread-safe: the FUSE side calls it under one lock. ``sync_backing``: see :class:`Disk`; ``names``: when a
+    name becomes durable, one of :data:`NAMES`.
     """
 
-    def __init__(self, backing: str | os.PathLike[str], sync_backing: bool = True) -> None:
+    def __init__(self, backing: str | os.PathLike[str], sync_backing: bool = True, names: str = "strict") -> None:
+        if names not in NAMES:
+            raise ValueError(f"names must be one of {', '.join(NAMES)}, not {names!r}")
         self.disk = Disk(backing, sync_backing)
+        self.journaled = names == "journaled"
+        #: a name was made, moved or removed since every pending name last reached the disk
+        self._names_pending = False
         self._writes = 0
         self.handles: dict[int, Node] = {}
         self._next_handle = 1
@@ -83,6 +97,7 @@ class PageCache:
         return list(folder.children)
 
     def _link(self, folder: Node, name: str, node: Node) -> None:
+        self._names_pending = True
         node.parent, node.name = folder, name
         folder.children[name] = node
         folder.mtime_ns = folder.ctime_ns = time.time_ns()
@@ -91,6 +106,7 @@ class PageCache:
         folder = node.parent
         assert folder is not None
         del folder.children[node.name]
+        self._names_pending = True
         folder.mtime_ns = folder.ctime_ns = time.time_ns()
         node.parent = None
         if node.parent is None and node.opens == 0:
@@ -234,7 +250,12 @@ class PageCache:
     # ------------------------------------------------------------------ to the disk
 
     def fsync(self, node: Node) -> None:
-        """``fsync``/``fdatasync`` of a file (its data, size and mode; not its name) or of a folder (its entries)."""
+        """``fsync``/``fdatasync`` of a file (its data, size and mode; not its name) or of a folder (its entries);
+        journaled, every pending name first."""
+        if self.journaled and self._names_pending:
+            for folder in [n for n in self._tree() if n.is_dir]:
+                self.disk.fsync(folder)
+            self._names_pending = False
         self.disk.fsync(node)
 
     def sync(self) -> None:
@@ -282,4 +303,5 @@ class PageCache:
             self.disk.close(node)
         self.handles.clear()
         self.disk.load()
+        self._names_pending = False
         return {**dropped, "torn": tears} if torn else dropped

@@ -65,7 +65,10 @@ class PowerLayer:
     """
 
     def __init__(self, backing: str | os.PathLike[str], mount: str | os.PathLike[str],
-                 control: str | os.PathLike[str] | None = None, log_path: str | os.PathLike[str] | None = None) -> None:
+                 control: str | os.PathLike[str] | None = None, log_path: str | os.PathLike[str] | None = None,
+                 names: str = "strict") -> None:
+        #: when a name becomes durable (:data:`leasecheck.servers.powerfs_cache.NAMES`): at its folder's fsync, or any
+        self.names = names
         self.backing = Path(backing).absolute()
         self.mount_point = Path(mount).absolute()
         self.control = Path(control).absolute() if control is not None else self.backing.with_name(self.backing.name + ".sock")
@@ -75,11 +78,11 @@ class PowerLayer:
         self._synced_once = False
 
     @classmethod
-    def under(cls, folder: str | os.PathLike[str]) -> PowerLayer:
+    def under(cls, folder: str | os.PathLike[str], names: str = "strict") -> PowerLayer:
         """A layer mounted at ``folder``, its disk, socket and log beside it (``NAME.disk``, ``NAME.powerfs.sock``, ...)."""
         folder = Path(folder).absolute()
         return cls(folder.with_name(folder.name + ".disk"), folder, folder.with_name(folder.name + ".powerfs.sock"),
-                   folder.with_name(folder.name + ".powerfs.log"))
+                   folder.with_name(folder.name + ".powerfs.log"), names)
 
     @property
     def pid(self) -> int | None:
@@ -101,7 +104,8 @@ class PowerLayer:
         if self.is_mounted:  # a dead layer of an earlier life of this folder
             unmount(os.path.realpath(self.mount_point), lazy=True)
         self.control.unlink(missing_ok=True)
-        command = [*python_module(POWERFS_MODULE), str(self.backing), str(self.mount_point), str(self.control)]
+        command = [*python_module(POWERFS_MODULE), str(self.backing), str(self.mount_point), str(self.control),
+                   "--names", self.names]
         with open(self.log_path, "ab") as log:
             process = self.process = popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            start_new_session=True)
@@ -207,13 +211,15 @@ def _through_folder(call: Callable[[str], None], path: str) -> None:
         os.close(folder)
 
 
-def on_powerfs(server: S) -> S:
+def on_powerfs(server: S, names: str = "strict") -> S:
     """Run ``server`` on a power-loss layer: its directory becomes the mount, its disk ``DIRECTORY.disk`` beside it.
 
     Give it before the server's first start; :meth:`~leasecheck.servers.base.LocalServer.power_loss` then cuts
-    its power, and its ``cleanup`` takes the layer off.
+    its power, and its ``cleanup`` takes the layer off. ``names``: see :data:`leasecheck.servers.powerfs_cache.NAMES`
+    (Postgres never fsyncs the folder of a relation file it creates: under ``strict`` a power cut after a checkpoint
+    loses the file its catalog names).
     """
     if server.pid is not None:
         raise ValueError(f"{server.kind} is running: put it on the layer before it starts")
-    server.layer = PowerLayer.under(server.directory)
+    server.layer = PowerLayer.under(server.directory, names)
     return server
