@@ -11,6 +11,8 @@ Modules: ``catalogue`` (the rows), ``protocol`` (what a fault is), ``context`` (
 ``schedule``, ``heal`` (undo records), and one per fault family: ``faults``
 (process pause / kill), ``clock`` (worker clocks bumped / strobed, on
 ``worker_clocks``), ``store_clock`` (libfaketime), ``network`` (Toxiproxy
-toxics, on ``proxies`` and the ``toxiproxy`` client), ``container`` (Docker);
-``timepatch`` bends a worker process's ``time.time`` for third-party code.
+toxics, on ``proxies`` and the ``toxiproxy`` client), ``container`` (Docker),
+``power`` (the store's power cut, through the power-loss layer's ``PowerLossServer``);
+``timepatch`` bends a worker process's ``time.time`` for third-party code; ``processes``
+and ``mounts`` read /proc (the process table, and the power-loss layers mounted).
 """

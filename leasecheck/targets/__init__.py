@@ -4,7 +4,7 @@
 * :mod:`.registry` — backends found by name (entry points ``leasecheck.targets``) and ``TargetSpec``;
 * the reference fenced backends (:mod:`.sqlite_lease`, :mod:`.postgres_lease`, :mod:`.redis_lease`),
   the reference unfenced one (:mod:`.redis_token_lease`), the broken variants (``broken_*``);
-* :mod:`.exec_target` — a backend in any language over the exec protocol; :mod:`.urls` — store URLs;
+* :mod:`.exec_target` — a backend in any language over the exec protocol; :mod:`.urls` — store URLs; :mod:`.durability` — each store's durability profiles, as data;
 * :mod:`.thirdparty` — third-party lock libraries, as their users use them.
 
 May import ``histories`` (its types) and the stores' client libraries; never the checker that
