@@ -222,3 +222,30 @@ def test_sqlite_wal_with_synchronous_full_loses_nothing_it_acknowledged(tmp_path
     rows, dropped = sqlite_commits_after_power_loss(tmp_path, "durable")
     assert rows == 200
     assert dropped == {"bytes": 32768, "files": 1, "entries": 0}, "only the WAL index (-shm: memory SQLite never syncs)"
+
+
+# ------------------------------------------------------------------------- the profiles as the stores take them
+
+
+def test_each_store_takes_its_profile_by_name(tmp_path: Path) -> None:
+    from leasecheck.targets.base import TargetConfig
+    from leasecheck.targets.durability import PROFILES, UnknownProfile
+    from leasecheck.targets.sqlite_lease import SqliteLease
+
+    assert PROFILES == ("durable", "default", "fast")
+    fsync = {p: RedisServer(tmp_path / p, profile=p)._command() for p in PROFILES}
+    assert fsync["durable"][-6:] == ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
+    assert fsync["fast"][-6:] == ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
+    assert "--appendonly" not in fsync["default"]
+    expected = {"durable": ("wal", 2), "default": ("delete", 2), "fast": ("wal", 1)}  # synchronous: 2 FULL, 1 NORMAL
+    for profile, (journal, synchronous) in expected.items():
+        options = {} if profile == "durable" else {"store_config": profile}  # durable unless named
+        lease = SqliteLease(TargetConfig(url=f"sqlite:///{tmp_path / profile}.db", ttl_ms=1000, options=options))
+        try:
+            assert lease.db.execute("PRAGMA journal_mode").fetchone()[0] == journal
+            assert lease.db.execute("PRAGMA synchronous").fetchone()[0] == synchronous
+        finally:
+            lease.close()
+    with pytest.raises(UnknownProfile, match=r"unknown store config 'turbo' \(one of durable, default, fast\)"):
+        RedisServer(tmp_path / "turbo", profile="turbo")
+
