@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from leasecheck.cli import main
 from leasecheck.errors import EnvironmentFailure
-from leasecheck.nemesis.mounts import mounted, powerfs_mounts
+from leasecheck.nemesis.mounts import mounted, mounts, powerfs_mounts
 from leasecheck.servers import powerfs_layer
 from leasecheck.servers.base import python_module
 from leasecheck.servers.powerfs_layer import POWERFS_MODULE, PowerLayer
@@ -180,3 +180,14 @@ def test_without_fuse_the_mount_is_refused_in_one_line(tmp_path: Path, monkeypat
     monkeypatch.setattr(powerfs_layer.shutil, "which", lambda name: None)
     with pytest.raises(EnvironmentFailure, match=r"^powerfs: fusermount3 is not on PATH \(apt-get install fuse3\)$"):
         PowerLayer(tmp_path / "disk", tmp_path / "mnt").mount()
+
+
+def test_proc_mounts_is_read_with_its_escapes(tmp_path: Path) -> None:
+    table = tmp_path / "mounts"
+    table.write_text("/dev/vda / ext4 rw 0 0\n"
+                     "leasecheck-powerfs-4242 /tmp/run\\040one/redis fuse.powerfs rw,allow_other 0 0\n"
+                     "leasecheck-powerfs-x /tmp/other fuse.powerfs rw 0 0\n"
+                     "leasecheck-powerfs-7 /tmp/not-fuse ext4 rw 0 0\n")
+    assert mounts(str(table))[1].target == "/tmp/run one/redis"
+    assert powerfs_mounts(str(table)) == [(4242, "/tmp/run one/redis")]
+

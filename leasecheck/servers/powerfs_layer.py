@@ -53,9 +53,20 @@ def powerfs_problem() -> str | None:
         return "fusermount3 is not on PATH (apt-get install fuse3)"
     if ctypes.util.find_library("fuse3") is None:
         return "libfuse3 is missing (apt-get install fuse3)"
+    if os.geteuid() != 0 and not _user_allow_other():
+        return "mounting as a user with allow_other needs user_allow_other in /etc/fuse.conf (or run as root)"
     if importlib.util.find_spec("mfusepy") is None:
         return "mfusepy is not installed (pip install 'leasecheck[powerloss]')"
     return None
+
+
+def _user_allow_other(conf: str = "/etc/fuse.conf") -> bool:
+    """Does fusermount3 let a user mount with ``allow_other`` (a server running as another user must reach the mount)?"""
+    try:
+        with open(conf) as f:
+            return any(line.split("#", 1)[0].strip() == "user_allow_other" for line in f)
+    except OSError:
+        return False
 
 
 class PowerLayer:
