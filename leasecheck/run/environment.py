@@ -1,21 +1,22 @@
-"""The store a backend runs against: a file, a local server we start, or the user's own."""
+"""The store a backend runs against: a file, a local server we start, or the user's own (on their hosts: ``--hosts``)."""
 
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leasecheck.rundir.files import server_directory
+from leasecheck.rundir.files import MEMBERS_DIR, server_directory
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.targets.base import Indeterminate, Target, Unavailable
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.waiting import poll
 
 if TYPE_CHECKING:  # imported where used: the docker SDK is an optional extra
+    from leasecheck.hosts.control import DeployedCluster
     from leasecheck.servers.cluster import Cluster
     from leasecheck.servers.docker import DockerRun
 
@@ -32,6 +33,21 @@ class Environment:
     server: LocalServer | None = None
     docker: DockerRun | None = None
     cluster: Cluster | None = None
+    #: the user's own deployment (``--hosts``): never started nor stopped by us, only faulted, healed and its logs read
+    deployed: DeployedCluster | None = None
+
+    def fault_targets(self) -> tuple[Any, Any]:
+        """What the store faults and the member faults act on: the server and cluster we started, or the deployment's
+        (one member as the store's server when it has one member: ``pause-store`` / ``kill-store`` through its host)."""
+        if self.deployed is not None:
+            names = self.deployed.member_names()
+            return (self.deployed.server(names[0]) if len(names) == 1 else None), self.deployed
+        return self.server, self.cluster
+
+    @property
+    def members(self) -> Cluster | DeployedCluster | None:
+        """The members the store runs on, ours or the deployment's (for the history's header and the report)."""
+        return self.deployed or self.cluster
 
     def set_up(self, make: Callable[[], Target]) -> Target:
         """A client of the store with its ``setup()`` done (the producer's); Unavailable or Indeterminate if it cannot.
@@ -58,6 +74,10 @@ class Environment:
         """Heal-all's last word on the store: every container of the run unpaused, reconnected and started, every
         link between a cluster's members whole and every member resumed, whoever left them otherwise."""
         reports: list[dict[str, Any]] = []
+        if self.deployed is not None:  # what the nemesis healed, then whatever this run's tag is still on
+            self.deployed.heal_all()
+            rows = self.deployed.heal_run()
+            reports.append({"hosts": str(self.deployed.deployment.path), "healed": [f"{r.member} {r.what}: {r.detail}" for r in rows]})
         if self.cluster is not None:
             self.cluster.heal_all()
             reports.append({"cluster": self.cluster.kind, "healed": "links whole, members resumed, clocks reset"})
@@ -68,7 +88,15 @@ class Environment:
         return reports
 
     def stop(self, keep_logs_in: Path | None = None) -> None:
-        """Stop the server or cluster we started (never one the user gave), keeping its logs."""
+        """Stop the server or cluster we started (never one the user gave), keeping its logs; a deployment's members'
+        logs are copied into ``members/`` of the run folder."""
+        if self.deployed is not None:
+            try:
+                if keep_logs_in is not None:
+                    (keep_logs_in / MEMBERS_DIR).mkdir(exist_ok=True)
+                    self.deployed.fetch_logs(keep_logs_in / MEMBERS_DIR)
+            finally:
+                self.deployed.close()
         if self.cluster is not None:
             self.cluster.stop()  # every member resumed and stopped, their hosts deleted
             self.cluster.remove_state()
@@ -88,14 +116,20 @@ class Environment:
 
 
 def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool = False, env: str = "local",
-            cluster: str | None = None, ttl_ms: int = 1000) -> Environment:
+            cluster: str | None = None, ttl_ms: int = 1000, hosts: str | None = None, run_id: str = "",
+            faults: Sequence[str] = ()) -> Environment:
     """Start what ``target`` needs, or use ``url``; raises EnvironmentFailure.
 
     ``skewable`` starts the server under libfaketime, so the nemesis can skew
     the store's clock (and only then: it costs a little on every clock read).
     ``cluster`` starts that kind of cluster instead (``leasecheck.run.clusters``),
-    its failure detectors sized by ``ttl_ms``.
+    its failure detectors sized by ``ttl_ms``. ``hosts`` opens the deployment file's hosts and tries, harmlessly,
+    every command ``faults`` will need there (:func:`leasecheck.hosts.checks.open_deployment`); the store is at ``url``.
     """
+    if hosts is not None:
+        from leasecheck.hosts.checks import open_deployment
+
+        return Environment(url or "", deployed=open_deployment(hosts, run_id, faults))
     if url:
         return Environment(url)
     if cluster is not None:

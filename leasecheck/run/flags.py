@@ -167,6 +167,8 @@ FLAGS: tuple[RunFlag, ...] = (
           help="Run Postgres / Redis as local processes or as Docker containers."),
     _flag("--cluster", field="cluster", type=click.Choice(list(CLUSTERS)), default=None,
           help="Run the store as a replicated cluster leasecheck starts (see `leasecheck clusters`): members on hosts of their own, faults between them."),
+    _flag("--hosts", "hosts_file", field="hosts", default=None, metavar="FILE",
+          help="Fault your own deployment: its members' hosts, reached over ssh:// or docker:// (docs/hosts.md); clients reach it at --url."),
     _flag("--json", "as_json", field=None, is_flag=True, help="Print results.json instead of the summary."),
     _flag("--coverage", "coverage_counts", field=None, is_flag=True,
           help="End the summary with how often the run reached each situation (docs/coverage.md)."),

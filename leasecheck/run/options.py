@@ -87,6 +87,9 @@ class RunOptions:
     env: str = "local"
     #: a replicated store leasecheck starts instead of one server (``leasecheck clusters``); None: one server
     cluster: str | None = None
+    #: a deployment file (``--hosts``): the store's members on hosts of the team's own, faulted over SSH or docker
+    #: exec (:mod:`leasecheck.hosts`); clients reach the store at ``url``
+    hosts: str | None = None
     clock_uncertainty_ms: float = 10.0
     #: the most the clock-store fault skews the store's clock (default: a quarter of the ttl)
     store_skew_ms: float | None = None
@@ -208,12 +211,15 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
 
 
 def cluster_problem(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> None:
-    """Refuse ``--cluster`` with what cannot go with it, and the member faults without it (BadOptions)."""
+    """Refuse ``--cluster`` with what cannot go with it, and the member faults without it or ``--hosts`` (BadOptions)."""
     member_faults = needing(kinds, Need.CLUSTER)
+    if opts.hosts is not None:
+        hosts_problem(opts, kinds)
+        return
     if opts.cluster is None:
         if member_faults:
             raise BadOptions(f"{_they(member_faults, 'acts', 'act')} on the members of a cluster: add --cluster KIND"
-                             f" ({', '.join(CLUSTERS)})")
+                             f" ({', '.join(CLUSTERS)}), or --hosts FILE for your own")
         return
     kind = CLUSTERS.get(opts.cluster)
     if kind is None:
@@ -231,6 +237,37 @@ def cluster_problem(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> None:
         skewable = ", ".join(name for name, row in CLUSTERS.items() if row.skewable)
         raise BadOptions(f"{_they(skewing, 'skews', 'skew')} a member's clock under libfaketime, which {opts.cluster}"
                          f" cannot take (leasecheck skews the members of {skewable})")
+
+
+def hosts_problem(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> None:
+    """Refuse ``--hosts FILE`` with what cannot go with it: the file itself (its first problem, ``FILE:LINE: what``),
+    a cluster or containers of ours, no ``--url``, a store fault on a deployment of several members, a clock no member
+    lets leasecheck skew (BadOptions)."""
+    from leasecheck.hosts.deployment import DeploymentError, load_deployment
+
+    if opts.cluster is not None or opts.env != "local":
+        raise BadOptions("--hosts faults a deployment of yours; --cluster and --env docker start stores of leasecheck's own:"
+                         " give one or the other")
+    try:
+        deployment = load_deployment(opts.hosts or "")
+    except DeploymentError as e:
+        raise BadOptions(str(e)) from None
+    if not opts.url:
+        raise BadOptions(f"--hosts {opts.hosts}: add --url, the address your clients reach the {deployment.store} at")
+    one_server = [k.name for k in kinds if Need.SERVER in k.needs and Need.CLUSTER not in k.needs
+                  and Need.TOXIPROXY not in k.needs]
+    if one_server and (len(deployment.members) != 1 or needing(kinds, Need.FAKETIME)):
+        raise BadOptions(f"{_they(one_server, 'acts', 'act')} on one store server: through --hosts, on a deployment of one"
+                         f" member, and a store's clock as clock-member (a member whose faketime file the deployment gives)")
+    if needing(kinds, Need.FAKETIME) and not any(m.faketime for m in deployment.members):
+        raise BadOptions(f"{_they(needing(kinds, Need.FAKETIME), 'skews', 'skew')} a member's clock: leasecheck never steps"
+                         f" a host's clock, and no member of {opts.hosts} gives a faketime file")
+
+
+def _deployed_store(path: str) -> str:
+    from leasecheck.hosts.deployment import load_deployment
+
+    return load_deployment(path).store
 
 
 def store_folder_problem(store: Path) -> str | None:
@@ -252,11 +289,11 @@ def check_store(opts: RunOptions, kinds: tuple[FaultKind, ...], store: str | Non
         hint = " (--exec-store postgres or redis starts one for it)" if exec_target else ""
         raise BadOptions(f"{opts.target} has no store server to pause or kill (nemesis {', '.join(opts.nemesis)}){hint}")
     faketime = needing(kinds, Need.FAKETIME)
-    if faketime and store in SERVER_STORES and store not in FAKETIME_STORES:
+    if faketime and store in SERVER_STORES and store not in FAKETIME_STORES and opts.hosts is None:
         raise BadOptions(f"{_they(faketime, 'runs', 'run')} the store under libfaketime, which leasecheck does for"
                          f" {' and '.join(FAKETIME_STORES)} servers only, not {store}")
     own_server = [k.name for k in kinds if Need.SERVER in k.needs and Need.TOXIPROXY not in k.needs]
-    if opts.url and own_server:  # the store is the user's: no process of ours to pause, kill or skew
+    if opts.url and own_server and opts.hosts is None:  # with --hosts the deployment says how to reach its process  # the store is the user's: no process of ours to pause, kill or skew
         raise BadOptions(f"{_they(own_server, 'acts', 'act')} on a store server that leasecheck started itself, and"
                          f" --url names a store of yours: drop --url (leasecheck then starts a throwaway"
                          f" {store or 'store'} server) or choose faults that need no server of ours")
@@ -277,6 +314,8 @@ def load_target(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> type[Target]:
     if opts.cluster is not None and target_cls.store != CLUSTERS[opts.cluster].store:
         raise BadOptions(f"--cluster {opts.cluster} runs {CLUSTERS[opts.cluster].store}; --target {opts.target}"
                          f" runs on {target_cls.store or 'a store of its own'}")
+    if opts.hosts is not None and target_cls.store != (deployed := _deployed_store(opts.hosts)):
+        raise BadOptions(f"--hosts {opts.hosts} deploys {deployed}; --target {opts.target} runs on {target_cls.store or 'a store of its own'}")
     check_store(opts, kinds, target_cls.store)
     if not opts.url and (lacking := server_not_installed(target_cls.store)) is not None:
         raise BadOptions(f"--target {opts.target}: {lacking}")  # a team's adapter need not declare psycopg to be told

@@ -177,7 +177,7 @@ class Run:
         """The store the backend runs against (a server of ours, or ``--url``), and the spec every client is made from."""
         opts = self.opts
         self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable=Need.FAKETIME in self.needs, env=opts.env,
-                           cluster=opts.cluster, ttl_ms=opts.ttl_ms)
+                           cluster=opts.cluster, ttl_ms=opts.ttl_ms, hosts=opts.hosts, run_id=self.run_id, faults=opts.nemesis)
         # log_dir: where a backend may keep logs of its own (an exec: child's stderr goes to exec.log there)
         config = TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s, options={"log_dir": str(self.run_dir)})
         self.spec = TargetSpec(opts.target, config)
@@ -198,7 +198,7 @@ class Run:
     def _open_history(self, producer: Target) -> None:
         """history.jsonl with its header, the merge of the workers' streams into it; only now is the run store/latest."""
         opts = self.opts
-        cluster = self.env.cluster if self.env is not None else None  # its members and their addresses, for the report
+        cluster = self.env.members if self.env is not None else None  # its members and their addresses, for the report
         header = run_header(opts, self.seed, self.run_id, self.target_cls, producer, self.timing.uncertainty_ms, cluster)
         self.resource_read = header.meta["resource_read"]
         self.start_ns = time.monotonic_ns()  # the history's time origin: the workers stamp their events against it
@@ -230,12 +230,12 @@ class Run:
     def _set_up_nemesis(self) -> None:
         """The nemesis on its seeded schedule, and what its faults act on (not started yet)."""
         assert self.env is not None
-        opts = self.opts
+        opts, (server, cluster) = self.opts, self.env.fault_targets()
         context = FaultContext(
             ttl_ms=opts.ttl_ms, workers=self.recorder.ready, holders=self.recorder.takeovers.holders,
             writing=self.recorder.takeovers.writing, clocks=self.clocks,
             network=self.network.network if self.network is not None else None,
-            server=self.env.server, cluster=self.env.cluster, store_skew_ms=self.timing.store_skew_ms,
+            server=server, cluster=cluster, store_skew_ms=self.timing.store_skew_ms,
             halted=self.recorder.halted, resuming=self.recorder.resuming, aiming=self.aimer, hurried=self._hurried,
         )
         self.nemesis = Nemesis(

@@ -23,6 +23,8 @@ from leasecheck.nemesis.processes import read_process
 
 #: the worker clocks' directory (:class:`leasecheck.nemesis.worker_clocks.ClockControl`)
 CLOCKS_DIR = "clocks"
+#: a deployment's members' logs, copied back from their hosts at the end of a ``--hosts`` run (``m1-redis.log`` ...)
+MEMBERS_DIR = "members"
 
 #: server state under the run directory: removed once the server is gone (``NAME.disk``: a power-loss layer's disk)
 SERVER_STATE = ("postgres/data", "redis/appendonlydir", "redis/dump.rdb", "postgres.disk", "redis.disk")
