@@ -31,8 +31,15 @@ def start_line(opts: Any, seed: int) -> Text:
     nemesis = ",".join(opts.nemesis) or "none"
     return Text.assemble(
         ("leasecheck run: ", "bold"), f"target {opts.target}, nemesis {nemesis}, {opts.time_limit:g} s, ",
-        f"{opts.concurrency} workers, ", ("seed ", "bold"), (str(seed), "bold"), f" (replay with --seed {seed})",
+        f"{opts.concurrency} workers, ", *_store_config(opts), ("seed ", "bold"), (str(seed), "bold"),
+        f" (replay with --seed {seed})",
     )
+
+
+def _store_config(opts: Any) -> tuple[str, ...]:
+    """``store config fast, `` when the run names a profile other than the one leasecheck always ran with."""
+    profile = getattr(opts, "store_config", "durable")
+    return () if profile == "durable" else (f"store config {profile}, ",)
 
 
 def progress_line(s: dict[str, Any], opts: Any) -> Text:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leasecheck.nemesis.catalogue import Need
+from leasecheck.run.options import RunOptions
 from leasecheck.rundir.files import MEMBERS_DIR, server_directory
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
-from leasecheck.targets.base import Indeterminate, Target, Unavailable
+from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
+from leasecheck.targets.durability import DEFAULT_PROFILE, check_profile
+from leasecheck.targets.durability import OPTION as PROFILE_OPTION
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.waiting import poll
 
@@ -70,6 +74,13 @@ class Environment:
                 if self.cluster is None or left <= 0 or not poll(self.cluster.ready, left, every=0.1):
                     raise
 
+    def client_config(self, opts: RunOptions, run_dir: Path) -> TargetConfig:
+        """What every client of the run is made with: the store's address, the lease's terms, and as options
+        ``log_dir`` (where a backend may keep logs of its own: an exec: child's stderr goes to exec.log there) and the
+        durability profile of an embedded store (SQLite's PRAGMAs)."""
+        return TargetConfig(url=self.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s,
+                            options={"log_dir": str(run_dir), PROFILE_OPTION: opts.store_config})
+
     def heal_store(self) -> list[dict[str, Any]]:
         """Heal-all's last word on the store: every container of the run unpaused, reconnected and started, every
         link between a cluster's members whole and every member resumed, whoever left them otherwise."""
@@ -115,9 +126,16 @@ class Environment:
             self.docker.close()  # every container and network of the run
 
 
+def prepare_for(opts: RunOptions, target: type[Target], run_dir: Path, run_id: str, needs: Collection[Need]) -> Environment:
+    """:func:`prepare` as a run of ``opts`` asks it (its faults' ``needs``: a store clock to skew, the power-loss layer)."""
+    return prepare(target, run_dir, opts.url, skewable=Need.FAKETIME in needs, env=opts.env, cluster=opts.cluster,
+                   ttl_ms=opts.ttl_ms, hosts=opts.hosts, run_id=run_id, faults=opts.nemesis, profile=opts.store_config,
+                   power_layer=Need.POWERFS in needs)
+
+
 def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool = False, env: str = "local",
             cluster: str | None = None, ttl_ms: int = 1000, hosts: str | None = None, run_id: str = "",
-            faults: Sequence[str] = ()) -> Environment:
+            faults: Sequence[str] = (), profile: str = DEFAULT_PROFILE, power_layer: bool = False) -> Environment:
     """Start what ``target`` needs, or use ``url``; raises EnvironmentFailure.
 
     ``skewable`` starts the server under libfaketime, so the nemesis can skew
@@ -125,6 +143,8 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
     ``cluster`` starts that kind of cluster instead (``leasecheck.run.clusters``),
     its failure detectors sized by ``ttl_ms``. ``hosts`` opens the deployment file's hosts and tries, harmlessly,
     every command ``faults`` will need there (:func:`leasecheck.hosts.checks.open_deployment`); the store is at ``url``.
+    A server we start runs with the durability ``profile`` (:mod:`leasecheck.targets.durability`), on the power-loss
+    layer with ``power_layer`` (:func:`leasecheck.servers.powerfs_layer.on_powerfs`: a ``power-loss`` fault's).
     """
     if hosts is not None:
         from leasecheck.hosts.checks import open_deployment
@@ -173,6 +193,12 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
         server = EtcdServer(run_dir / "etcd")
     else:
         raise EnvironmentFailure(f"target {target.name!r} brings its own store: give its address with --url")
+    if kind in ("postgres", "redis"):
+        server.profile = check_profile(profile)  # type: ignore[attr-defined]  # RedisServer's, PostgresServer's
+    if power_layer:
+        from leasecheck.servers.powerfs_layer import on_powerfs
+
+        on_powerfs(server, names="journaled" if kind == "postgres" else "strict")  # Postgres never fsyncs a new file's folder
     server.start()
     return Environment(server.url, server)
 

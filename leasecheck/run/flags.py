@@ -24,6 +24,7 @@ import click
 from leasecheck.lists import BadList, names, repeated
 from leasecheck.report.inputs import ReplayFlag
 from leasecheck.run.clusters import CLUSTERS
+from leasecheck.targets.durability import PROFILES
 
 if TYPE_CHECKING:
     from leasecheck.run.options import RunOptions
@@ -167,6 +168,8 @@ FLAGS: tuple[RunFlag, ...] = (
           help="Run Postgres / Redis as local processes or as Docker containers."),
     _flag("--cluster", field="cluster", type=click.Choice(list(CLUSTERS)), default=None,
           help="Run the store as a replicated cluster leasecheck starts (see `leasecheck clusters`): members on hosts of their own, faults between them."),
+    _flag("--store-config", field="store_config", type=click.Choice(list(PROFILES)), default="durable", show_default=True,
+          help="How durably the store keeps what it acknowledged: durable (fsync before every reply), default (as shipped), fast (acknowledged before fsync)."),
     _flag("--hosts", "hosts_file", field="hosts", default=None, metavar="FILE",
           help="Fault your own deployment: its members' hosts, reached over ssh:// or docker:// (docs/hosts.md); clients reach it at --url."),
     _flag("--json", "as_json", field=None, is_flag=True, help="Print results.json instead of the summary."),

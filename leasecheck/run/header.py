@@ -11,8 +11,9 @@ from dataclasses import asdict
 from typing import Any
 
 from leasecheck.histories import Header
-from leasecheck.run.options import RunOptions
+from leasecheck.run.options import RunOptions, profiled
 from leasecheck.targets.base import Target, reads_resource
+from leasecheck.targets.durability import settings
 from leasecheck.targets.exec_target import ExecTarget
 
 
@@ -23,6 +24,8 @@ def run_header(opts: RunOptions, seed: int, run_id: str, target_cls: type[Target
         "target": opts.target, "seed": seed, "run_id": run_id, "nemesis": list(opts.nemesis),
         "concurrency": opts.concurrency, "store": target_cls.store, "resource_read": reads_resource(producer),
         **({"cluster": cluster.describe()} if cluster else {}),
+        **({"durability": {"profile": opts.store_config, "settings": said}}
+           if (said := settings(target_cls.store, opts.store_config)) and profiled(opts, target_cls.store) else {}),
     }
     effect_fence = target_cls.effect_fence
     if isinstance(producer, ExecTarget) and producer.hello is not None:  # an exec: child says it in its hello

@@ -19,11 +19,12 @@ from leasecheck.exits import Exit, interrupted
 from leasecheck.histories.vocabulary import SITUATIONS
 from leasecheck.lists import BadList, distinct, repeated
 from leasecheck.nemesis import clock
-from leasecheck.nemesis.catalogue import CATALOGUE, FaultKind, Need, UnknownFault, lookup, needing
+from leasecheck.nemesis.catalogue import CATALOGUE, FaultKind, Need, UnknownFault, lookup, needing, unmet
 from leasecheck.nemesis.store_clock import required_uncertainty_ms
 from leasecheck.run.clusters import CLUSTERS
 from leasecheck.run.workload_options import Workload
 from leasecheck.targets.base import Target
+from leasecheck.targets.durability import PROFILES
 from leasecheck.targets.exec_target import EXEC_PREFIX, EXEC_STORES, ExecTarget
 from leasecheck.targets.registry import load, server_not_installed
 from leasecheck.targets.urls import url_problem
@@ -90,6 +91,8 @@ class RunOptions:
     #: a deployment file (``--hosts``): the store's members on hosts of the team's own, faulted over SSH or docker
     #: exec (:mod:`leasecheck.hosts`); clients reach the store at ``url``
     hosts: str | None = None
+    #: how durably the store keeps what it acknowledged (:data:`leasecheck.targets.durability.PROFILES`)
+    store_config: str = "durable"
     clock_uncertainty_ms: float = 10.0
     #: the most the clock-store fault skews the store's clock (default: a quarter of the ttl)
     store_skew_ms: float | None = None
@@ -176,6 +179,8 @@ def validate(opts: RunOptions) -> tuple[FaultKind, ...]:
     if opts.env not in ("local", "docker"):
         raise BadOptions(f"--env must be local or docker, not {opts.env!r}")
     cluster_problem(opts, kinds)
+    if opts.store_config not in PROFILES:
+        raise BadOptions(f"--store-config must be one of {', '.join(PROFILES)}, not {opts.store_config!r}")
     docker_only = needing(kinds, Need.DOCKER)
     if opts.env != "docker" and docker_only:
         raise BadOptions(f"{_they(docker_only, 'needs', 'need')} --env docker")
@@ -264,6 +269,21 @@ def hosts_problem(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> None:
                          f" a host's clock, and no member of {opts.hosts} gives a faketime file")
 
 
+def profiled(opts: RunOptions, store: str | None) -> bool:
+    """Does ``--store-config`` set the store's durability in this run? For SQLite always (its client runs the
+    PRAGMAs); for a Postgres or Redis server only when leasecheck starts it itself, locally (not a store of yours,
+    a cluster or a container)."""
+    return store == "sqlite" or (not (opts.url or opts.hosts or opts.cluster) and opts.env == "local"
+                                 and store in ("postgres", "redis"))
+
+
+def provided(opts: RunOptions, store: str | None) -> set[Need]:
+    """The needs a run of these options meets that the other checks do not already ask about: the power-loss layer
+    under a Postgres or Redis server leasecheck starts locally."""
+    ours = profiled(opts, store) and store != "sqlite"
+    return {need for need in Need if need is not Need.POWERFS or ours}
+
+
 def _deployed_store(path: str) -> str:
     from leasecheck.hosts.deployment import load_deployment
 
@@ -317,6 +337,9 @@ def load_target(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> type[Target]:
     if opts.hosts is not None and target_cls.store != (deployed := _deployed_store(opts.hosts)):
         raise BadOptions(f"--hosts {opts.hosts} deploys {deployed}; --target {opts.target} runs on {target_cls.store or 'a store of its own'}")
     check_store(opts, kinds, target_cls.store)
+    if (unmet_need := unmet(kinds, provided(opts, target_cls.store))) is not None:
+        raise BadOptions(f"{unmet_need}: leasecheck puts the Postgres or Redis server it starts itself there (no --url,"
+                         f" --hosts, --cluster or --env docker)")
     if not opts.url and (lacking := server_not_installed(target_cls.store)) is not None:
         raise BadOptions(f"--target {opts.target}: {lacking}")  # a team's adapter need not declare psycopg to be told
     if (problem := target_cls.ttl_problem(opts.ttl_ms)) is not None:

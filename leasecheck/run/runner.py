@@ -42,7 +42,7 @@ from leasecheck.run.aiming import AIM_SLOT, Aimer
 from leasecheck.run.closing import Closer
 from leasecheck.run.deadline import Deadline
 from leasecheck.run.deliveries import Deliveries, new_run_id
-from leasecheck.run.environment import Environment, prepare
+from leasecheck.run.environment import Environment, prepare_for
 from leasecheck.run.final_reads import read_back
 from leasecheck.run.following import Following
 from leasecheck.run.header import run_header
@@ -57,7 +57,7 @@ from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, sa
 from leasecheck.rundir.worker_logs import WORKERS_DIR, Journal
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.store_network import StoreNetwork
-from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
+from leasecheck.targets.base import Indeterminate, Target, Unavailable
 from leasecheck.targets.registry import TargetSpec
 from leasecheck.verdict.tails import HistoryTail
 
@@ -175,12 +175,8 @@ class Run:
 
     def _start_store(self) -> None:
         """The store the backend runs against (a server of ours, or ``--url``), and the spec every client is made from."""
-        opts = self.opts
-        self.env = prepare(self.target_cls, self.run_dir, opts.url, skewable=Need.FAKETIME in self.needs, env=opts.env,
-                           cluster=opts.cluster, ttl_ms=opts.ttl_ms, hosts=opts.hosts, run_id=self.run_id, faults=opts.nemesis)
-        # log_dir: where a backend may keep logs of its own (an exec: child's stderr goes to exec.log there)
-        config = TargetConfig(url=self.env.url, ttl_ms=opts.ttl_ms, timeout_s=opts.op_timeout_s, options={"log_dir": str(self.run_dir)})
-        self.spec = TargetSpec(opts.target, config)
+        self.env = prepare_for(self.opts, self.target_cls, self.run_dir, self.run_id, self.needs)
+        self.spec = TargetSpec(self.opts.target, self.env.client_config(self.opts, self.run_dir))
 
     def _start_proxies(self) -> None:
         """Toxiproxy between each worker and the store, when a fault needs it (the producer and the final reads bypass it)."""

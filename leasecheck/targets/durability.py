@@ -65,3 +65,19 @@ def check_profile(profile: str) -> str:
     if profile not in PROFILES:
         raise UnknownProfile(f"unknown store config {profile!r} (one of {', '.join(PROFILES)})")
     return profile
+
+
+def settings(store: str | None, profile: str) -> list[str]:
+    """``profile``'s settings of ``store`` in the words of its own configuration (``appendfsync always``,
+    ``synchronous_commit = off``, ``PRAGMA synchronous=NORMAL``): what the run's header and report say it ran with.
+    ``["as shipped"]`` for the ``default`` profile, nothing for a store without profiles."""
+    if store not in STORES:
+        return []
+    if store == "redis":
+        args = REDIS[profile]
+        said = [f"{k.removeprefix('--')} {v or chr(39) * 2}" for k, v in zip(args[::2], args[1::2], strict=True)]
+    elif store == "postgres":
+        said = [f"{k} = {v}" for k, v in POSTGRES[profile].items()]
+    else:
+        said = list(SQLITE[profile])
+    return said or ["as shipped"]
