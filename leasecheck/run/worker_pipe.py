@@ -101,6 +101,11 @@ class Hub:
         if wait:
             self.conn.recv()
 
+    def armed(self, f: str) -> bool:
+        """Is a fault aimed at an op of kind ``f`` now, one this worker has not held for it yet? The workload then does
+        one where it may (a read, a release): rare kinds came by a few times in a 40 s gate, and its aims went empty."""
+        return self.aim is not None and any(a.f == f and a.serial != self._aimed for a in self.aim.armed())
+
     def hold(self, f: str) -> AbstractContextManager[object]:
         """What the op of kind ``f`` just invoked runs under: a :class:`Hold` if the nemesis armed its kind (one op per
         aim: a worker is one victim of a fault at most), else nothing."""

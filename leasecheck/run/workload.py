@@ -52,6 +52,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from leasecheck.histories.format import lease_key
+from leasecheck.histories.vocabulary import READ_RESOURCE
 from leasecheck.nemesis.worker_clocks import WorkerClock
 from leasecheck.run.client import Client
 from leasecheck.run.interrupts import ignore_in_child
@@ -126,10 +127,12 @@ class Worker:
                 self.hub.ask("await", node, None, "at-lapse", (LAGGING_CONTEND_TTLS if self.lags() else CONTEND_WAIT_TTLS) * self.ttl)
             if how in ("contend", "lagging"):
                 self.behind_phase()
-            if self.seen and self.rng.random() < self.w.read_rate:
+            # a read is drawn as always, and done too while a fault is aimed at one (:meth:`Hub.armed`)
+            if self.seen and (self.rng.random() < self.w.read_rate or self.hub.armed("read")):
                 other = self.rng.choice(self.seen)
                 self.op("read", other, {}, partial(self.client.target.read, other))
-            if self.resource_rng is not None and self.seen and self.resource_rng.random() < self.w.resource_read_rate:
+            if self.resource_rng is not None and self.seen and (self.resource_rng.random() < self.w.resource_read_rate
+                                                                or self.hub.armed(READ_RESOURCE)):
                 other = self.resource_rng.choice(self.seen)
                 self.op("read-resource", other, {}, partial(self.client.target.read_resource, other))
             self.execute(node, how == "race", how == "stall", how == "late", how in ("contend", "lagging"), how == "release")
@@ -249,7 +252,7 @@ class Worker:
         if roll < w.crash_rate:
             self.hub.flush()  # what it did is on record; then it crashes, and the harness starts a replacement
             os._exit(17)
-        if roll < w.crash_rate + w.release_rate:
+        if roll < w.crash_rate + w.release_rate or (self.hub.armed("release") and not self.hub.armed("commit")):
             typ, _ = self.op("release", node, dict(carried), lambda: self.client.target.release(lease))
             if typ == "ok":
                 self.hub.tell("requeue", node)  # given back: the queue hands it out again at once
