@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute_async
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
+from leasecheck.targets.thirdparty.audit import REDELIVERED_JOB, AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from arq.connections import ArqRedis
@@ -124,8 +124,8 @@ class ArqQueue(QueueLibrary):
         AuditPlan(
             library="arq", mode="documented",
             faults=(
-                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
-                FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+                FaultAudit("none", "invalid", REDELIVERED_JOB),
+                FaultAudit("pause", "invalid", REDELIVERED_JOB),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
@@ -134,7 +134,7 @@ class ArqQueue(QueueLibrary):
         AuditPlan(
             library="arq", mode="fenced",
             faults=(
-                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+                FaultAudit("none", "invalid", REDELIVERED_JOB),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

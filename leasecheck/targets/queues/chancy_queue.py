@@ -46,7 +46,7 @@ import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
+from leasecheck.targets.thirdparty.audit import REDELIVERED_JOB, AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from chancy import Chancy
@@ -87,8 +87,8 @@ class ChancyQueue(QueueLibrary):
         AuditPlan(
             library="chancy", mode="documented",
             faults=(
-                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
-                FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+                FaultAudit("none", "invalid", REDELIVERED_JOB),
+                FaultAudit("pause", "invalid", REDELIVERED_JOB),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

@@ -50,7 +50,7 @@ import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
+from leasecheck.targets.thirdparty.audit import REDELIVERED_JOB, AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from dramatiq import Message
@@ -113,7 +113,7 @@ class DramatiqQueue(QueueLibrary):
             library="dramatiq", mode="documented",
             faults=(
                 FaultAudit("none", "valid"),
-                FaultAudit("pause", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+                FaultAudit("pause", "invalid", REDELIVERED_JOB),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from leasecheck.histories.vocabulary import Status
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
+from leasecheck.targets.thirdparty.audit import REDELIVERED_JOB, AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     import procrastinate
@@ -122,7 +122,7 @@ class Procrastinate(QueueLibrary):
         AuditPlan(
             library="procrastinate", mode="documented",
             faults=(
-                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")),
+                FaultAudit("none", "invalid", REDELIVERED_JOB),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute_async
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
+from leasecheck.targets.thirdparty.audit import REDELIVERED_JOB, AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from saq.queue.base import Queue
@@ -105,8 +105,7 @@ class SaqQueue(QueueLibrary):
         AuditPlan(
             library="saq", mode="documented",
             faults=(
-                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit",
-                                               "non-linearizable", "duplicate-epoch", "stale-renew")),
+                FaultAudit("none", "invalid", (*REDELIVERED_JOB, "duplicate-epoch", "stale-renew")),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
@@ -115,8 +114,7 @@ class SaqQueue(QueueLibrary):
         AuditPlan(
             library="saq", mode="fenced",
             faults=(
-                FaultAudit("none", "invalid", ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit",
-                                               "non-linearizable", "duplicate-epoch", "stale-renew")),
+                FaultAudit("none", "invalid", (*REDELIVERED_JOB, "duplicate-epoch", "stale-renew")),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

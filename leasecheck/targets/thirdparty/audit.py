@@ -17,6 +17,11 @@ from leasecheck.histories.vocabulary import AnomalyKind, Situation
 Expected = Literal["valid", "invalid", "unknown"]
 
 
+#: what a job queue that runs one job twice shows (a stalled execution redelivered while it still ran, both writing
+#: and completing): the kinds most queue audits publish, named once
+REDELIVERED_JOB: tuple[AnomalyKind, ...] = ("stale-effect", "stale-commit", "duplicate-commit", "lost-commit", "non-linearizable")
+
+
 @dataclass(frozen=True)
 class FaultAudit:
     """One fault of an audit (a ``--nemesis`` value) and the verdict every seed must reach under it."""
