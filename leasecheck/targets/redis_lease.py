@@ -175,6 +175,8 @@ return {tonumber(redis.call('GET', KEYS[3])) or 0, redis.call('LRANGE', KEYS[4],
 
 #: error replies that refuse a script before it writes anything (Redis checks both before a script's first write)
 REFUSALS = ("NOREPLICAS", "READONLY")
+#: the claim guard of both reference Redis backends (fenced and token): a node never granted, or whose lease expired
+CLAIMABLE = "status == 'READY' or (status == 'RUNNING' and expires <= now)"
 class RedisScripts(Target):
     """What every Redis backend here shares: a client, one Lua script per operation, and the error mapping.
 
@@ -307,7 +309,7 @@ class RedisLease(RedisScripts):
     KEY_PARTS = ("state", "epoch", "fence", "effects")
 
     #: Lua: may this claim take the node? Only a free node or an expired lease.
-    CLAIM_GUARD: ClassVar[str] = "status == 'READY' or (status == 'RUNNING' and expires <= now)"
+    CLAIM_GUARD: ClassVar[str] = CLAIMABLE
     #: Lua: the new lease's epoch, strictly larger than every earlier one.
     NEXT_EPOCH: ClassVar[str] = "redis.call('INCR', KEYS[2])"
     #: Lua: may this commit complete the node? Only the current, unexpired holder.

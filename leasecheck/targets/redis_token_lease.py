@@ -45,7 +45,7 @@ from typing import ClassVar
 
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Accepted, Lease, NodeState, Outcome, Refused, ResourceState
-from leasecheck.targets.redis_lease import NOW_MS, RedisScripts
+from leasecheck.targets.redis_lease import CLAIMABLE, NOW_MS, RedisScripts
 
 #: helpers every script starts with; KEYS are always state, effects
 TOKEN_PRELUDE = NOW_MS + r"""
@@ -139,7 +139,7 @@ class RedisTokenLease(RedisScripts):
     DEFAULT_PREFIX = "lct"
 
     #: Lua: may this claim take the node? Only a free node or an expired lease.
-    CLAIM_GUARD: ClassVar[str] = "status == 'READY' or (status == 'RUNNING' and expires <= now)"
+    CLAIM_GUARD: ClassVar[str] = CLAIMABLE
     #: Lua: is ``token`` the node's current, unexpired holder? Guards renew, effect and commit.
     HELD: ClassVar[str] = "status == 'RUNNING' and holder == token and expires > now"
     #: Lua: may this release give the node back? Only the current, unexpired holder.
