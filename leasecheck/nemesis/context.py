@@ -82,6 +82,21 @@ class PowerLossServer(Protocol):
 
 
 @runtime_checkable
+class PowerLossCluster(Protocol):
+    """A cluster whose members may run on power-loss layers (:meth:`leasecheck.servers.cluster.Cluster.on_powerfs`):
+    their power can then be cut together (every server of theirs SIGKILLed, then what each never fsynced dropped) and
+    they started again."""
+
+    @property
+    def on_layers(self) -> bool: ...
+    def member_names(self) -> list[str]: ...
+    def primary(self) -> str | None: ...
+    def down_members(self) -> list[str]: ...
+    def power_cut_members(self, names: Iterable[str], torn: bool = False) -> dict[str, dict[str, int]]: ...
+    def start_members(self, names: Iterable[str]) -> None: ...
+
+
+@runtime_checkable
 class SkewableServer(Protocol):
     """A store server running under libfaketime, which can make the fault that skews its clock."""
 

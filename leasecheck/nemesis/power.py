@@ -1,4 +1,4 @@
-"""The store's power cut: its server SIGKILLed and every write it never fsynced dropped, then started again.
+"""Power cuts: the store's server, or members of a cluster, SIGKILLed and every write never fsynced dropped, then started again.
 
 ``kill-store`` kills a server's processes, but the kernel keeps every byte they wrote:
 only a lost page cache loses what a store acknowledged before it fsynced. This fault
@@ -7,6 +7,11 @@ cuts the power of a server that runs on the power-loss layer
 in its memory and drops it on command. It is recorded like ``kill-store`` (``kill``,
 then ``start`` at the heal), and its ``kill`` event says what was dropped: ``bytes``,
 ``files`` and directory ``entries`` never made durable.
+
+A cluster's members (``power-loss-member``: one, the primary half the time; ``power-loss-all``: every member at once,
+a data centre's outage) run on layers of their own when the run's faults need it
+(:class:`~leasecheck.nemesis.context.PowerLossCluster`); their cut is recorded like ``kill-primary``'s (the members
+as ``victims``, the ``primary`` then) with what each member's layers dropped (``dropped``, by member).
 
 Nothing to undo from outside (``leasecheck heal``): what was lost stays lost, and a
 server left down by a killed harness is the guard's and the run folder's to clean up.
@@ -18,7 +23,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from leasecheck.nemesis.context import FaultContext, PowerLossServer
+from leasecheck.nemesis.context import FaultContext, PowerLossCluster, PowerLossServer
 
 
 @dataclass
@@ -54,3 +59,57 @@ def make_power_loss(ctx: FaultContext, rng: random.Random) -> PowerCut | None:
     if not isinstance(server, PowerLossServer) or not server.on_layer:
         return None
     return PowerCut(server)
+
+
+@dataclass
+class MemberPowerCut:
+    """Cut the power of ``members`` of the cluster at once (``start``); start them all again on what survived (``heal``)."""
+
+    cluster: PowerLossCluster
+    members: list[str]
+    name: str
+    #: the primary when the power was cut (asked of the cluster as the fault was made)
+    primary: str | None = None
+    torn: bool = False
+    down: bool = field(default=False)
+
+    def start(self) -> dict[str, Any]:
+        dropped = self.cluster.power_cut_members(self.members, self.torn)
+        self.down = True
+        return {"victims": list(self.members), "primary": self.primary, "dropped": dropped}
+
+    def heal(self) -> dict[str, Any] | None:
+        if not self.down:
+            return None
+        self.down = False
+        self.cluster.start_members(self.members)
+        return {"victims": list(self.members), "primary": self.cluster.primary()}
+
+    def undo_record(self) -> dict[str, Any] | None:
+        return None  # the members' layers go with the cluster (and the guard of each, should the harness die)
+
+
+def _layered(ctx: FaultContext) -> PowerLossCluster | None:
+    """The run's cluster if its members are on layers and none is down (a second loss would take a majority)."""
+    cluster = ctx.cluster
+    if not isinstance(cluster, PowerLossCluster) or not cluster.on_layers or cluster.down_members():
+        return None
+    return cluster
+
+
+def make_power_loss_member(ctx: FaultContext, rng: random.Random) -> MemberPowerCut | None:
+    """The catalogue's ``power-loss-member``: one member's power cut, the primary's half the time (drawn from the seed)."""
+    cluster = _layered(ctx)
+    if cluster is None:
+        return None
+    aim, anyone = rng.random(), rng.choice(sorted(cluster.member_names()))  # always 2 draws
+    primary = cluster.primary()
+    return MemberPowerCut(cluster, [primary if primary is not None and aim < 0.5 else anyone], "power-loss-member", primary)
+
+
+def make_power_loss_all(ctx: FaultContext, rng: random.Random) -> MemberPowerCut | None:
+    """The catalogue's ``power-loss-all``: every member's power cut at once, and all started again at the heal."""
+    cluster = _layered(ctx)
+    if cluster is None:
+        return None
+    return MemberPowerCut(cluster, sorted(cluster.member_names()), "power-loss-all", cluster.primary())

@@ -27,7 +27,8 @@ CLOCKS_DIR = "clocks"
 MEMBERS_DIR = "members"
 
 #: server state under the run directory: removed once the server is gone (``NAME.disk``: a power-loss layer's disk)
-SERVER_STATE = ("postgres/data", "redis/appendonlydir", "redis/dump.rdb", "postgres.disk", "redis.disk")
+SERVER_STATE = ("postgres/data", "redis/appendonlydir", "redis/dump.rdb", "postgres.disk", "redis.disk",
+                *(f"cluster/m{i}.disk" for i in (1, 2, 3)))  # a cluster's members' layers
 #: names the harness's multiprocessing temp folder (``pymp-*``, the workers' forkserver socket): it lives in
 #: the system's temp folder (a Unix socket path must be short) and a killed harness cannot remove it
 MP_TEMP_NOTE = "mp-tempdir"

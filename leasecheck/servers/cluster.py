@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from leasecheck.errors import EnvironmentFailure
 from leasecheck.servers.base import LocalServer
 from leasecheck.servers.hosts import Host, HostNetwork
+from leasecheck.servers.powerfs_layer import PowerLayer
 from leasecheck.waiting import poll
 
 log = logging.getLogger("leasecheck.servers")
@@ -79,6 +80,8 @@ class Cluster(ABC):
     size: ClassVar[int] = 3
     #: can one member's clock be skewed (its servers run under libfaketime)?
     skewable_members: ClassVar[bool] = False
+    #: when a name on a member's power-loss layer is durable (:data:`leasecheck.servers.powerfs_cache.NAMES`)
+    layer_names: ClassVar[str] = "strict"
 
     def __init__(self, directory: Path, ttl_ms: int = 1000, skewable: bool = False) -> None:
         self.directory = Path(directory)
@@ -91,6 +94,9 @@ class Cluster(ABC):
         self.down: set[str] = set()
         #: the links cut now, each counted once per fault that cut it: overlapping partitions heal one at a time
         self._cuts: Counter[tuple[str, str]] = Counter()
+        #: each member's power-loss layers (one per folder its servers keep), when it runs on them (:meth:`on_powerfs`)
+        self.layered = False
+        self.layers: dict[str, list[PowerLayer]] = {}
 
     # ---------------------------------------------------------------- what each kind says
 
@@ -131,10 +137,14 @@ class Cluster(ABC):
         self.network = HostNetwork.open(self.size)
         try:
             self.members = {m.name: m for m in self._members(self.network.hosts)}
+            if self.layered:
+                self._put_on_layers()
             self._start_members()
             if not poll(self._ready, timeout, every=0.1):
                 raise EnvironmentFailure(f"{self.kind}: the cluster did not come together within {timeout:g} s; "
                                          f"member logs in {self.directory}")
+            for layer in (layer for layers in self.layers.values() for layer in layers):
+                layer.sync()  # what the set-up wrote (every server's files, the replicas' first copies) is on the disk
         except BaseException:
             self.stop()
             raise
@@ -142,14 +152,12 @@ class Cluster(ABC):
         return self
 
     def _start_members(self) -> None:
-        """Every member's servers, started in parallel (each waits until it answers on its own)."""
-        servers = [server for member in self.members.values() for server in member.servers]
-        with ThreadPoolExecutor(max_workers=len(servers)) as pool:
-            for future in [pool.submit(server.start) for server in servers]:
-                future.result()
+        """Every member started side by side (:meth:`start_members`: each server waits until it answers on its own)."""
+        self.start_members(self.members)
 
     def stop(self) -> None:
-        """Stop every member (resumed first: a paused server cannot shut down), then delete the hosts."""
+        """Stop every member (resumed first: a paused server cannot shut down), then delete the hosts and take the
+        members' power-loss layers off."""
         for member in self.members.values():
             for server in member.servers:
                 try:
@@ -160,6 +168,8 @@ class Cluster(ABC):
         if self.network is not None:
             self.network.close()
             self.network = None
+        for layer in (layer for layers in self.layers.values() for layer in layers):
+            layer.unmount()
 
     def cleanup(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -184,12 +194,69 @@ class Cluster(ABC):
                 for entry in home.iterdir():
                     if entry.is_dir() and not entry.is_symlink():
                         shutil.rmtree(entry, ignore_errors=True)
+        for layer in (layer for layers in self.layers.values() for layer in layers):
+            if not layer.is_mounted:  # its disk (the member's data as the layer kept it) and its control socket
+                shutil.rmtree(layer.backing, ignore_errors=True)
+                layer.control.unlink(missing_ok=True)
 
     def __enter__(self) -> Cluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # ---------------------------------------------------------------- the power-loss layers
+
+    def on_powerfs(self) -> Cluster:
+        """Run every member on power-loss layers of its own (:mod:`leasecheck.servers.powerfs_layer`: each folder its
+        servers keep becomes a mount over ``FOLDER.disk``), so that its power can be cut; give it before :meth:`start`."""
+        if self.members:
+            raise ValueError(f"{self.kind} is started: put its members on layers before")
+        self.layered = True
+        return self
+
+    @property
+    def on_layers(self) -> bool:
+        """Do the members run on power-loss layers (can their power be cut)?"""
+        return self.layered
+
+    def _put_on_layers(self) -> None:
+        for name, member in self.members.items():
+            by_folder: dict[Path, PowerLayer] = {}
+            for server in member.servers:  # a companion in its member's folder shares its layer (one machine's disk)
+                server.layer = by_folder.setdefault(server.directory, PowerLayer.under(server.directory, self.layer_names))
+            self.layers[name] = list(by_folder.values())
+
+    def power_cut_members(self, names: Iterable[str], torn: bool = False) -> dict[str, dict[str, int]]:
+        """Cut these members' power at once: every server of theirs SIGKILLed first (an outage takes them together:
+        none goes on writing while another's page cache is lost), then what each member's layers never had fsynced
+        dropped; what was dropped (``bytes``, ``files``, ``entries``), by member. :meth:`start_members` brings them back."""
+        names = list(names)
+        if not self.layered:
+            raise EnvironmentFailure(f"{self.kind}: the members run on no power-loss layer (on_powerfs)")
+        for name in names:
+            for server in self.members[name].servers:
+                server.kill()
+            self.down.add(name)
+        dropped: dict[str, dict[str, int]] = {}
+        for name in names:
+            total: Counter[str] = Counter()
+            for layer in self.layers[name]:
+                owner = next(s for s in self.members[name].servers if s.layer is layer)
+                total.update(owner.power_cut(torn))  # any child of it still working in its folder killed too
+            dropped[name] = dict(total)
+        return dropped
+
+    def start_members(self, names: Iterable[str]) -> None:
+        """Start these members again together (a data centre back on): each as :meth:`start_member`, side by side,
+        since a member may only answer once a quorum of them is up."""
+        names = list(names)
+        if len(names) == 1:
+            self.start_member(names[0])
+            return
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            for future in [pool.submit(self.start_member, name) for name in names]:
+                future.result()
 
     # ---------------------------------------------------------------- what the faults do
 

@@ -132,7 +132,8 @@ class StandbyMember(PostgresServer):
         shutil.rmtree(self.data_dir, ignore_errors=True)
         command = [
             str(self.bin_dir / "pg_basebackup"), "-D", str(self.data_dir), "-d", f"{member_url(upstream)}?connect_timeout=15",
-            "-S", name, "--checkpoint=fast", "--wal-method=stream", "--no-sync",
+            "-S", name, "--checkpoint=fast", "--wal-method=stream",
+            *([] if self.layer is not None else ["--no-sync"]),  # on a power-loss layer, a copy must survive a power cut
         ]
 
         def on_host() -> None:
@@ -199,6 +200,7 @@ class PostgresStandbyCluster(Cluster):
     """m1 the primary, m2 its streaming standby (asynchronous); clients by a multi-host read-write DSN."""
 
     kind = "postgres-standby"
+    layer_names = "journaled"  # Postgres never fsyncs the folder of a relation file it creates
     store = "postgres"
     description = "a Postgres primary and an asynchronous streaming standby; clients by a multi-host DSN (read-write)"
     size = 2
@@ -241,6 +243,11 @@ class PostgresStandbyCluster(Cluster):
         """The primary first: the standby is copied from it."""
         for name in self.members:
             self.server(name).start()
+
+    def start_members(self, names: Iterable[str]) -> None:
+        """One after the other (after an outage: a standby answers on its own data, a deposed member waits for the leader)."""
+        for name in sorted(names, key=lambda name: name != self.leader):
+            self.start_member(name)
 
     def _other(self, name: str) -> str:
         return next(m for m in self.members if m != name)

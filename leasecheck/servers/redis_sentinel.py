@@ -43,7 +43,7 @@ import math
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -160,6 +160,10 @@ class SentinelServer(LocalServer):
     def _command(self) -> list[str]:
         return [self.binary, str(self.config_path), "--sentinel"]
 
+    @property
+    def log_path(self) -> Path:  # on its member's power-loss layer: beside its redis-server's log, apart from it
+        return self.directory.with_name(f"{self.directory.name}.sentinel.log") if self.layer is not None else super().log_path
+
     def _ready(self) -> bool:
         return ask(self.address, self.port, lambda c: c.ping()) is True
 
@@ -231,18 +235,20 @@ class RedisSentinelCluster(Cluster):
         ]
         return "\n".join(lines) + "\n"
 
-    def _start_members(self) -> None:
-        """The redis-servers first, then the Sentinels (each set in parallel).
+    def start_members(self, names: Iterable[str]) -> None:
+        """The members' redis-servers first, then their Sentinels (each set in parallel), at the start as after an outage.
 
         A Sentinel started beside a primary not yet listening has its first
         connection refused and retries a second later; two such Sentinels
         (a quorum) saw the primary subjectively down at start-up, one step from
         a failover nobody asked for.
         """
-        for servers in ([m.server for m in self.members.values()], [s for m in self.members.values() for s in m.companions]):
+        members = [self.members[name] for name in names]
+        for servers in ([m.server for m in members], [s for m in members for s in m.companions]):
             with ThreadPoolExecutor(max_workers=len(servers)) as pool:
                 for future in [pool.submit(server.start) for server in servers]:
                     future.result()
+        self.down.difference_update(m.name for m in members)
 
     def stop(self) -> None:
         """Every server at once, then the hosts: a primary told to stop waits (up to a second, measured) for
