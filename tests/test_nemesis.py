@@ -453,10 +453,12 @@ def test_every_row_requires_situations_of_the_vocabulary() -> None:
 
     for kind in CATALOGUE:
         assert set(kind.situations) <= set(SITUATIONS), kind.name
-    store = ("pause-store", "kill-store", "partition", "docker-pause", "docker-kill", "docker-disconnect", "power-loss")
+    store = ("pause-store", "kill-store", "partition", "docker-pause", "docker-kill", "docker-disconnect")
+    power = ("power-loss", "power-loss-member", "power-loss-all")
     assert {kind.name: kind.situations for kind in CATALOGUE} == {
         "pause": ("claim-after-expiry",), "kill": ("claim-after-expiry",),
         **dict.fromkeys(store, ("lease-expires-during-store-fault",)),
+        **dict.fromkeys(power, ("lease-expires-during-store-fault", "granted-before-power-loss", "claim-after-power-loss")),
         "clock-bump": ("lease-held-by-skewed-worker",), "clock-strobe": ("lease-held-by-skewed-worker",),
         "clock-store": (), "latency": (), "bandwidth": (),
         "isolate-primary": ("lease-granted-before-primary-lost", "claim-during-member-partition"),

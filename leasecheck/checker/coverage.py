@@ -29,7 +29,12 @@ Definitions (times are the history's ``time``, ns; "before t" is ``< t``):
 * *newer lease* of a lease L at t: a lease of L's node whose claim completed
   before t and that has a larger epoch (ordered by epoch), or was invoked after
   L's claim completed and has another token or another claimer (ordered by
-  grant); the newest such one (largest epoch; by grant: latest completion) is
+  grant; in a job queue's history, ``lease_expiry: "queue"`` under
+  ``effect_fence: "lease"``, also one invoked before L's claim completed and
+  granted after it: its claims are all invoked at the enqueue, so its grants
+  are ordered by completion alone, as the checker's ``stale-effect`` orders
+  them: whichever came first, the other's later ops were a zombie's); the
+  newest such one (largest epoch; by grant: latest completion) is
   L'. An op of L invoked at t with a newer
   lease is a *zombie op*, in phase ``before-new-effect`` (no effect, commit or
   release of L' invoked before t), ``while-new-runs`` (an effect of L' but no
@@ -86,6 +91,15 @@ Definitions (times are the history's ``time``, ns; "before t" is ``< t``):
 * ``lease-held-by-skewed-worker``: a lease claimed by a victim of a worker-clock
   fault window and held at some moment of it (claim completed before the
   window's end, not ended before its start); each lease once.
+* ``granted-before-power-loss``: a lease whose claim completed ok strictly
+  between the previous power loss's restart (the end of the latest power-loss
+  window ending by this one's start; the history's start if none) and a
+  power-loss window's start: acknowledged in the last unsynced interval before
+  the cut; each lease once.
+* ``claim-after-power-loss``: a claim of a node with such a lease, invoked
+  strictly between that window's end (the restart) and the start of the next
+  power-loss window after it, that the store answered (ok, or fail for a reason
+  other than ``unavailable`` or ``error``); each claim once.
 """
 
 from __future__ import annotations
@@ -169,6 +183,9 @@ def node_coverage(header: Header, nodes: Iterable[list[Op]], store_faults: Seque
     """
     ttl = header.ttl_ms * NS_PER_MS
     uncertainty = header.clock_uncertainty_ms * NS_PER_MS
+    # a queue's claims are all invoked at the enqueue: its grants cannot be ordered by invoke, only by completion (and
+    # under effect_fence "lease" the checker holds a zombie's stale effects to that order: kinds_stale.crossed_effects)
+    crossed = header.lease_expiry == "queue" and header.effect_fence == "lease"
     counts: Counter[str] = Counter()
     skewed_workers, stop_windows = split_stops(skewed_workers)  # worker pauses and kills: the ops they landed inside
     stops = Stops.of(stop_windows)
@@ -176,9 +193,9 @@ def node_coverage(header: Header, nodes: Iterable[list[Op]], store_faults: Seque
         for nops in nodes:
             stops.count(nops, counts)
             if len(nops) <= small_ops:
-                count_small_node(nops, ttl, uncertainty, store_faults, skewed_workers, counts)
+                count_small_node(nops, ttl, uncertainty, store_faults, skewed_workers, counts, crossed)
                 continue
-            node = IndexedNode(nops)
+            node = IndexedNode(nops, crossed)
             count_zombies(node, counts, ttl, uncertainty)
             count_claims(node, ttl, uncertainty, counts)
             count_fault_situations(node.leases, ttl, store_faults, skewed_workers, counts,

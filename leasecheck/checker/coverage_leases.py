@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from leasecheck.checker.windows import INF, MEMBER_PARTITION, PRIMARY_LOST, Window
+from leasecheck.checker.windows import INF, MEMBER_PARTITION, POWER_LOST, PRIMARY_LOST, Window
 from leasecheck.histories import Op
 from leasecheck.histories.vocabulary import ZOMBIE_FUNCTIONS, ZOMBIE_PHASES, Situation
 
@@ -243,6 +243,7 @@ def count_fault_situations(leases: Sequence[CoveredLease], ttl: float, store: Se
                 counts["lease-held-by-skewed-worker"] += 1
     count_lagging_claims(claims, leases, skewed, counts)
     count_cluster_situations(leases, ttl, store, counts, claims)
+    count_power_situations(leases, store, counts, claims)
 
 
 def count_cluster_situations(leases: Sequence[CoveredLease], ttl: float, store: Sequence[Window], counts: Counter[str],
@@ -261,3 +262,30 @@ def count_cluster_situations(leases: Sequence[CoveredLease], ttl: float, store: 
     for claim in claims:  # every claim attempted while the members were cut apart, granted or not (a sync cluster stalls them)
         if any(w.start <= claim.invoke_time < w.until for w in split):
             counts["claim-during-member-partition"] += 1
+
+
+#: the refusals that say nothing of what the store kept: it was not reached, or the adapter failed
+_UNANSWERED = ("unavailable", "error")
+
+
+def count_power_situations(leases: Sequence[CoveredLease], store: Sequence[Window], counts: Counter[str],
+                           claims: Sequence[Op] = ()) -> None:
+    """``granted-before-power-loss`` and ``claim-after-power-loss`` of a node's ``leases`` and ``claims``, from the store
+    windows of power losses (role :data:`POWER_LOST`: the loss at its start, the restart at its end)."""
+    losses = sorted((w for w in store if POWER_LOST in w.roles), key=lambda w: (w.start, w.until))
+    if not losses:
+        return
+    before: set[int] = set()  # the leases granted in the last unsynced interval before some loss, by id
+    after: list[tuple[float, float]] = []  # for each loss that found one: (its restart, the next loss's start)
+    for w in losses:
+        since = max((v.until for v in losses if v.until <= w.start), default=-INF)  # the previous loss's restart
+        found = [lease for lease in leases if since < lease.granted < w.start]
+        if found:
+            before.update(id(lease) for lease in found)
+            after.append((w.until, min((v.start for v in losses if v.start > w.until), default=INF)))
+    counts["granted-before-power-loss"] += len(before)
+    for claim in claims:  # each answered claim once, whichever loss it followed
+        if claim.type == "info" or (claim.type == "fail" and claim.result.get("reason") in _UNANSWERED):
+            continue
+        if any(restart < claim.invoke_time < following for restart, following in after):
+            counts["claim-after-power-loss"] += 1

@@ -20,6 +20,9 @@ INF = math.inf
 
 #: a window's role: its cluster lost the primary at its start (killed, paused, isolated, failed over)
 PRIMARY_LOST = "primary-lost"
+#: a window's role: its store (or members) lost power at its start, every write never fsynced dropped, and started again
+#: at its end (``power-loss``, ``power-loss-member``, ``power-loss-all``)
+POWER_LOST = "power-lost"
 #: a window's role: links between the cluster's members were cut throughout it
 MEMBER_PARTITION = "member-partition"
 #: a window's role: it set its victims' clocks behind the host's (a worker-clock fault with a negative delta)

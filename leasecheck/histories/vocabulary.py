@@ -159,6 +159,12 @@ FaultSituation = Literal[
     "lease-renewed-across-failover",
     # a claim made while a partition between the cluster's members is on (whatever its answer)
     "claim-during-member-partition",
+    # a lease granted and acknowledged in the last unsynced interval before a power loss: its claim completed ok after
+    # the previous power loss's restart (or the history's start) and before this power loss started
+    "granted-before-power-loss",
+    # a claim the store answered (ok, or refused for a reason other than unavailable) of a node with a lease granted
+    # before a power loss, invoked after that power loss's restart and before the next power loss started
+    "claim-after-power-loss",
 ]
 #: a worker pause (SIGSTOP) or kill (SIGKILL) that landed while its victim had an op of that kind in flight: invoked
 #: before the fault started, completed after it (or never). An adapter's op may be several round trips, and a store that

@@ -121,6 +121,7 @@ SKEWED_WORKER = ("lease-held-by-skewed-worker",)
 PRIMARY_LOST = ("lease-granted-before-primary-lost",)
 FAILED_OVER = (*PRIMARY_LOST, "lease-renewed-across-failover")
 MEMBER_PARTITION = ("claim-during-member-partition",)
+POWER_LOSS = ("granted-before-power-loss", "claim-after-power-loss")
 #: what a fault makes likely (sought, not required: see FaultKind.seeks)
 LAPSED = ("zombie-op-while-new-lapsed",)
 IN_FLIGHT = ("op-in-flight-across-claim", "late-write-across-claim")
@@ -179,7 +180,13 @@ CATALOGUE: tuple[FaultKind, ...] = (
          (1.0, 2.0), ("clock-skew", "clock-reset"), Lazy(_MEMBERS, "make_clock_member"), S, F, C),
     _row("power-loss", "SIGKILL the store's server and drop every write it never fsynced (the page cache lost), start it "
          "again on what survived 0.5-1.5 ttl later", (0.5, 1.5), ("kill", "start"), Lazy(_POWER, "make_power_loss"), S, P,
-         situations=STORE_FAULT, holds=STORE),
+         situations=(*STORE_FAULT, *POWER_LOSS), holds=STORE),
+    _row("power-loss-member", "--cluster: cut one member's power (the primary half the time): its servers SIGKILLed, every "
+         "write it never fsynced dropped, started again on what survived 1.5-3 ttl later", (1.5, 3.0), ("kill", "start"),
+         Lazy(_POWER, "make_power_loss_member"), S, C, P, situations=(*STORE_FAULT, *POWER_LOSS), holds=STORE),
+    _row("power-loss-all", "--cluster: cut every member's power at once (a data centre's outage), drop what each never "
+         "fsynced, start them all again on what survived 1.5-3 ttl later", (1.5, 3.0), ("kill", "start"),
+         Lazy(_POWER, "make_power_loss_all"), S, C, P, situations=(*STORE_FAULT, *POWER_LOSS), holds=STORE),
 )
 
 #: the catalogue by name

@@ -159,7 +159,8 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
         row = CLUSTERS[cluster]
         # Postgres members run as the postgres user, who may not reach a private run folder (as for one server)
         home = server_directory(run_dir, "cluster", PostgresServer._server_user() if row.store == "postgres" else None)
-        started = row.load()(home, ttl_ms=ttl_ms, skewable=skewable).start()
+        made = row.load()(home, ttl_ms=ttl_ms, skewable=skewable)
+        started = (made.on_powerfs() if power_layer else made).start()  # a power-loss-member's, a power-loss-all's
         return Environment(started.url, cluster=started)
     kind = target.store
     if kind is None and issubclass(target, ExecTarget):  # a child with a store of its own, or none: LEASECHECK_URL is empty

@@ -279,8 +279,8 @@ def profiled(opts: RunOptions, store: str | None) -> bool:
 
 def provided(opts: RunOptions, store: str | None) -> set[Need]:
     """The needs a run of these options meets that the other checks do not already ask about: the power-loss layer
-    under a Postgres or Redis server leasecheck starts locally."""
-    ours = profiled(opts, store) and store != "sqlite"
+    under a Postgres or Redis server leasecheck starts locally, or under every member of a cluster it starts."""
+    ours = (profiled(opts, store) and store != "sqlite") or (opts.cluster is not None and opts.hosts is None)
     return {need for need in Need if need is not Need.POWERFS or ours}
 
 
@@ -338,8 +338,8 @@ def load_target(opts: RunOptions, kinds: tuple[FaultKind, ...]) -> type[Target]:
         raise BadOptions(f"--hosts {opts.hosts} deploys {deployed}; --target {opts.target} runs on {target_cls.store or 'a store of its own'}")
     check_store(opts, kinds, target_cls.store)
     if (unmet_need := unmet(kinds, provided(opts, target_cls.store))) is not None:
-        raise BadOptions(f"{unmet_need}: leasecheck puts the Postgres or Redis server it starts itself there (no --url,"
-                         f" --hosts, --cluster or --env docker)")
+        raise BadOptions(f"{unmet_need}: leasecheck puts there the Postgres or Redis server it starts itself (no --url,"
+                         f" --hosts or --env docker) and the members of a --cluster it starts")
     if not opts.url and (lacking := server_not_installed(target_cls.store)) is not None:
         raise BadOptions(f"--target {opts.target}: {lacking}")  # a team's adapter need not declare psycopg to be told
     if (problem := target_cls.ttl_problem(opts.ttl_ms)) is not None:

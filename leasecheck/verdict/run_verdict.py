@@ -50,7 +50,7 @@ import msgspec
 
 from leasecheck.checker.coverage import Coverage, coverage_source
 from leasecheck.checker.verdict import Validity
-from leasecheck.checker.windows import CLOCK_BEHIND, KILLED, MEMBER_PARTITION, PAUSED, PRIMARY_LOST, Window, skew_of
+from leasecheck.checker.windows import CLOCK_BEHIND, KILLED, MEMBER_PARTITION, PAUSED, POWER_LOST, PRIMARY_LOST, Window, skew_of
 from leasecheck.histories import Header
 from leasecheck.histories.format import NEMESIS, Event, lease_key
 from leasecheck.histories.vocabulary import (
@@ -298,6 +298,8 @@ def _roles(kind: FaultKind) -> frozenset[str]:
         roles.add(PRIMARY_LOST)
     if "claim-during-member-partition" in kind.situations:
         roles.add(MEMBER_PARTITION)
+    if "granted-before-power-loss" in kind.situations:
+        roles.add(POWER_LOST)
     if inside_situation("pause", "claim") in kind.seeks:
         roles.add(PAUSED)
     if inside_situation("kill", "claim") in kind.seeks:
