@@ -115,6 +115,29 @@ def test_a_zombie_effect_of_a_queue_without_attempt_numbers_is_caught_whichever_
     assert check_source(write(tmp_path, assemble({"j1": 0}, early, [read(1100, "b")], []), fence="lease")).valid is True
 
 
+def test_the_coverage_of_a_queue_without_attempt_numbers_counts_the_zombie_the_checker_proves(tmp_path: Path) -> None:
+    # the zombie (a) wakes and writes while b runs (b wrote, b's commit not yet invoked): the checker proves the stale
+    # effect whichever was granted first; coverage, by direct loops and by indexed sweeps, counts that zombie's effect
+    # in the same phase, and `leasecheck check` never says it never happened (both claims invoked at the enqueue)
+    from click.testing import CliRunner
+
+    from leasecheck.checker.coverage import node_coverage
+    from leasecheck.cli import main
+    from leasecheck.histories import read_history
+    from leasecheck.verdict.run_verdict import fault_windows
+
+    events = execution("a", None, 100, slot=0, stall=901) + execution("b", None, 1000, slot=1)
+    history = write(tmp_path, assemble({"j1": 0}, events, [read(1100, "b")], []), fence="lease")
+    verdict = check_source(history, windows=fault_windows)
+    assert [a.kind for a in verdict.anomalies] == ["stale-effect"]
+    assert verdict.coverage is not None and verdict.coverage["zombie-effect-while-new-runs"] == 1
+    header, ops, _ = read_history(history)
+    nodes = [[op for op in ops if op.node == "j1"]]
+    assert node_coverage(header, nodes, small_ops=0)["zombie-effect-while-new-runs"] == 1  # the sweeps, the same
+    out = CliRunner().invoke(main, ["check", str(history)], catch_exceptions=False).output
+    assert "stale-effect" in out and "zombie-effect-while-new-runs" not in out.split("never:")[-1], out
+
+
 def test_a_zombie_result_of_a_queue_without_attempt_numbers_is_caught(tmp_path: Path) -> None:
     # executions named by ids, both claims invoked at the enqueue: which the library granted first is unknown; but
     # b's result was read, then a's: b's commit had taken effect, and a's commit cannot follow it (SUCCEEDED is final)

@@ -36,13 +36,14 @@ _by_invoke = attrgetter("invoke_time", "index")
 
 
 def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Sequence[Window], skewed: Sequence[Window],
-                counts: Counter[str]) -> None:
+                counts: Counter[str], crossed: bool = False) -> None:
     """A small node's situations, straight from :mod:`leasecheck.checker.coverage`'s definitions: a loop over its few leases per question.
 
     Counts exactly what :class:`~leasecheck.checker.coverage_sweeps.IndexedNode`'s sweeps count (the tests hold the two
     to each other on generated, mutated and hand-written histories); it only
     skips their indexes, which cost more than they save on a node of a few
-    leases. A node with one claim and no fault window is done after the first
+    leases. ``crossed``: under grant order, a later grant replaces an earlier one even when its claim was invoked
+    before that grant completed (a job queue's history, see :mod:`leasecheck.checker.coverage`). A node with one claim and no fault window is done after the first
     loop: every situation but the fault ones needs two claims (or a claim that
     completed before it was invoked, which only a hand-made list of ops holds).
     """
@@ -120,7 +121,7 @@ def count_small_node(ops: list[Op], ttl: float, uncertainty: float, store: Seque
                         continue
                     if other.granted <= lease.granted:
                         break
-                    if other.claim.invoke_time > lease.granted and replaces(other, lease):
+                    if (crossed or other.claim.invoke_time > lease.granted) and replaces(other, lease):
                         new = other
                         break
             if new is not None:

@@ -40,8 +40,10 @@ def _granted_before(index: tuple[list[int], list[CoveredLease]] | None, t: int) 
 class IndexedNode:
     """One node's leases, indexed for the questions the situations ask at a time t."""
 
-    def __init__(self, ops: list[Op]) -> None:
+    def __init__(self, ops: list[Op], crossed: bool = False) -> None:
+        """``crossed``: grants the history cannot order replace each other (a job queue's history)."""
         self.ops = ops
+        self.crossed = crossed
         granted = sorted((op for op in ops if op.f == "claim" and op.type == "ok" and op.complete_time is not None),
                          key=lambda op: (op.complete_time, op.index))
         self.leases = [CoveredLease(op, lease_key(op), op.epoch, op.complete_time) for op in granted if op.complete_time is not None]
@@ -97,7 +99,7 @@ class IndexedNode:
         i = bisect_left(self.granted_at, t) - 1
         while i >= 0 and self.leases[i].granted > lease.granted:
             other = self.leases[i]
-            if other.claim.invoke_time > lease.granted and replaces(other, lease):
+            if (self.crossed or other.claim.invoke_time > lease.granted) and replaces(other, lease):
                 return other
             i -= 1
         return None
