@@ -184,3 +184,39 @@ def test_a_harness_killed_with_sigkill_leaves_no_worker_behind(tmp_path: Path) -
     while working_in(str(run_dir / "queue")) and time.monotonic() < deadline:  # the guards take them down
         time.sleep(0.1)
     assert not working_in(str(run_dir / "queue"))
+
+
+def test_sigint_keeps_the_verdict_as_a_lease_run_does_and_leaves_the_report_and_anomalies(tmp_path: Path) -> None:
+    """The run frame: an interrupted queue run records ``"interrupted": "SIGINT"`` and keeps the verdict its history
+    earns (a lease run's rule: only the reason says it was cut short), with report.html and anomalies.jsonl."""
+    from leasecheck.checker import check_source
+    from leasecheck.queue_run.runner import queue_kinds
+    from leasecheck.verdict.attribution import fault_victims
+    from leasecheck.verdict.run_verdict import evidence_of, fault_windows, run_verdict
+
+    proc = subprocess.Popen([sys.executable, "-m", "leasecheck.queue_run", "huey", "--seed", "5", "--time-limit", "120",
+                             "--store", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = "the first execution started: the clock starts"
+    (log,) = _wait_for(lambda: [p for p in tmp_path.glob("queue-huey/*/leasecheck.log") if started in p.read_text()])
+    run_dir = log.parent
+
+    def commits() -> int:  # executions that returned: evidence enough for a verdict once their results are read
+        return sum(p.read_text().count('"f":"commit"') for p in (run_dir / "queue" / "events").iterdir())
+
+    _wait_for(lambda: [run_dir] if commits() >= 6 else [])
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["interrupted"] == "SIGINT"
+    assert results["reason"].startswith("interrupted by SIGINT"), results["reason"]
+    history = run_dir / "history.jsonl"
+    checked = check_source(history, windows=fault_windows, faults=fault_victims)
+    with history.open("rb") as f:
+        earned, _ = run_verdict(checked.valid, evidence_of(f), queue_kinds(()), checked.coverage, (),
+                                QueueRun.required_ops("huey"))
+    assert earned is True and checked.cut is None, results["reason"]  # huey: published valid, and the run had its evidence
+    assert results["valid"] is True  # kept: an interrupted run is not made "unknown"
+    assert proc.returncode == (1 if results["valid"] is False else 130), err[-2000:]
+    assert (run_dir / "report.html").exists() and (run_dir / "anomalies.jsonl").exists()
+    assert len((run_dir / "anomalies.jsonl").read_text().splitlines()) == len(results["anomalies"])
+    assert json.loads((run_dir / FAULTS_FILE).read_text()) == {"active": []}

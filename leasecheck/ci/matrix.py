@@ -37,9 +37,9 @@ from leasecheck.ci.spec import Cell, SpecError, load_spec
 from leasecheck.ci.table import markdown as markdown_table
 from leasecheck.ci.table import print_table
 from leasecheck.exits import Exit, interrupted
+from leasecheck.frame.interrupts import Interrupts
 from leasecheck.report import junit
 from leasecheck.report.terminal import console_for
-from leasecheck.run.interrupts import Interrupts
 from leasecheck.verdict.outcomes import Row, exit_code, read_run, write_expected
 
 #: seconds a cell gets to heal, record and check after the matrix passed it SIGINT / SIGTERM, before SIGKILL

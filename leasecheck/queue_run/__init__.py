@@ -6,7 +6,7 @@ pure assembly of what they recorded into one history (:mod:`.assemble`), the
 files it is read from and written to (:mod:`.history`), and what a run is asked
 and gives back (:mod:`.options`). It may
 import the core (``checker``, ``targets``, ``nemesis``, ``histories``) and
-``verdict``, ``rundir``, ``servers``; ``ci`` (``leasecheck audit``) and ``cli``
-import it. It never imports ``run``: a lease run and a queue run share their
-parts, not each other.
+``frame`` (the life cycle it shares with a lease run), ``verdict``, ``report``, ``rundir``, ``servers``;
+``ci`` (``leasecheck audit``) and ``cli`` import it. It never imports ``run``: a lease run and a queue run
+share their frame and parts, not each other.
 """

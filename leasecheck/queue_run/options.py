@@ -1,14 +1,10 @@
-"""What a queue run is asked to do (:class:`QueueOptions`) and what it gives back (:class:`QueueResult`)."""
+"""What a queue run is asked to do (:class:`QueueOptions`); it gives back a run's one result (:class:`~leasecheck.frame.ending.RunResult`)."""
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from leasecheck.checker import Verdict
-from leasecheck.exits import Exit, interrupted
 from leasecheck.targets.queues.base import Mode
 
 
@@ -32,24 +28,3 @@ class QueueOptions:
     options: dict[str, Any] = field(default_factory=dict)
     #: coverage situations the run must reach (like ``run --require``)
     require: tuple[str, ...] = ()
-
-
-@dataclass
-class QueueResult:
-    run_dir: Path
-    seed: int
-    verdict: Verdict
-    reason: str | None
-    stats: dict[str, Any]
-    #: the signal that cut the run short (SIGINT, SIGTERM), or None
-    interrupted: signal.Signals | None = None
-
-    @property
-    def exit_code(self) -> int:
-        """docs/contracts/exit-codes.md: an anomaly is 1 whatever happened; a run cut short is 128 + the signal."""
-        valid = self.verdict.valid
-        if valid is False:
-            return int(Exit.INVALID)
-        if self.interrupted is not None:
-            return interrupted(self.interrupted)
-        return int(Exit.VALID if valid is True else Exit.UNKNOWN)

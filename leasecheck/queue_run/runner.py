@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import signal
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -27,19 +25,20 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.checker import check_source
+from leasecheck.frame.ending import RunResult, draw_report, last_word, record_anomalies, write_results
+from leasecheck.frame.folder import RunFrame
 from leasecheck.histories import Header
 from leasecheck.histories.format import EffectFence
 from leasecheck.nemesis.catalogue import FaultKind, lookup
 from leasecheck.nemesis.context import FaultContext
-from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.queue_run.assemble import ResourceRead, assemble
 from leasecheck.queue_run.history import read_events, write_history
-from leasecheck.queue_run.options import QueueOptions, QueueResult
+from leasecheck.queue_run.options import QueueOptions
 from leasecheck.queue_run.watcher import Watcher
 from leasecheck.queue_run.workers import QueueWorkers
 from leasecheck.rundir.files import remove_leftovers, server_directory
-from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
+from leasecheck.rundir.storedir import mark_latest
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.servers.store_network import StoreNetwork
 from leasecheck.targets.queues.base import QueueConfig, QueueLibrary
@@ -69,69 +68,44 @@ class QueueRun:
         if (problem := self.cls.ttl_problem(opts.ttl_ms)) is not None:
             raise ValueError(problem)
         self.kinds: list[FaultKind] = list(lookup(list(opts.nemesis))) if opts.nemesis else []
-        self.run_id = f"lc{random.Random(f'{opts.seed}/{time.time_ns()}').getrandbits(32):08x}"
+        #: the life cycle both run kinds share: the folder and its files, the run id, the signals, faults.json
+        self.frame = RunFrame(Path(opts.store), f"queue-{opts.library}")
+        self.run_id = self.frame.run_id  # in every job's name: runs that share a broker never see each other's jobs
         self.enqueued: dict[str, int] = {}
         self.nemesis_events: list[tuple[int, str, dict[str, Any]]] = []
         self.replaced = 0
         self._dead: list[Any] = []
         self._lock = threading.Lock()
-        #: set by SIGINT / SIGTERM: the loops end, the run heals, stops and records what it has
-        self.stop = threading.Event()
-        self.interrupted: signal.Signals | None = None
-
-    # ------------------------------------------------------------------ the run
-
-    def execute(self) -> QueueResult:
-        opts = self.opts
-        self.run_dir = new_run_dir(Path(opts.store), f"queue-{opts.library}")
-        handler = logging.FileHandler(self.run_dir / "leasecheck.log")
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        self.queue_dir = self.run_dir / "queue"
+        #: set by SIGINT / SIGTERM (the frame's): the loops end, the run heals, stops and records what it has
+        self.stop = self.frame.interrupts.event
+        #: when the first execution started (the run's clock)
+        self.started: float | None = None
         self.server: LocalServer | None = None
         self.workers: QueueWorkers | None = None
         self.watcher: Watcher | None = None
         self.nemesis: Nemesis | None = None
         self.network: StoreNetwork | None = None
-        previous = self._catch_signals()
-        try:
-            write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": opts.seed, "run_id": self.run_id,
-                                                    "argv": sys.argv, "kind": "queue"})
+
+    # ------------------------------------------------------------------ the run
+
+    def execute(self) -> RunResult:
+        """The run in its frame (:class:`~leasecheck.frame.folder.RunFrame`: the folder, its log and test.json, the
+        signals; an exception marks the folder failed and goes on up): every fault healed and faults.json emptied, every
+        process we started stopped, on every exit; then the history put together and judged."""
+        with self.frame.opened(asdict(self.opts), self.opts.seed, kind="queue") as self.run_dir:
+            self.queue_dir = self.run_dir / "queue"
             try:
-                self._start_broker()
-                self._prepare()
-                if self._start():
-                    self._drive()
-                    self._drain()
+                with self.frame.healed(self._heal):
+                    self._start_broker()
+                    self._prepare()
+                    if self._start():
+                        self._drive()
+                        self._drain()
+                    self.frame.say_if_interrupted()
             finally:
-                self._heal_and_stop()
+                self._stop_all()
             history = self._write_history()
             return self._judge(history)
-        except BaseException as e:
-            log.error("queue run failed: %s: %s", type(e).__name__, e, exc_info=e)
-            mark_failed(self.run_dir, str(e) if isinstance(e, EnvironmentFailure) else f"{type(e).__name__}: {e}")
-            raise
-        finally:
-            for sig, handler_ in previous.items():
-                signal.signal(sig, handler_)
-            log.removeHandler(handler)
-            handler.close()
-
-    def _catch_signals(self) -> dict[signal.Signals, Any]:
-        """SIGINT and SIGTERM end the run the way its end does (heal, stop, record, check), taken at the loops' next
-        turn; the previous handlers, to put back. (Only the main thread can install them: elsewhere, none.)"""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def stop(sig: int, frame: object) -> None:
-            if self.interrupted is None:
-                self.interrupted = signal.Signals(sig)
-                log.info("%s: winding down", self.interrupted.name)
-                print(f"\ninterrupted ({self.interrupted.name}): healing faults and checking what was recorded",
-                      file=sys.stderr)
-            self.stop.set()
-
-        return {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _start_broker(self) -> None:
         directory = self.run_dir / self.cls.broker
@@ -201,6 +175,7 @@ class QueueRun:
             if self.stop.wait(0.05):
                 return False
         log.info("the first execution started: the clock starts")
+        self.started = time.monotonic()
         return True
 
     def _record_nemesis(self, f: str, value: Any) -> None:
@@ -209,9 +184,6 @@ class QueueRun:
         with (self.queue_dir / "nemesis.jsonl").open("a") as journal:
             journal.write(json.dumps({"t": time.monotonic_ns(), "f": f, "value": value}) + "\n")
 
-    def _save_faults(self, active: list[Fault]) -> None:
-        save_faults(self.run_dir, [r for r in (f.undo_record() for f in active) if r is not None])
-
     def _drive(self) -> None:
         opts = self.opts
         assert self.workers is not None and self.watcher is not None
@@ -219,7 +191,7 @@ class QueueRun:
         context = FaultContext(ttl_ms=opts.ttl_ms, workers=workers.live, holders=workers.busy, server=self.server,
                                network=self.network.network if self.network is not None else None)
         self.nemesis = Nemesis(self.kinds, opts.nemesis_interval, context, self._record_nemesis,
-                               random.Random(f"{opts.seed}/nemesis"), on_change=self._save_faults,
+                               random.Random(f"{opts.seed}/nemesis"), on_change=self.frame.save_faults,
                                first_interval_s=opts.time_limit / 4)
         self.nemesis.start()
         end = time.monotonic() + opts.time_limit
@@ -264,12 +236,15 @@ class QueueRun:
                 self._record_nemesis("start", {"victims": [new.slot], "replaces": dead.slot})
             log.info("worker %d died; started worker %d", dead.slot, new.slot)
 
-    def _heal_and_stop(self) -> None:
+    def _heal(self) -> None:
+        """Heal every fault: the nemesis', the proxies' (whatever of them was made)."""
         if self.nemesis is not None:
             self.nemesis.heal_all()
         if self.network is not None:
             self.network.heal()
-        save_faults(self.run_dir, [])
+
+    def _stop_all(self) -> None:
+        """Once healed: the watcher and the workers stopped, every job read one last time, the broker stopped."""
         if self.watcher is not None:
             self.watcher.stop()
         if self.workers is not None:
@@ -320,7 +295,9 @@ class QueueRun:
             out.append(ResourceRead(job, invoked, time.monotonic_ns(), state.to_json()))
         return out
 
-    def _judge(self, history: Path) -> QueueResult:
+    def _judge(self, history: Path) -> RunResult:
+        """The run verdict of the history, its last word (:func:`~leasecheck.frame.ending.last_word`: an interrupted run
+        keeps its verdict), results.json, anomalies.jsonl and report.html: what the run returns."""
         opts = self.opts
         checked = check_source(history, windows=fault_windows, faults=fault_victims)
         with history.open("rb") as f:
@@ -328,21 +305,17 @@ class QueueRun:
         ops = self.required_ops(opts.library)
         valid, reason = run_verdict(checked.valid, evidence, queue_kinds(opts.nemesis), checked.coverage or _empty(),
                                     opts.require, ops)
-        if self.interrupted is not None and valid is not False:  # what it lacked is not the news: it was cut short
-            reason = f"interrupted by {self.interrupted.name}" + (f"; by then {reason}" if reason else "")
-            valid = "unknown"
-        if checked.cut is not None and valid is not False:  # a cut history is never valid, whatever else it shows
-            valid, reason = "unknown", checked.cut
+        valid, reason = last_word(valid, reason, checked.cut, self.frame.interrupts, self.started)
         verdict = replace(checked, valid=valid)
         stats = {"jobs": len(self.enqueued), "finished": len(self.watcher.finished) if self.watcher else 0,
                  "reads": len(self.watcher.reads) if self.watcher else 0,
                  "faults": self.nemesis.started if self.nemesis else 0, "worker_processes": self.replaced + opts.workers}
-        write_json(self.run_dir / "results.json", {
-            **verdict.to_json(), "reason": reason, "target": f"queue:{opts.library}", "library": self.cls.library,
-            "mode": opts.mode, "nemesis": list(opts.nemesis), "seed": opts.seed, "run_dir": str(self.run_dir),
-            "interrupted": self.interrupted.name if self.interrupted is not None else None, "run": stats,
-        })
-        return QueueResult(self.run_dir, opts.seed, verdict, reason, stats, self.interrupted)
+        write_results(self.run_dir, verdict, reason, self.frame.interrupts, target=f"queue:{opts.library}",
+                      library=self.cls.library, mode=opts.mode, nemesis=list(opts.nemesis), seed=opts.seed,
+                      run_dir=str(self.run_dir), run=stats)
+        record_anomalies(self.run_dir, verdict, (time.monotonic_ns() - self.start_ns) / 1e9 if hasattr(self, "start_ns") else 0.0)
+        draw_report(self.run_dir)
+        return RunResult(self.run_dir, opts.seed, verdict, stats, reason, self.frame.interrupted)
 
 
 def effect_fence(mode: str) -> EffectFence:
@@ -376,9 +349,9 @@ def _python_path() -> dict[str, str]:
     return {"PYTHONPATH": root + (os.pathsep + existing if existing else "")}
 
 
-def run_queue(opts: QueueOptions) -> QueueResult:
+def run_queue(opts: QueueOptions) -> RunResult:
     """Run one queue audit run; raises ValueError (bad options) or EnvironmentFailure."""
     return QueueRun(opts).execute()
 
 
-__all__ = ["QueueOptions", "QueueResult", "QueueRun", "effect_fence", "queue_kinds", "run_queue"]
+__all__ = ["QueueOptions", "QueueRun", "RunResult", "effect_fence", "queue_kinds", "run_queue"]

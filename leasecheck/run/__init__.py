@@ -14,8 +14,9 @@
   into the windows coverage counts;
 * :mod:`.holds`, :mod:`.aiming` — an op held between its round trips for a fault aimed inside it, and the harness's side;
 * :mod:`.following`, :mod:`.closing` — the checker that follows the history as it is written, the nodes closed meanwhile;
-* :mod:`.final_reads`, :mod:`.interrupts` — the last reads, SIGINT/SIGTERM (the proxies: ``servers.store_network``).
+* :mod:`.final_reads` — the last reads (the proxies: ``servers.store_network``; the folder, the signals and the end a queue
+  run shares: ``frame``).
 
-May import: ``verdict``, ``report``, ``rundir``, ``servers``, the core (``checker``,
+May import: ``frame``, ``verdict``, ``report``, ``rundir``, ``servers``, the core (``checker``,
 ``targets``, ``nemesis``, ``histories``), ``errors``, ``waiting``. Never ``ci``, ``kit`` or ``cli``.
 """

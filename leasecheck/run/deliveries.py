@@ -12,7 +12,6 @@ wants one.
 from __future__ import annotations
 
 import random
-import secrets
 import threading
 import time
 from collections import deque
@@ -34,18 +33,6 @@ RACING_SHARE = 0.5
 #: deliveries duplicated, every copy raced: left to ``--dup-rate``, 2 in 100 deliveries raced a READY node and a
 #: default gate reached the situation 0-2 times in 40 s
 STEERED_RACES = 0.3
-
-
-def new_run_id() -> str:
-    """A name for one run, unique among every run that ever shares its store (48 random bits).
-
-    Why: a team points run after run (seeds, matrix cells, CI jobs) at one
-    database with ``--url``. With the same node names every time, a second run
-    read the first one's SUCCEEDED rows as its own and a correct lease was
-    reported non-linearizable. Not from ``--seed``: the same seed run twice on
-    one store must not collide either, and the name decides nothing the run does.
-    """
-    return secrets.token_hex(6)
 
 
 def node_name(run_id: str, run: int, index: int) -> str:

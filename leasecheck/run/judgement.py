@@ -23,10 +23,11 @@ from typing import Any
 
 from leasecheck.checker import Verdict, check_source
 from leasecheck.checker.coverage import Coverage
+from leasecheck.frame.ending import RunResult, draw_report, last_word, write_results
+from leasecheck.frame.interrupts import Interrupts
 from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.run.following import Following
-from leasecheck.run.interrupts import Interrupts
-from leasecheck.run.options import RunOptions, RunResult
+from leasecheck.run.options import RunOptions
 from leasecheck.rundir.storedir import write_json
 from leasecheck.verdict.attribution import fault_victims
 from leasecheck.verdict.read_back import read_back_gap
@@ -68,10 +69,7 @@ def judge(history: Path, opts: RunOptions, kinds: Sequence[FaultKind], tail: His
         if valid is True and tail is not None:  # no node read back: no last word on any (verdict/read_back.py)
             gap = read_back_gap(len(tail.read_back.unread()), int(checked.stats.get("nodes", 0)))
             valid, reason = ("unknown", gap) if gap is not None else (valid, reason)
-        if interrupts.name is not None and valid is not False:  # what it lacked is not the news: it was cut short
-            reason = interrupted_reason(interrupts, started, reason)
-        if checked.cut is not None and valid is not False:  # a cut history is never valid, whatever else it shows
-            valid, reason = "unknown", checked.cut
+        valid, reason = last_word(valid, reason, checked.cut, interrupts, started)  # cut short, or a cut history
         verdict = replace(checked, valid=valid)
     else:  # the recorder-overhead baseline: workers ran without recording, nothing to judge
         reason = "recording was off: no history to check"
@@ -98,13 +96,6 @@ def crosscheck(online: Verdict, checked: Verdict, history: Path) -> None:
                              f"online {json.dumps(a)[:2000]} / offline {json.dumps(b)[:2000]}")
 
 
-def interrupted_reason(interrupts: Interrupts, started: float | None, lacked: str | None) -> str:
-    """The reason of an interrupted run without a proven anomaly: the signal and when, then what it lacked."""
-    at = interrupts.at
-    when = f" {at - started:.1f} s after the start" if at is not None and started is not None else ""
-    return f"interrupted by {interrupts.name}{when}" + (f"; by then {lacked}" if lacked else "")
-
-
 def write_report(run_dir: Path, in_child: bool = False) -> None:
     """report.html and the plots, next to results.json; a failure is logged and warned about, never a verdict.
 
@@ -118,15 +109,9 @@ def write_report(run_dir: Path, in_child: bool = False) -> None:
             log.warning("the run report could not be drawn: %s", e)
             print(f"warning: the run report could not be drawn ({e}); see {run_dir / 'leasecheck.log'}", file=sys.stderr)
         return
-    try:
-        from leasecheck.report.html import write_report as write_html  # matplotlib and the page: only now
-        from leasecheck.run.flags import replay_flags
+    from leasecheck.run.flags import replay_flags
 
-        write_html(run_dir, replay_flags=replay_flags(), warn=lambda message: log.warning("report: %s", message))
-    except Exception as e:
-        log.warning("the run report could not be written: %s: %s", type(e).__name__, e, exc_info=e)
-        line = " ".join(f"{type(e).__name__}: {e}".split())
-        print(f"warning: the run report could not be written ({line}); see {run_dir / 'leasecheck.log'}", file=sys.stderr)
+    draw_report(run_dir, replay_flags())
 
 
 def report_child(run_dir: Path) -> list[str]:
@@ -161,15 +146,6 @@ def progress_of(run: Any, started: float) -> dict[str, Any]:
         "faults": run.nemesis.active_names(), "workers": len(run.recorder.live()),
         **({"anomalies": len(run.following.said)} if run.following is not None else {}),
     }
-
-
-def log_to(logger: logging.Logger, path: Path) -> logging.Handler:
-    """Send the run's log to its folder (the caller removes the handler at the end)."""
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    return handler
 
 
 class Snapshots:
@@ -232,12 +208,11 @@ def finish(run: Any) -> RunResult:
     verdict, reason, reached = judge(run.run_dir / "history.jsonl", run.opts, run.kinds, run.tail, run.interrupts,
                                      run.started, online, goal)
     stats = run_stats(run, seconds)
-    write_json(run.run_dir / "results.json", {
-        **verdict.to_json(), "reason": reason, "target": run.opts.target, "nemesis": list(run.opts.nemesis),
-        "seed": run.seed, "run_dir": str(run.run_dir), "interrupted": run.interrupts.name, "run": stats,
-        "coverage": coverage_json(reached, run.kinds, run.opts.require, _goal_json(run, reached), run.resource_read),
-        "unread_nodes": (unread := run.tail.read_back.unread()), "unread_count": len(unread),
-    })
+    unread = run.tail.read_back.unread()
+    write_results(run.run_dir, verdict, reason, run.interrupts, target=run.opts.target, nemesis=list(run.opts.nemesis),
+                  seed=run.seed, run_dir=str(run.run_dir), run=stats,
+                  coverage=coverage_json(reached, run.kinds, run.opts.require, _goal_json(run, reached), run.resource_read),
+                  unread_nodes=unread, unread_count=len(unread))
     if run.opts.record:
         write_report(run.run_dir, in_child=0 < run.opts.snapshot_every_s < seconds)  # a soak's: drawn aside
     return RunResult(run.run_dir, run.seed, verdict, stats, reason, run.interrupts.name)

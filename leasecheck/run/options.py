@@ -8,14 +8,11 @@ anything is started.
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from leasecheck.checker import Verdict
-from leasecheck.exits import Exit, interrupted
+from leasecheck.frame.ending import RunResult as RunResult  # the one result of a run of either kind
 from leasecheck.histories.vocabulary import SITUATIONS
 from leasecheck.lists import BadList, distinct, repeated
 from leasecheck.nemesis import clock
@@ -126,33 +123,6 @@ class RunOptions:
         if self.until_covered:
             longest = max(longest, self.max_time if self.max_time is not None else MAX_TIME_LIMITS * self.time_limit)
         return longest
-
-
-@dataclass
-class RunResult:
-    """What a run produced: its folder, the run verdict, and its figures.
-
-    ``verdict`` is the run verdict: the checker's, made ``unknown`` when the run
-    tested too little (``reason`` says what was missing, see
-    :mod:`leasecheck.verdict.run_verdict`). ``interrupted`` names the signal that cut
-    the run short (``"SIGINT"``, ``"SIGTERM"``), or is None.
-    """
-
-    run_dir: Path
-    seed: int
-    verdict: Verdict
-    stats: dict[str, Any]
-    reason: str | None = None
-    interrupted: str | None = None
-
-    @property
-    def exit_code(self) -> int:
-        """docs/contracts/exit-codes.md's: 1 when anomalies are proven; else 128 + the signal if interrupted; else the verdict's."""
-        if self.verdict.valid is False:
-            return Exit.INVALID
-        if self.interrupted is not None:
-            return interrupted(signal.Signals[self.interrupted])
-        return self.verdict.exit_code
 
 
 def _they(names: list[str], one: str, many: str) -> str:

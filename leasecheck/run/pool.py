@@ -25,9 +25,9 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
+from leasecheck.frame.interrupts import shielded
 from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.run import zygote
-from leasecheck.run.interrupts import shielded
 from leasecheck.run.recorder import Recorder, Slot
 from leasecheck.run.worker_pipe import Recording
 from leasecheck.run.workload import worker_main

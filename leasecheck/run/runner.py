@@ -10,7 +10,7 @@ again are closed as the run goes, :mod:`leasecheck.run.closing`), then the final
 heal everything, stop the workers, wait until every lease can have expired, read every
 node left (:mod:`leasecheck.run.final_reads`) — and the verdict. Every fault is healed
 and every process we started is stopped on every exit path: normal end, SIGINT /
-SIGTERM (:mod:`leasecheck.run.interrupts`), or an exception.
+SIGTERM (:mod:`leasecheck.frame.interrupts`), or an exception.
 
 The run's clock and the nemesis start only when every worker is up and has said hello (a barrier: 64 workers take
 ~1.5 s to come up on two cores). The verdict is the run verdict (:mod:`leasecheck.verdict.run_verdict`): a run that
@@ -22,38 +22,36 @@ import logging
 import queue
 import random
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from leasecheck.frame.folder import RunFrame
 from leasecheck.histories import HistoryWriter
 from leasecheck.histories.vocabulary import INSIDE_FAULTS
 from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.host_clock import ClockWatch
-from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.report.inputs import recorded_replay
 from leasecheck.run.aiming import AIM_SLOT, Aimer
 from leasecheck.run.closing import Closer
 from leasecheck.run.deadline import Deadline
-from leasecheck.run.deliveries import Deliveries, new_run_id
+from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.environment import Environment, prepare_for
 from leasecheck.run.final_reads import read_back
 from leasecheck.run.following import Following
 from leasecheck.run.header import run_header
-from leasecheck.run.interrupts import Interrupts
-from leasecheck.run.judgement import Snapshots, finish, log_to, progress_of
+from leasecheck.run.judgement import Snapshots, finish, progress_of
 from leasecheck.run.merge import Merge
 from leasecheck.run.options import BadOptions, RunOptions, RunResult, Timing, load_target, validate
 from leasecheck.run.pool import WorkerPool
 from leasecheck.run.recorder import Recorder, Slot
 from leasecheck.rundir.files import CLOCKS_DIR, note_mp_tempdir, remove_leftovers
-from leasecheck.rundir.storedir import mark_failed, mark_latest, new_run_dir, save_faults, write_json
+from leasecheck.rundir.storedir import mark_latest
 from leasecheck.rundir.worker_logs import WORKERS_DIR, Journal
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.store_network import StoreNetwork
@@ -62,8 +60,6 @@ from leasecheck.targets.registry import TargetSpec
 from leasecheck.verdict.tails import HistoryTail
 
 log = logging.getLogger("leasecheck.run")
-#: what a run's folder logs: the run's own lines and the nemesis' (each fault's aim, what it landed in)
-RUN_LOGGER = logging.getLogger("leasecheck")
 
 
 class Run:
@@ -84,14 +80,16 @@ class Run:
         self.target_cls = load_target(opts, self.kinds)
         self.needs = needs(self.kinds)
         self.seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**31)
-        self.run_id = new_run_id()  # in every node's name: runs that share a store never see each other's nodes
+        #: the life cycle both run kinds share: the folder and its files, the run id, the signals, faults.json
+        self.frame = RunFrame(Path(opts.store), opts.target)
+        self.run_id = self.frame.run_id  # in every node's name: runs that share a store never see each other's nodes
         self.progress = progress
         self.timing = Timing.of(opts, skews_store=Need.FAKETIME in self.needs)
         self.deaths: queue.Queue[Slot] = queue.Queue()
         self.env: Environment | None = None
         self.network: StoreNetwork | None = None
         self.pool: WorkerPool | None = None
-        self.interrupts = Interrupts()
+        self.interrupts = self.frame.interrupts
         self.tail: HistoryTail | None = None
         #: when the test proper ends, and when it did (``--until-covered``'s figures in results.json)
         self.deadline: Deadline | None = None
@@ -109,67 +107,46 @@ class Run:
         assert self.pool is not None
         return self.pool.spawn()
 
-    def _save_faults(self, active: list[Fault]) -> None:
-        """Keep faults.json true: what ``leasecheck heal`` must undo if we die now."""
-        records = [r for r in (f.undo_record() for f in active) if r is not None]
-        save_faults(self.run_dir, records)
-
     # -------------------------------------------------------------------- run
 
     def execute(self) -> RunResult:
-        """The run, phase by phase (docs/how-it-works.md). Once its folder is there, on every exit: every fault is healed
-        and faults.json emptied, then the history closed, every clock reset, every process we started stopped; an
-        exception marks the folder failed and goes on up; the run's log handler is removed."""
-        handler = self._open_run_folder()
-        try:
-            with self.interrupts:
+        """The run, phase by phase (docs/how-it-works.md), in its frame (:class:`~leasecheck.frame.folder.RunFrame`: the
+        folder, its log and test.json, the signals; an exception marks the folder failed and goes on up). On every exit:
+        every fault is healed and faults.json emptied, then the history closed, every clock reset, every process we
+        started stopped."""
+        with self.frame.opened(asdict(self.opts), self.seed, on_failure=self._failed, **recorded_replay()) as self.run_dir:
+            self._open_run_folder()
+            try:
+                self._start_store()
+                self._start_proxies()
+                producer = self._connect_producer()
+                self._open_history(producer)
+                self._set_up_workers(producer)
+                self._set_up_nemesis()
                 try:
-                    self._start_store()
-                    self._start_proxies()
-                    producer = self._connect_producer()
-                    self._open_history(producer)
-                    self._set_up_workers(producer)
-                    self._set_up_nemesis()
-                    try:
+                    with self.frame.healed(self._heal):
                         if self._start_workers():
                             self._drive()
-                        self._say_if_interrupted()
-                    finally:
-                        self._heal()
-                        self._stop_workers()
-                        save_faults(self.run_dir, [])
-                    self._read_every_node()
-                    self.writer.close()  # finished (an interrupted run's too): its history-end event, the last line
-                    producer.close()
+                        self.frame.say_if_interrupted()
                 finally:
-                    self._clean_up()
-                return self._judge()
-        except BaseException as e:  # the traceback goes to the run's log; the CLI prints one line (exit 3 or 4)
-            self._failed(e)
-            raise
-        finally:
-            RUN_LOGGER.removeHandler(handler)
-            handler.close()
+                    self._stop_workers()
+                self._read_every_node()
+                self.writer.close()  # finished (an interrupted run's too): its history-end event, the last line
+                producer.close()
+            finally:
+                self._clean_up()
+            return self._judge()
 
-    def _open_run_folder(self) -> logging.Handler:
-        """The run's folder, its log (the handler the caller removes), test.json; the run's clock and the workers' clocks."""
-        opts = self.opts
-        self.run_dir = new_run_dir(Path(opts.store), opts.target)
-        handler = log_to(RUN_LOGGER, self.run_dir / "leasecheck.log")
-        write_json(self.run_dir / "test.json", {"options": asdict(opts), "seed": self.seed, "run_id": self.run_id, "argv": sys.argv,
-                                                   **recorded_replay()})
-        log.info("run %s: target %s, seed %d", self.run_dir, opts.target, self.seed)
+    def _open_run_folder(self) -> None:
+        """The run's clock and the workers' clocks, in the folder the frame made."""
+        log.info("run %s: target %s, seed %d", self.run_dir, self.opts.target, self.seed)
         self.started = time.monotonic()
         self.clocks = ClockControl(self.run_dir / CLOCKS_DIR)  # removed at the end, or by ``leasecheck heal``
-        return handler
 
-    def _failed(self, e: BaseException) -> None:
-        """Log the traceback, mark the run directory failed (storedir: never ``latest`` without a history)."""
-        log.error("run failed: %s: %s", type(e).__name__, e, exc_info=e)
-        if self.following is not None:  # the history is closed: let the checker thread end
+    def _failed(self) -> None:
+        """The run failed: let the checker thread end (the frame marks the folder failed)."""
+        if self.following is not None:
             self.following.finish(timeout=5)
-        mark_failed(self.run_dir, f"{type(e).__name__}: {e}" if not isinstance(e, EnvironmentFailure) else str(e))
-        e.add_note(f"traceback in {self.run_dir / 'leasecheck.log'}")
 
     # ---------------------------------------------------------- the parts
 
@@ -236,7 +213,7 @@ class Run:
         )
         self.nemesis = Nemesis(
             self.kinds, opts.nemesis_interval, context, self.merge.nemesis, random.Random(f"{self.seed}/nemesis"),
-            on_change=self._save_faults, first_interval_s=opts.time_limit / 3,
+            on_change=self.frame.save_faults, first_interval_s=opts.time_limit / 3,
         )
         self.recorder.store_out = self.nemesis.store_out
 
@@ -325,12 +302,6 @@ class Run:
         """``--fail-fast`` and an anomaly is proven: the test is over (the run goes on to heal, record and report)."""
         self.stopped_early = bool(self.opts.fail_fast and self.following is not None and self.following.proven.is_set())
         return self.stopped_early
-
-    def _say_if_interrupted(self) -> None:
-        """A signal cut the test short: say so (the run goes on to heal, read every node and check what was recorded)."""
-        if self.interrupts.name is not None:
-            log.info("%s: winding down", self.interrupts.name)
-            print(f"\ninterrupted ({self.interrupts.name}): healing faults and checking what was recorded", file=sys.stderr)
 
     # ---------------------------------------------------------- the end
 

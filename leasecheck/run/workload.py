@@ -51,11 +51,11 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
+from leasecheck.frame.interrupts import ignore_in_child
 from leasecheck.histories.format import lease_key
 from leasecheck.histories.vocabulary import READ_RESOURCE
 from leasecheck.nemesis.worker_clocks import WorkerClock
 from leasecheck.run.client import Client
-from leasecheck.run.interrupts import ignore_in_child
 from leasecheck.run.takeovers import PHASES
 from leasecheck.run.worker_pipe import Hub, Recording
 from leasecheck.run.workload_options import Workload

@@ -11,7 +11,7 @@ What a forked worker keeps, exactly as a spawned one had it:
   forkserver reports it), so a pause or a kill by pid hits one worker alone;
 - *no signal from the terminal*: a Ctrl-C goes to the whole foreground process
   group, the forkserver included. The forkserver is started with SIGINT and SIGTERM
-  blocked (:func:`leasecheck.run.interrupts.shielded`) and never unblocks them, and a
+  blocked (:func:`leasecheck.frame.interrupts.shielded`) and never unblocks them, and a
   fork inherits the mask: each worker starts with both blocked, as a spawned one
   did, until ``worker_main`` ignores them. A group's SIGTERM kills neither the
   forkserver (so no worker dies with it) nor a worker;
@@ -51,7 +51,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any
 
-from leasecheck.run.interrupts import shielded
+from leasecheck.frame.interrupts import shielded
 from leasecheck.servers.base import die_with_parent
 
 #: what every worker imports: preloaded first (after this module, which sets the forkserver up)
