@@ -5,7 +5,8 @@ A fault that cannot be applied mid-run makes the run ``unknown``; a missing
 better found in a second than after an hour. So ``leasecheck hosts check FILE``
 (and a run with ``--hosts``, through :func:`open_deployment`) asks each host what
 the chosen faults will ask, changing nothing: ``true`` (reachable), the process
-found and ``kill -0`` of it (may we signal it?), ``command -v`` of the start
+found and ``kill -0`` of it (may we signal it? not if it is its host's pid 1, a container's
+init: :data:`~leasecheck.hosts.processes.INIT_REFUSES`), ``command -v`` of the start
 command, ``iptables -S INPUT`` (installed, and ours to call), each log readable,
 the faketime file writable, and who is primary.
 
@@ -34,6 +35,9 @@ NEEDS: dict[str, frozenset[str]] = {
     "pause-primary": frozenset({"primary", "signal"}),
     "failover": frozenset({"primary", "failover"}),
     "clock-member": frozenset({"faketime"}),
+    # the store faults, on a deployment of one member: its server is the member's process (DeployedCluster.server)
+    "pause-store": frozenset({"signal"}),
+    "kill-store": frozenset({"signal", "start"}),
 }
 #: what needs a key of the deployment file, by need: a row failing for want of it is the file's fault (exit 3)
 _KEYS = {"firewall": "address", "start": "start", "faketime": "faketime"}
@@ -116,7 +120,9 @@ def _process_rows(host: Host, member: MemberSpec, signalled: bool) -> list[Row]:
             rows.append(Row(member.name, "process", False, f"{spec}: not running"))
             continue
         detail = f"{spec}: pid {', '.join(map(str, pids))}"
-        if signalled:
+        if signalled and 1 in pids:
+            rows.append(Row(member.name, "process", False, f"{detail}; {processes.INIT_REFUSES}"))
+        elif signalled:
             may = host.run(["kill", "-0", *map(str, pids)])
             rows.append(Row(member.name, "process", may.ok, detail + ("" if may.ok else f"; kill -0: {may.err}")))
         else:

@@ -91,6 +91,9 @@ class DeployedCluster:
     cuts: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: Postgres primaries a failover killed (STONITH): rebuilding them as standbys is the team's
     deposed: set[str] = field(default_factory=set)
+    #: has this run cut a link? Only then can a rule of its own be on a firewall: a run of kills and pauses never calls
+    #: iptables, so it runs on hosts whose firewall the user may not touch (a container's, reached by docker exec)
+    partitioned: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -126,12 +129,21 @@ class DeployedCluster:
     def _tree(self, name: str) -> list[int]:
         return processes.find_tree(self.host(name), self.member(name).processes)
 
+    def _victims(self, name: str, what: str) -> list[int]:
+        """The member's process tree for a pause or a kill; refused if none runs, or if one is its host's pid 1."""
+        host, member = self.host(name), self.member(name)
+        found = {spec: processes.find_pids(host, spec) for spec in member.processes}
+        if not any(found.values()):
+            raise EnvironmentFailure(f"{name}: cannot {what} it: no process of it is running ({member.process})")
+        for spec, pids in found.items():
+            if 1 in pids:
+                raise EnvironmentFailure(f"{name}: cannot {what} its {spec}: {processes.INIT_REFUSES}")
+        return processes.with_descendants(host, [pid for pids in found.values() for pid in pids])
+
     def kill_member(self, name: str) -> None:
         """SIGKILL the member's processes and companions (a crashed host); :meth:`start_member` brings it back."""
         host, member = self.host(name), self.member(name)
-        pids = self._tree(name)
-        if not pids:
-            raise EnvironmentFailure(f"{name}: cannot kill it: no process of it is running ({member.process})")
+        pids = self._victims(name, "kill")
         processes.signal(host, pids, "KILL")
         if not poll(lambda: not any(processes.find_pids(host, spec) for spec in member.processes), KILL_WAIT_S, 0.05):
             raise EnvironmentFailure(f"{name}: still running {KILL_WAIT_S:g} s after kill -KILL {pids[0]}")
@@ -152,10 +164,7 @@ class DeployedCluster:
 
     def pause_member(self, name: str) -> None:
         """SIGSTOP the member's processes and companions, parents first (a frozen VM, a long GC)."""
-        pids = self._tree(name)
-        if not pids:
-            raise EnvironmentFailure(f"{name}: cannot pause it: no process of it is running ({self.member(name).process})")
-        processes.signal(self.host(name), pids, "STOP")
+        processes.signal(self.host(name), self._victims(name, "pause"), "STOP")
 
     def resume_member(self, name: str) -> None:
         processes.signal(self.host(name), self._tree(name), "CONT")
@@ -171,6 +180,7 @@ class DeployedCluster:
     def partition(self, links: Iterable[tuple[str, str]]) -> None:
         """Cut these links between members (both ways), besides those other faults cut now."""
         with self._lock:
+            self.partitioned = True
             for a, b in (_link(*link) for link in links):
                 self.cuts[a, b] += 1
                 if self.cuts[a, b] == 1:
@@ -178,11 +188,13 @@ class DeployedCluster:
                     firewall.drop_from(self.host(b), self._address(a), self.run_id)
 
     def heal_partition(self, links: Iterable[tuple[str, str]] | None = None) -> None:
-        """Mend the links one fault cut (a link another fault still cuts stays cut); None: every rule of this run."""
+        """Mend the links one fault cut (a link another fault still cuts stays cut); None: every rule of this run, if it
+        cut any (:attr:`partitioned`)."""
         with self._lock:
             if links is None:
                 self.cuts.clear()
-                each(self.member_names(), lambda name: firewall.remove_tagged(self.host(name), self.run_id))
+                if self.partitioned:
+                    each(self.member_names(), lambda name: firewall.remove_tagged(self.host(name), self.run_id))
                 return
             for a, b in (_link(*link) for link in links):
                 if self.cuts[a, b] <= 0:
@@ -252,6 +264,9 @@ class DeployedCluster:
         return [row for rows in done for row in rows]
 
     def _unfirewall(self, name: str, run_id: str | None) -> str:
+        listed = self.host(name).run([*firewall.IPTABLES, "-S", "INPUT"])
+        if not listed.ok:  # no run could have added a rule where the firewall cannot be read: nothing to undo
+            return f"no leasecheck rule: its firewall is not ours to read ({listed.why()})"
         removed = firewall.remove_tagged(self.host(name), run_id)
         return f"removed {'; '.join(removed)}" if removed else "no leasecheck rule"
 

@@ -9,6 +9,13 @@ parents first: a stopped parent forks no new child that would slip by.
 
 A pid is looked up each time, never remembered: a member started again after a
 kill has a new one, and so has a unit systemd restarted on its own.
+
+A process that is pid 1 where the command runs is its pid namespace's init: the
+kernel drops a SIGSTOP or SIGKILL sent to it from inside that namespace, and
+``kill`` still exits 0. That is a store run as its container's main process,
+reached through ``docker exec`` (the official images run theirs so). A pause or a
+kill of it would be a fault that never landed, so it is refused, naming why
+(:data:`INIT_REFUSES`), and ``leasecheck hosts check`` says so before a run.
 """
 
 from __future__ import annotations
@@ -30,6 +37,12 @@ s=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || exit 0
 case $s in ''|Z*|X*) exit 0;; esac
 echo "$p"
 """
+
+
+#: why a process found as pid 1 cannot be paused or killed from its own host (see the module's docstring)
+INIT_REFUSES = ("it is pid 1 there, a container's init: the kernel drops SIGSTOP and SIGKILL sent to it from inside its "
+                "container (docker exec), and kill still exits 0; run the server under an init (docker run --init) "
+                "in a container that outlives it")
 
 
 def find_pids(host: Host, spec: ProcessSpec) -> list[int]:
