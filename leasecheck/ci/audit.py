@@ -23,7 +23,15 @@ from typing import Any
 
 from leasecheck.ci.audited import MARKDOWN_HEADER, Audited, AuditResult, Unloadable, is_class_path
 from leasecheck.ci.findings import FaultVerdict, fault_verdict, first_anomaly
-from leasecheck.ci.queue_audit import QUEUE_PREFIX, queue_audit, queue_audits, queue_name, run_queue_audit
+from leasecheck.ci.queue_audit import (
+    QUEUE_PREFIX,
+    is_queue_class,
+    queue_audit,
+    queue_audits,
+    queue_name,
+    queue_plans,
+    run_queue_audit,
+)
 from leasecheck.lists import names
 from leasecheck.run.options import RunOptions
 from leasecheck.run.workload_options import Workload
@@ -44,7 +52,7 @@ def audits() -> tuple[list[Audited], list[Unloadable]]:
         if not isinstance(plan, AuditPlan):
             continue
         if (lacking := not_installed(cls)) is not None:
-            broken.append(Unloadable(name, f"{name!r} {lacking}"))
+            broken.append(Unloadable(name, f"{name!r} {lacking}", plan))
         else:
             found.append(Audited(name, plan))
     return found, broken
@@ -59,6 +67,8 @@ def audited_target(target: str) -> Audited:
     """
     if target.startswith(QUEUE_PREFIX):
         return queue_audit(target)
+    if is_class_path(target) and is_queue_class(target):  # a job queue's adapter of one's own
+        return queue_audit(QUEUE_PREFIX + target)
     try:
         plan = getattr(load(target), "audit", None)
     except TargetNotFound as e:
@@ -73,6 +83,8 @@ def audited_target(target: str) -> Audited:
 def select(library: str, modes: tuple[str, ...] = ()) -> list[Audited]:
     """The audits of ``library`` (its PyPI name, one adapter's target name, ``module:Class``, or ``all``), in ``modes`` if given."""
     if is_class_path(library):
+        if is_queue_class(library):  # a job queue's adapter of one's own: every mode it has a plan for
+            return _in_modes(library, queue_plans(library), modes)
         return _in_modes(library, [audited_target(library)], modes)
     found, broken = audits()
     queue = library == "queues" and (lambda a: a.target.startswith(QUEUE_PREFIX))
@@ -83,10 +95,22 @@ def select(library: str, modes: tuple[str, ...] = ()) -> list[Audited]:
         if missing:
             error = missing[0].error
             raise LookupError(error if "pip install" in error else f"{error} (pip install 'leasecheck[audit]')")
-        names = ", ".join(sorted({a.plan.library for a in found})) or "none"
-        raise LookupError(f"no audit of {library!r} (audited libraries: {names}; see leasecheck audit --list;"
+        raise LookupError(f"no audit of {library!r} ({_audited_here(found, broken)}; see leasecheck audit --list;"
                           " or name an adapter of your own by module:Class)")
     return _in_modes(library, chosen, modes)
+
+
+def _audited_here(found: list[Audited], broken: list[Unloadable]) -> str:
+    """The libraries audited, those that run here and those that cannot with why (one reason each), never "none"
+    while audits exist."""
+    here = sorted({a.plan.library for a in found})
+    why: dict[str, str] = {}
+    for b in broken:
+        why.setdefault(b.plan.library if b.plan is not None else b.target, b.error)
+    words = [f"audited libraries: {', '.join(here)}"] if here else []
+    if why:
+        words.append("not loadable here: " + "; ".join(f"{lib} ({reason})" for lib, reason in sorted(why.items())))
+    return "; ".join(words) or "no audit is registered"
 
 
 def _in_modes(library: str, chosen: list[Audited], modes: tuple[str, ...]) -> list[Audited]:

@@ -40,10 +40,12 @@ class Audited:
 
 @dataclass(frozen=True)
 class Unloadable:
-    """A registered audit adapter whose module would not import (its library is missing)."""
+    """A registered audit adapter that cannot run here (its library is missing, or its module would not import);
+    ``plan``: its published plan when its class loaded without the library (every queue's, most locks')."""
 
     target: str
     error: str
+    plan: AuditPlan | None = None
 
 
 def is_class_path(library: str) -> bool:

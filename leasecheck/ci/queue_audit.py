@@ -1,12 +1,14 @@
 """Audits of job queues: a library's plan run by :mod:`leasecheck.queue_run` (its own workers), judged as a lock's.
 
 A job queue is listed among the audits as ``queue:NAME@MODE`` (one plan per
-mode); ``leasecheck audit NAME`` (or its PyPI name, or ``queues`` for every one)
+mode); ``leasecheck audit NAME`` (or its PyPI name, or ``queues`` for every one, or
+``module:Class`` for a :class:`~leasecheck.targets.queues.base.QueueLibrary` of one's own)
 selects it like a lock library, and its runs are queue runs.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -20,34 +22,63 @@ QUEUE_PREFIX = "queue:"
 
 
 def queue_audits() -> tuple[list[Audited], list[Unloadable]]:
-    """Every audited job queue's plans (one per mode), and the queues whose library is missing."""
-    from leasecheck.targets.queues.registry import QUEUES, QueueNotFound, load
+    """Every audited job queue's plans (one per mode; leasecheck's and the entry points'), and those that cannot run
+    here: a queue whose library is missing keeps its plans (read from its class, no library imported)."""
+    from leasecheck.targets.queues.registry import QueueNotFound, available, lacking, load_class
 
     found: list[Audited] = []
     broken: list[Unloadable] = []
-    for name in QUEUES:
+    for name in available():
         try:
-            cls = load(name)
+            cls = load_class(name)
         except QueueNotFound as e:
             broken.append(Unloadable(QUEUE_PREFIX + name, str(e)))
             continue
-        found.extend(Audited(f"{QUEUE_PREFIX}{name}@{plan.mode}", plan) for plan in cls.audits)
+        why = lacking(cls, name)
+        for plan in cls.audits:
+            target = f"{QUEUE_PREFIX}{name}@{plan.mode}"
+            if why is None:
+                found.append(Audited(target, plan))
+            else:
+                broken.append(Unloadable(target, why, plan))
     return found, broken
 
 
-def queue_audit(target: str, mode: str | None = None) -> Audited:
-    """A job queue's audit: its plan of ``mode`` (``queue:rq@fenced``), or its first (``documented``)."""
+def is_queue_class(target: str) -> bool:
+    """Does ``module:Class`` name a job queue's adapter (a QueueLibrary) rather than a lock's?"""
+    from leasecheck.targets.queues.base import QueueLibrary
+    from leasecheck.targets.registry import _search_cwd
+
+    module, _, attr = target.partition(":")
+    _search_cwd()
+    try:
+        obj = getattr(importlib.import_module(module), attr, None)
+    except Exception:  # not importable: the lock loader says why
+        return False
+    return isinstance(obj, type) and issubclass(obj, QueueLibrary)
+
+
+def queue_plans(target: str, modes: tuple[str, ...] = ()) -> list[Audited]:
+    """Every plan of the job queue ``target`` (a name or ``module:Class``, with or without ``queue:``), in ``modes``."""
     from leasecheck.targets.queues.registry import QueueNotFound, load
 
-    name, _, mode = target.removeprefix(QUEUE_PREFIX).partition("@")
+    name = target.removeprefix(QUEUE_PREFIX).partition("@")[0]
     try:
         plans = load(name).audits
     except QueueNotFound as e:
         raise LookupError(str(e)) from None
-    chosen = [p for p in plans if not mode or p.mode == mode]
+    if not plans:
+        raise LookupError(f"{name} has no audit plan: give the class one (audits = (AuditPlan(...),))")
+    return [Audited(f"{QUEUE_PREFIX}{name}@{p.mode}", p) for p in plans if not modes or p.mode in modes]
+
+
+def queue_audit(target: str, mode: str | None = None) -> Audited:
+    """A job queue's audit: its plan of ``mode`` (``queue:rq@fenced``), or its first (``documented``)."""
+    mode = target.removeprefix(QUEUE_PREFIX).partition("@")[2] or mode
+    chosen = [a for a in queue_plans(target) if not mode or a.plan.mode == mode]
     if not chosen:
         raise LookupError(f"{target}: no such audit plan")
-    return Audited(target, chosen[0])
+    return chosen[0]
 
 
 def queue_name(target: str) -> str | None:

@@ -38,9 +38,10 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
     directory too, as `run --target` finds it) whose class carries an
     AuditPlan (`leasecheck new-target --lock LIBRARY` writes one). A job
     queue (rq, huey, celery, dramatiq, arq, saq, procrastinate, pgqueuer,
-    dbos, chancy, temporal; `queues` for all) is run by its own workers, with
-    leasecheck's task (docs/auditing.md); its fault `none` is the task's
-    own stalls alone.
+    dbos, chancy, temporal; `queues` for all; a QueueLibrary of your own as
+    MODULE:CLASS or by its entry point in the group leasecheck.queues) is
+    run by its own workers, with leasecheck's task (docs/auditing.md); its
+    fault `none` is the task's own stalls alone.
     Runs each fault of the library's plan with each seed, one run each, and
     prints the verdict, the anomaly kinds, the time to the first anomaly and
     the ops that prove it. Exit code: docs/contracts/exit-codes.md's, for the worst run (1 if any

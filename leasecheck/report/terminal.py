@@ -219,13 +219,18 @@ def print_audit_plans(console: Console, rows: list[Any], broken: list[Any]) -> N
     table = Table(title="audits (leasecheck audit LIBRARY [--mode MODE])", title_justify="left")
     for col in ("library", "version", "mode", "target", "fault: published verdict", "seeds"):
         table.add_column(col)
+    def published(plan: Any) -> str:
+        return "\n".join(f"{f.nemesis}: {f.expected}" + (f" ({', '.join(f.kinds)})" if f.kinds else "") for f in plan.faults)
+
     for a in sorted(rows, key=lambda a: (a.plan.library, a.plan.mode)):
-        faults = "\n".join(
-            f"{f.nemesis}: {f.expected}" + (f" ({', '.join(f.kinds)})" if f.kinds else "") for f in a.plan.faults
-        )
-        table.add_row(a.plan.library, a.version, a.plan.mode, a.target, faults, ",".join(map(str, a.plan.seeds)))
-    for b in broken:
-        table.add_row("?", "", "", b.target, Text(f"cannot load: {b.error}", style="red"), "")
+        table.add_row(a.plan.library, a.version, a.plan.mode, a.target, published(a.plan), ",".join(map(str, a.plan.seeds)))
+    for b in sorted(broken, key=lambda b: (b.plan is None, b.target)):
+        if b.plan is None:  # its module would not import: no plan to show
+            table.add_row("?", "", "", b.target, Text(f"cannot load: {b.error}", style="red"), "")
+        else:  # its plan read from its class, its library not installed here: what was published, and what to install
+            verdicts = Text(published(b.plan))
+            verdicts.append(f"\ncannot load here: {b.error}", style="red")
+            table.add_row(b.plan.library, "not installed", b.plan.mode, b.target, verdicts, ",".join(map(str, b.plan.seeds)))
     console.print(table)
 
 

@@ -14,6 +14,12 @@ effects, stalls, faults, the history) is leasecheck's and the same for every lib
 Times are the library's: ``ttl_ms`` is the timeout after which the library
 judges an execution lost and runs the job again (visibility timeout, heartbeat
 timeout, abandoned-job sweep), and the adapter scales the library's settings to it.
+
+This is a public protocol, as :mod:`leasecheck.targets.base` is for a lock: a queue
+leasecheck does not ship is audited by a subclass in its own package, named on the
+command line (``leasecheck audit my_package.queue:MyQueue``) or declared in the entry
+point group ``leasecheck.queues`` (:mod:`leasecheck.targets.queues.registry`), with its
+plans in ``audits`` (docs/auditing.md, "Auditing a job queue of your own").
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ class JobState:
 
 
 class QueueLibrary(ABC):
-    """A job queue under audit. Subclass it in ``leasecheck/targets/queues/<library>.py`` and list it in the registry.
+    """A job queue under audit. Subclass it (in your own package, or in ``leasecheck/targets/queues/`` for one
+    leasecheck ships) and name it by ``module:Class`` or an entry point of the group ``leasecheck.queues``.
 
     ``broker`` names the server leasecheck starts for it (``redis``, ``postgres`` or ``temporal``).
     ``identity`` says what the library hands each execution: ``"attempt"`` (a
