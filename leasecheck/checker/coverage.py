@@ -98,8 +98,8 @@ Definitions (times are the history's ``time``, ns; "before t" is ``< t``):
   the cut; each lease once.
 * ``claim-after-power-loss``: a claim of a node with such a lease, invoked
   strictly between that window's end (the restart) and the start of the next
-  power-loss window after it, that the store answered (ok, or fail for a reason
-  other than ``unavailable`` or ``error``); each claim once.
+  power-loss window after it, that the store answered (ok, or fail for any reason
+  but ``unavailable``: an ``error`` such as "no such node" is its answer); each claim once.
 """
 
 from __future__ import annotations

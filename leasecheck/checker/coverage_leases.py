@@ -264,8 +264,8 @@ def count_cluster_situations(leases: Sequence[CoveredLease], ttl: float, store: 
             counts["claim-during-member-partition"] += 1
 
 
-#: the refusals that say nothing of what the store kept: it was not reached, or the adapter failed
-_UNANSWERED = ("unavailable", "error")
+#: the refusal that says nothing of what the store kept: it was not reached (an ``error`` is its answer: "no such node")
+_UNANSWERED = ("unavailable",)
 
 
 def count_power_situations(leases: Sequence[CoveredLease], store: Sequence[Window], counts: Counter[str],

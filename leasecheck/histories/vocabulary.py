@@ -162,7 +162,7 @@ FaultSituation = Literal[
     # a lease granted and acknowledged in the last unsynced interval before a power loss: its claim completed ok after
     # the previous power loss's restart (or the history's start) and before this power loss started
     "granted-before-power-loss",
-    # a claim the store answered (ok, or refused for a reason other than unavailable) of a node with a lease granted
+    # a claim the store answered (ok, or refused for any reason but unavailable) of a node with a lease granted
     # before a power loss, invoked after that power loss's restart and before the next power loss started
     "claim-after-power-loss",
 ]
