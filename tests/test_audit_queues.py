@@ -220,3 +220,20 @@ def test_sigint_keeps_the_verdict_as_a_lease_run_does_and_leaves_the_report_and_
     assert (run_dir / "report.html").exists() and (run_dir / "anomalies.jsonl").exists()
     assert len((run_dir / "anomalies.jsonl").read_text().splitlines()) == len(results["anomalies"])
     assert json.loads((run_dir / FAULTS_FILE).read_text()) == {"active": []}
+
+
+def test_anomalies_are_said_as_proven_and_fail_fast_stops_the_test_at_the_first(tmp_path: Path) -> None:
+    """A queue run checks its history so far as it goes (queue_run/live.py): arq's redelivered job is said on stderr
+    before the end, and --fail-fast ends the test there; anomalies.jsonl names each with the whole history's ops."""
+    r = subprocess.run([sys.executable, "-m", "leasecheck.queue_run", "arq", "--seed", "1", "--time-limit", "120",
+                        "--fail-fast", "--store", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr[-3000:]
+    (run_dir,) = tmp_path.glob("queue-arq/*")
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is False and results["run"]["stopped_at_first_anomaly"] is True
+    said = [line for line in r.stderr.splitlines() if line.startswith("anomaly ")]
+    assert said, r.stderr[-3000:]
+    records = [json.loads(line) for line in (run_dir / "anomalies.jsonl").read_text().splitlines()]
+    assert len(records) == len(results["anomalies"]) and any(rec["early"] for rec in records)
+    assert sorted((rec["kind"], rec["ops"]) for rec in records) == sorted((a["kind"], a["ops"]) for a in results["anomalies"])
+    assert (run_dir / "report.html").exists() and not (run_dir / "queue" / "history-so-far.jsonl").exists()

@@ -14,7 +14,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,15 +82,22 @@ def write_results(folder: Path, verdict: Verdict, reason: str | None, interrupts
     write_json(folder / "results.json", {**verdict.to_json(), "reason": reason, "interrupted": interrupts.name, **fields})
 
 
-def record_anomalies(run_dir: Path, verdict: Verdict, said_s: float, say: bool = True) -> None:
-    """anomalies.jsonl of a run no checker followed: each anomaly of the verdict, said at ``said_s`` (the run's end, in
-    seconds of its history), one line each on stderr; an empty file when none."""
+def record_anomalies(run_dir: Path, verdict: Verdict, said_s: float, said_at: Mapping[tuple[str, str], float] | None = None,
+                     say: bool = True) -> None:
+    """anomalies.jsonl of a run no checker followed op by op: each anomaly of the verdict, said at ``said_at``'s time
+    of its (kind, node) if a live check said it (a queue run's), else at ``said_s`` (the run's end, in seconds of its
+    history) and then on stderr too, one line each; an empty file when none."""
     from leasecheck.report.live import LiveAnomalies
 
     lines = LiveAnomalies()
+    said_at = said_at or {}
     with (run_dir / ANOMALIES_FILE).open("a", encoding="utf-8") as out:
         for a in verdict.anomalies:
-            out.write(json.dumps({**a.to_json(), "said_s": round(said_s, 6), "early": False}) + "\n")
+            at = said_at.get((a.kind, a.node))
+            out.write(json.dumps({**a.to_json(), "said_s": round(said_s if at is None else at, 6),
+                                  "early": at is not None}) + "\n")
+            if at is not None:
+                continue
             line = lines.line(a.kind, a.node, a.ops, said_s, False)
             if say and line is not None:
                 print(line, file=sys.stderr, flush=True)

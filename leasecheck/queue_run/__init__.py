@@ -2,6 +2,7 @@
 
 Holds the run (:mod:`.runner`), the library's worker processes (:mod:`.workers`),
 the watcher that reads each job's state from the library (:mod:`.watcher`), the
+check of the history so far that says each anomaly as it is proven (:mod:`.live`), the
 pure assembly of what they recorded into one history (:mod:`.assemble`), the
 files it is read from and written to (:mod:`.history`), and what a run is asked
 and gives back (:mod:`.options`). It may

@@ -17,8 +17,9 @@ from leasecheck.queue_run.assemble import Entry
 log = logging.getLogger("leasecheck.queue_run")
 
 
-def read_events(folder: Path) -> list[dict[str, Any]]:
-    """Every execution event of the run's event files, in file order."""
+def read_events(folder: Path, warn: bool = True) -> list[dict[str, Any]]:
+    """Every execution event of the run's event files, in file order (``warn``: log a cut line; a live check reads
+    the files while workers write them, where a last line not yet whole is no news)."""
     events: list[dict[str, Any]] = []
     for path in sorted(folder.iterdir()):
         for line in path.read_bytes().splitlines():
@@ -26,7 +27,8 @@ def read_events(folder: Path) -> list[dict[str, Any]]:
                 try:
                     events.append(json.loads(line))
                 except ValueError:  # a worker killed in the middle of a write: its last line is cut
-                    log.warning("%s: a cut line dropped", path.name)
+                    if warn:
+                        log.warning("%s: a cut line dropped", path.name)
     return events
 
 

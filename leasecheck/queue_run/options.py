@@ -28,3 +28,7 @@ class QueueOptions:
     options: dict[str, Any] = field(default_factory=dict)
     #: coverage situations the run must reach (like ``run --require``)
     require: tuple[str, ...] = ()
+    #: stop the test at the first anomaly the live check proves (like ``run --fail-fast``)
+    fail_fast: bool = False
+    #: seconds between two checks of the history so far (0: none, the history is checked at the end only)
+    live_every_s: float = 2.0

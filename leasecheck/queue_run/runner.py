@@ -32,8 +32,9 @@ from leasecheck.histories.format import EffectFence
 from leasecheck.nemesis.catalogue import FaultKind, lookup
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.schedule import Nemesis
-from leasecheck.queue_run.assemble import ResourceRead, assemble
+from leasecheck.queue_run.assemble import Entry, ResourceRead, assemble
 from leasecheck.queue_run.history import read_events, write_history
+from leasecheck.queue_run.live import LiveCheck
 from leasecheck.queue_run.options import QueueOptions
 from leasecheck.queue_run.watcher import Watcher
 from leasecheck.queue_run.workers import QueueWorkers
@@ -85,6 +86,9 @@ class QueueRun:
         self.watcher: Watcher | None = None
         self.nemesis: Nemesis | None = None
         self.network: StoreNetwork | None = None
+        #: the history so far, checked every few seconds (anomalies said as proven); --fail-fast stopped the test
+        self.live: LiveCheck | None = None
+        self.stopped_early = False
 
     # ------------------------------------------------------------------ the run
 
@@ -99,8 +103,10 @@ class QueueRun:
                     self._start_broker()
                     self._prepare()
                     if self._start():
+                        self._follow()
                         self._drive()
-                        self._drain()
+                        if not self.stopped_early:  # --fail-fast: the open executions stay open (info)
+                            self._drain()
                     self.frame.say_if_interrupted()
             finally:
                 self._stop_all()
@@ -196,6 +202,10 @@ class QueueRun:
         self.nemesis.start()
         end = time.monotonic() + opts.time_limit
         while time.monotonic() < end and not self.stop.is_set():
+            if self.opts.fail_fast and self.live is not None and self.live.proven.is_set():
+                self.stopped_early = True
+                log.info("the first anomaly is proven: --fail-fast stops the test")
+                break
             if self.nemesis.error is not None:
                 raise RuntimeError(f"nemesis failed: {self.nemesis.error!r}") from self.nemesis.error
             self._replace_dead()
@@ -236,6 +246,21 @@ class QueueRun:
                 self._record_nemesis("start", {"victims": [new.slot], "replaces": dead.slot})
             log.info("worker %d died; started worker %d", dead.slot, new.slot)
 
+    def _follow(self) -> None:
+        """The live check of the history so far (:mod:`.live`), from the run's first execution on."""
+        if self.opts.live_every_s > 0:
+            self.live = LiveCheck(self._so_far, self.queue_dir, every_s=self.opts.live_every_s)
+            self.live.start()
+
+    def _so_far(self) -> tuple[Header, list[Entry], int]:
+        """The history as recorded so far: what the live check judges (copies: the run goes on meanwhile)."""
+        assert self.watcher is not None
+        with self._lock:
+            nemesis = list(self.nemesis_events)
+        entries = assemble(dict(self.enqueued), read_events(self.queue_dir / EVENTS_DIR, warn=False),
+                           list(self.watcher.reads), nemesis, [])
+        return self._header(), entries, self.start_ns
+
     def _heal(self) -> None:
         """Heal every fault: the nemesis', the proxies' (whatever of them was made)."""
         if self.nemesis is not None:
@@ -244,7 +269,10 @@ class QueueRun:
             self.network.heal()
 
     def _stop_all(self) -> None:
-        """Once healed: the watcher and the workers stopped, every job read one last time, the broker stopped."""
+        """Once healed: the live check, the watcher and the workers stopped, every job read one last time, the broker
+        stopped."""
+        if self.live is not None:
+            self.live.finish()
         if self.watcher is not None:
             self.watcher.stop()
         if self.workers is not None:
@@ -275,15 +303,17 @@ class QueueRun:
     # ------------------------------------------------------------------ the history
 
     def _write_history(self) -> Path:
-        opts = self.opts
         assert self.watcher is not None
         entries = assemble(self.enqueued, read_events(self.queue_dir / EVENTS_DIR), self.watcher.reads,
                            self.nemesis_events, self._read_resources())
-        header = Header(opts.ttl_ms, 50, {"target": f"queue:{opts.library}", "library": self.cls.library,
-                                          "mode": opts.mode, "seed": opts.seed, "run_id": self.run_id,
-                                          "nemesis": list(opts.nemesis), "workers": opts.workers},
-                        effect_fence=effect_fence(opts.mode), lease_expiry="queue")
-        return write_history(self.run_dir / "history.jsonl", header, entries, self.start_ns)
+        return write_history(self.run_dir / "history.jsonl", self._header(), entries, self.start_ns)
+
+    def _header(self) -> Header:
+        opts = self.opts
+        return Header(opts.ttl_ms, 50, {"target": f"queue:{opts.library}", "library": self.cls.library,
+                                        "mode": opts.mode, "seed": opts.seed, "run_id": self.run_id,
+                                        "nemesis": list(opts.nemesis), "workers": opts.workers},
+                      effect_fence=effect_fence(opts.mode), lease_expiry="queue")
 
     def _read_resources(self) -> list[ResourceRead]:
         """Each job's protected resource, read once every worker stopped (in the order the jobs were enqueued)."""
@@ -309,11 +339,13 @@ class QueueRun:
         verdict = replace(checked, valid=valid)
         stats = {"jobs": len(self.enqueued), "finished": len(self.watcher.finished) if self.watcher else 0,
                  "reads": len(self.watcher.reads) if self.watcher else 0,
-                 "faults": self.nemesis.started if self.nemesis else 0, "worker_processes": self.replaced + opts.workers}
+                 "faults": self.nemesis.started if self.nemesis else 0, "worker_processes": self.replaced + opts.workers,
+                 **({"stopped_at_first_anomaly": True} if self.stopped_early else {})}
         write_results(self.run_dir, verdict, reason, self.frame.interrupts, target=f"queue:{opts.library}",
                       library=self.cls.library, mode=opts.mode, nemesis=list(opts.nemesis), seed=opts.seed,
                       run_dir=str(self.run_dir), run=stats)
-        record_anomalies(self.run_dir, verdict, (time.monotonic_ns() - self.start_ns) / 1e9 if hasattr(self, "start_ns") else 0.0)
+        end_s = (time.monotonic_ns() - self.start_ns) / 1e9 if hasattr(self, "start_ns") else 0.0
+        record_anomalies(self.run_dir, verdict, end_s, self.live.said_at if self.live is not None else None)
         draw_report(self.run_dir)
         return RunResult(self.run_dir, opts.seed, verdict, stats, reason, self.frame.interrupted)
 
