@@ -22,9 +22,13 @@ from leasecheck.exits import Exit
 @click.option("--lock", "library", default=None, metavar="LIBRARY",
               help="Write a lock library's adapter instead (LIBRARY_lock.py: acquire / extend / unlock on LockLease, "
                    "records in Redis, with an audit plan), for `leasecheck audit MODULE:CLASS`; NAME defaults to LIBRARY.")
+@click.option("--queue", "queue", default=None, metavar="LIBRARY",
+              help="Write a job queue's adapter instead (LIBRARY_queue.py: a QueueLibrary with its task and audit plan) "
+                   "and its test of the queue conformance, for `leasecheck audit MODULE:CLASS`; NAME defaults to LIBRARY.")
 @click.option("--dir", "directory", default=".", show_default=True, help="Folder to write the two files into.")
 @click.option("--force", is_flag=True, help="Overwrite files that exist.")
-def new_target(name: str | None, store: str | None, library: str | None, directory: str, force: bool) -> None:
+def new_target(name: str | None, store: str | None, library: str | None, queue: str | None, directory: str,
+               force: bool) -> None:
     """Write NAME_lease.py (an adapter to fill in) and test_NAME_lease.py (the seed's table against it).
 
     The test fails with one message per method still to write (and with the
@@ -32,19 +36,23 @@ def new_target(name: str | None, store: str | None, library: str | None, directo
     against the adapter, on a throwaway server of its store started as `run`
     starts one (LEASECHECK_URL instead, when set). With --lock LIBRARY: a lock
     library's adapter and its test, to audit with `leasecheck audit MODULE:CLASS`.
+    With --queue LIBRARY: a job queue's adapter (its own workers run the jobs)
+    and a test that runs it once through the queue conformance on the broker
+    leasecheck starts: a job executed, a stalled execution redelivered, the
+    library's identity recorded.
     """
     from leasecheck.kit.scaffold import ScaffoldError, names_for, write
 
     try:
-        paths = write(name, Path(directory), force, store=store, lock=library)
+        paths = write(name, Path(directory), force, store=store, lock=library, queue=queue)
     except ScaffoldError as e:
         click.echo(f"leasecheck new-target: {e}", err=True)
         sys.exit(Exit.BAD_INPUT)
-    names = names_for(name, library)
+    names = names_for(name, library, queue)
     for path in paths:
         click.echo(f"wrote {path}")
     test = f"`python -m pytest -q {paths[1].name}` in {directory}"
-    if library is not None:
+    if library is not None or queue is not None:
         click.echo(f"next: fill in {paths[0].name}, then {test} and `leasecheck audit {names.module}:{names.cls}`")
     elif store is None:
         click.echo(f"next: fill in {paths[0].name} (and its store), then `LEASECHECK_URL=YOUR_STORE python -m pytest -q {paths[1].name}`"

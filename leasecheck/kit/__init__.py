@@ -5,9 +5,11 @@
   :mod:`.scenarios_liveness`, :mod:`.scenarios_restarts`, :mod:`.scenarios_clocks`), what they find
   (:mod:`.scenario_outcomes`) and how they drive clients (:mod:`.scenario_clients`);
 * :mod:`.scaffold` — ``leasecheck new-target NAME``: an adapter to edit and the test that holds it;
+  :mod:`.scaffold_queue` — ``new-target --queue LIBRARY``: a job queue's adapter and its test, of
+  :mod:`.queue_conformance` (one short queue run: a job executed, a stalled execution redelivered, the identity);
 * :mod:`.testing` — throwaway stores as ``leasecheck run`` starts them, and a method probe;
 * :mod:`.simstore` — a simulated correct lease store, the ground truth of generated histories.
 
-May import ``run`` (the store environment), ``servers``, ``targets``, ``histories``, ``errors``,
+May import ``run`` (the store environment), ``queue_run`` (the queue conformance's run), ``servers``, ``targets``, ``histories``, ``errors``,
 ``waiting``; never ``ci`` or ``cli``.
 """

@@ -15,7 +15,8 @@ runs it under faults.
 audit, an adapter on :class:`~leasecheck.targets.thirdparty.lockbase.LockLease`
 (only the library's acquire / extend / unlock to write, the jobs' records in
 Redis) with its :class:`~leasecheck.targets.thirdparty.audit.AuditPlan`, so
-that ``leasecheck audit acme_lock:AcmeLock`` audits it.
+that ``leasecheck audit acme_lock:AcmeLock`` audits it. ``--queue LIBRARY``: a job queue's
+adapter and its test of the queue conformance (:mod:`leasecheck.kit.scaffold_queue`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leasecheck.kit.conformance import RESTARTING, SCENARIOS
+from leasecheck.kit.scaffold_queue import render_queue
 from leasecheck.kit.scaffold_templates import ADAPTER, LOCK_ADAPTER, METHOD, TEST
 
 #: what each method must do, as the adapter's NotWritten messages say it
@@ -142,10 +144,14 @@ def render_lock(names: Names, library: str) -> dict[str, str]:
     return {f"{names.module}.py": adapter, f"test_{names.module}.py": test}
 
 
-def names_for(name: str | None, lock: str | None) -> Names:
-    """The names ``new-target [NAME] [--lock LIBRARY]`` writes: a lock adapter is named after its library by default."""
+def names_for(name: str | None, lock: str | None, queue: str | None = None) -> Names:
+    """The names ``new-target [NAME] [--lock LIBRARY | --queue LIBRARY]`` writes: a library's adapter is named after
+    the library by default."""
+    if queue is not None:
+        return Names.of(name if name is not None else re.sub(r"[.]", "-", queue), "queue")
     if name is None and lock is None:
-        raise ScaffoldError("name the backend (new-target NAME), or the lock library to audit (new-target --lock LIBRARY)")
+        raise ScaffoldError("name the backend (new-target NAME), or the lock library to audit (new-target --lock LIBRARY), "
+                            "or the job queue (new-target --queue LIBRARY)")
     if lock is None:
         assert name is not None
         return Names.of(name)
@@ -153,13 +159,22 @@ def names_for(name: str | None, lock: str | None) -> Names:
 
 
 def write(name: str | None, directory: Path, force: bool = False, store: str | None = None,
-          lock: str | None = None) -> list[Path]:
+          lock: str | None = None, queue: str | None = None) -> list[Path]:
     """Write the adapter and its test into ``directory``; refuse to overwrite unless ``force``.
 
-    ``lock``: a lock library's adapter (on LockLease, records in Redis) instead of a plain backend's.
+    ``lock``: a lock library's adapter (on LockLease, records in Redis) instead of a plain backend's; ``queue``: a job
+    queue's (:mod:`leasecheck.kit.scaffold_queue`).
     """
-    names = names_for(name, lock)
-    if lock is not None:
+    if lock is not None and queue is not None:
+        raise ScaffoldError("--lock and --queue: one library at a time")
+    names = names_for(name, lock, queue)
+    if queue is not None:
+        if store is not None:
+            raise ScaffoldError("a --queue adapter names its broker in the class (broker = ...), not with --store-kind")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", queue):
+            raise ScaffoldError(f"{queue!r}: give the library's name on PyPI (letters, digits, ., - and _)")
+        files = render_queue(names.module, names.cls, names.name, queue)
+    elif lock is not None:
         if store not in (None, "redis"):
             raise ScaffoldError(f"a --lock adapter keeps its locks' records in Redis (RedisRecords), not {store}: "
                                 "for another store, write a Records of your own (see leasecheck/targets/thirdparty/lockbase.py)")
