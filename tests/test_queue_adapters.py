@@ -106,4 +106,5 @@ def test_audit_module_class_runs_a_queue_of_ones_own_with_its_own_workers(tmp_pa
     run_dir = Path(row["run_dir"])
     results = json.loads((run_dir / "results.json").read_text())
     assert results["target"] == "queue:team_queue:TeamQueue" and results["interrupted"] is None
+    assert r.returncode == {True: 0, "unknown": 2, False: 1}[results["valid"]]  # the run's exit code, as a lock's audit
     assert (run_dir / "report.html").exists() and (run_dir / "anomalies.jsonl").exists()

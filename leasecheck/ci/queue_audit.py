@@ -14,7 +14,6 @@ from typing import Any
 
 from leasecheck.ci.audited import Audited, AuditResult, Unloadable
 from leasecheck.ci.findings import FaultVerdict, fault_verdict, first_anomaly, word
-from leasecheck.exits import Exit
 from leasecheck.lists import names
 
 #: how an audited job queue is named among the audits' targets (``queue:rq``): its runs are queue runs
@@ -119,11 +118,7 @@ def run_queue_audit(audited: Audited, nemesis: str, seed: int, store: Path, time
         nemesis=nemesis, seed=seed, verdict=judged.verdict, kinds=tuple(sorted({a.kind for a in judged.anomalies})),
         reason=judged.reason, run_dir=result.run_dir, published=audited.fault(nemesis),
         first_anomaly_s=first_s, proof=proof,
-        exit_code=result.exit_code if result.interrupted is not None else _exit(judged.verdict), options=dict(audited.plan.options),
+        exit_code=result.exit_code, options=dict(audited.plan.options),  # the run's, as a lock's audit run's
         without_fault=tuple(sorted({a.kind for a in judged.without_fault})),
         without_fault_count=len(judged.without_fault), without_fault_proof=without_proof,
     )
-
-
-def _exit(verdict: str) -> int:
-    return int({"valid": Exit.VALID, "invalid": Exit.INVALID}.get(verdict, Exit.UNKNOWN))
