@@ -84,6 +84,9 @@ def test_choose_draws_distinct_kinds_landed_least_first(tmp_path: Path) -> None:
     aimer.close()
 
 
+SLOTS_KINDS = ("claim", "renew", "effect", "commit", "release", "read", "read-resource")
+
+
 def test_with_a_coverage_goal_every_kind_short_of_it_is_armed_at_once(tmp_path: Path) -> None:
     """A default gate's aims armed the rarest three kinds and waited a second for a release while the claims went by;
     now every kind short of the goal is armed, and the victims are the first to come."""
@@ -95,12 +98,13 @@ def test_with_a_coverage_goal_every_kind_short_of_it_is_armed_at_once(tmp_path: 
     aimer.landed("kill").update({"commit": 3, "release": 3, "read-resource": 3, "renew": 1})
     assert len(choose(aimer, "kill", random.Random(2), most=2)) == 2  # none short: the two landed least, as without a goal
     slot = AimSlot(tmp_path / "aim")
-    every = [Aim(f, 1, 10.0) for f in ("claim", "renew", "effect", "commit", "release", "read", "read-resource")]
+    every = [Aim(f, 1, 10.0) for f in SLOTS_KINDS]
     assert len(every) == SLOTS
     came = aimer.aim(every, timeout_s=5.0, gather_s=5.0)
     threading.Thread(target=lambda: (wait_for(lambda: len(slot.armed()) == SLOTS, timeout=5.0, what="all armed"),
                                      aimer.note(4, slot.armed()[0].serial, "release", 1, 0))).start()
     assert next(came).f == "release"
+    assert {a.f for a in slot.armed()} == set(SLOTS_KINDS) - {"release"}  # a kind that landed is disarmed at once
     came.close()  # the caller has its victims: disarmed
     assert slot.armed() == ()
     aimer.close()

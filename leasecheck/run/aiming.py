@@ -41,6 +41,8 @@ class Aimer:
         self._landed: dict[str, Counter[str]] = defaultdict(Counter)
         self._boundaries: dict[str, int] = {}
         self._cond = threading.Condition()
+        #: the slot has one writer at a time: the nemesis' thread arms and disarms, the recorder's disarms a landed kind
+        self._writing = threading.Lock()
         self._serial = 0
         #: the armed serial and its aims by kind, and what landed on them (in the order they came)
         self._want: tuple[int, dict[str, Aim]] | None = None
@@ -62,7 +64,8 @@ class Aimer:
             self._serial += 1
             serial = self._serial
             self._want, self._came = (serial, {a.f: a for a in aims}), []
-        self.slot.arm(serial, aims)
+        with self._writing:
+            self.slot.arm(serial, aims)
         until = time.monotonic() + timeout_s
         given = 0
         try:
@@ -79,9 +82,10 @@ class Aimer:
                     given += 1
                     yield op
         finally:
-            self.slot.disarm(serial)
             with self._cond:
                 self._want = None
+            with self._writing:
+                self.slot.disarm(serial)
 
     def note(self, process: int, serial: int, f: str, boundary: int, invoked: int, last: bool = False) -> None:
         """A held op of ``process`` reached request ``boundary`` (``last``: it ended there, short of its aim's) (the
@@ -97,6 +101,10 @@ class Aimer:
                 return
             self._came.append(InFlight(process, f, invoked, boundary, aim.hold_ms, last=boundary != aim.at))
             self._cond.notify_all()
+            # that kind landed: disarmed at once, so no other worker holds an op of it for nothing
+            left = [a for k, a in self._want[1].items() if all(op.f != k for op in self._came)]
+            with self._writing:
+                self.slot.arm(serial, left)
 
     def close(self) -> None:
         self.slot.close()

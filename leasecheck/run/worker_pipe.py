@@ -57,9 +57,11 @@ class Hub:
         #: the last completion, stamped but not yet logged nor sent: (its log line, its message)
         self._held: tuple[bytes, tuple[Any, ...]] | None = None
         self.aim = AimSlot(recording.aim) if recording is not None and recording.aim else None
-        #: the last invoke's stamp, and the last arm this worker held an op for (one op per arm)
+        #: the last invoke's stamp
         self._invoked = 0
-        self._aimed = 0
+        #: the (aim's serial, kind of op) this worker held an op for: once each (a worker is one victim of a fault at
+        #: most; the harness takes it for the first kind it lands in and disarms each kind once it landed)
+        self._aimed: set[tuple[int, str]] = set()
 
     def _release(self, line: bytes = b"", msg: tuple[Any, ...] | None = None) -> None:
         """Log ``line`` and send ``msg``, each after the held completion's: one write, one message."""
@@ -104,15 +106,17 @@ class Hub:
     def armed(self, f: str) -> bool:
         """Is a fault aimed at an op of kind ``f`` now, one this worker has not held for it yet? The workload then does
         one where it may (a read, a release): rare kinds came by a few times in a 40 s gate, and its aims went empty."""
-        return self.aim is not None and any(a.f == f and a.serial != self._aimed for a in self.aim.armed())
+        return self.aim is not None and any(a.f == f and (a.serial, f) not in self._aimed for a in self.aim.armed())
 
     def hold(self, f: str) -> AbstractContextManager[object]:
-        """What the op of kind ``f`` just invoked runs under: a :class:`Hold` if the nemesis armed its kind (one op per
-        aim: a worker is one victim of a fault at most), else nothing."""
+        """What the op of kind ``f`` just invoked runs under: a :class:`Hold` if the nemesis armed its kind (once per aim
+        and kind: with every short kind armed at once, one hold per aim spent each worker's on the first renew that came,
+        a kind landed already, and no claim was ever held), else nothing."""
         arm = next((a for a in self.aim.armed() if a.f == f), None) if self.aim is not None else None
-        if arm is None or arm.serial == self._aimed:
+        if arm is None or (arm.serial, f) in self._aimed:
             return nullcontext()
-        self._aimed = serial = arm.serial
+        serial = arm.serial
+        self._aimed = {(s, k) for s, k in self._aimed if s == serial} | {(serial, f)}  # only this aim's are kept
         invoked = self._invoked
         return Hold(arm, lambda k, last: self.conn.send(("between", serial, f, k, invoked, last)))
 
