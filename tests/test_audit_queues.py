@@ -231,6 +231,9 @@ def test_anomalies_are_said_as_proven_and_fail_fast_stops_the_test_at_the_first(
     (run_dir,) = tmp_path.glob("queue-arq/*")
     results = json.loads((run_dir / "results.json").read_text())
     assert results["valid"] is False and results["run"]["stopped_at_first_anomaly"] is True
+    from leasecheck.verdict.situations import QUEUE_WORKLOAD_SITUATIONS  # what a queue's own workers can bring about
+
+    assert sorted(results["coverage"]["applicable"]) == sorted(QUEUE_WORKLOAD_SITUATIONS)
     said = [line for line in r.stderr.splitlines() if line.startswith("anomaly ")]
     assert said, r.stderr[-3000:]
     records = [json.loads(line) for line in (run_dir / "anomalies.jsonl").read_text().splitlines()]

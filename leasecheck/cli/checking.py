@@ -134,7 +134,8 @@ def check(paths: tuple[str, ...], as_json: bool, budget: float, explain: bool, e
             click.echo(f"warning: {w}", err=True)
         assert verdict.header is not None and verdict.coverage is not None  # read from a file, with windows
         header, reached = verdict.header, verdict.coverage
-        wanted = applicable(header_faults(header), resource_read=header.meta.get("resource_read", True) is not False)
+        wanted = applicable(header_faults(header), resource_read=header.meta.get("resource_read", True) is not False,
+                            queue=header.lease_expiry == "queue")
         if as_json:
             obj = verdict.to_json()
             if len(paths) > 1:

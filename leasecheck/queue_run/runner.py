@@ -48,6 +48,7 @@ from leasecheck.targets.queues.resource import Resource
 from leasecheck.targets.queues.task import BUSY_DIR, EVENTS_DIR, PLAN_FILE, RESOURCE_FILE
 from leasecheck.verdict.attribution import fault_victims
 from leasecheck.verdict.run_verdict import evidence_of, fault_windows, run_verdict
+from leasecheck.verdict.situations import coverage_json
 
 log = logging.getLogger("leasecheck.queue_run")
 
@@ -343,7 +344,8 @@ class QueueRun:
                  **({"stopped_at_first_anomaly": True} if self.stopped_early else {})}
         write_results(self.run_dir, verdict, reason, self.frame.interrupts, target=f"queue:{opts.library}",
                       library=self.cls.library, mode=opts.mode, nemesis=list(opts.nemesis), seed=opts.seed,
-                      run_dir=str(self.run_dir), run=stats)
+                      run_dir=str(self.run_dir), run=stats,
+                      coverage=coverage_json(checked.coverage or _empty(), queue_kinds(opts.nemesis), opts.require, queue=True))
         end_s = (time.monotonic_ns() - self.start_ns) / 1e9 if hasattr(self, "start_ns") else 0.0
         record_anomalies(self.run_dir, verdict, end_s, self.live.said_at if self.live is not None else None)
         draw_report(self.run_dir)

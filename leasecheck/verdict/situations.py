@@ -67,12 +67,22 @@ class CoverageGoal:
         return {"min_count": self.min_count, "strict": self.strict, "short": self.short(cov)}
 
 
-def applicable(kinds: Sequence[FaultKind], require: Sequence[str] = (), resource_read: bool = True) -> list[str]:
+#: what a job queue's own workers bring about (a queue run, ``lease_expiry: "queue"``): a redelivered job's earlier
+#: execution writing or returning in each phase of the newer one. Its executions neither release nor read a job, and
+#: its claims are bounded by the enqueue alone, so no claim is timed against a ttl (the library's timers are its own)
+QUEUE_WORKLOAD_SITUATIONS = tuple(f"zombie-{f}-{phase}" for f in ("effect", "commit")
+                                  for phase in ("before-new-effect", "while-new-runs", "after-new-ends"))
+
+
+def applicable(kinds: Sequence[FaultKind], require: Sequence[str] = (), resource_read: bool = True,
+               queue: bool = False) -> list[str]:
     """The situations a run with these faults should reach: the workload's, each fault's own (required) and those it
     makes likely (sought: reported when missing, not required), and those it was told to reach (``--require``), in
     vocabulary order. ``resource_read``: the target reads its protected resource back; without, the situations of a
-    ``read-resource`` op cannot happen (:data:`RESOURCE_SITUATIONS`), and a run must not wait for them."""
-    wanted = set(WORKLOAD_SITUATIONS) | {s for situations in required(kinds, require).values() for s in situations}
+    ``read-resource`` op cannot happen (:data:`RESOURCE_SITUATIONS`), and a run must not wait for them. ``queue``: a
+    job queue's run, whose workload's are :data:`QUEUE_WORKLOAD_SITUATIONS`."""
+    workload = QUEUE_WORKLOAD_SITUATIONS if queue else WORKLOAD_SITUATIONS
+    wanted = set(workload) | {s for situations in required(kinds, require).values() for s in situations}
     wanted |= {s for kind in kinds for s in kind.seeks if resource_read or s not in RESOURCE_SITUATIONS}
     return [s for s in SITUATIONS if s in wanted]
 
@@ -92,12 +102,12 @@ def coverage_goal(kinds: Sequence[FaultKind], require: Sequence[str] = (), min_c
 
 
 def coverage_json(cov: Coverage, kinds: Sequence[FaultKind], require: Sequence[str] = (),
-                  goal: dict[str, Any] | None = None, resource_read: bool = True) -> dict[str, Any]:
+                  goal: dict[str, Any] | None = None, resource_read: bool = True, queue: bool = False) -> dict[str, Any]:
     """results.json's ``coverage``: every count, what applies to the run, what of that never happened, and why it
     applies (by fault; ``--require`` for those the run was told to reach; ``sought``: by fault, those it makes likely
     but does not require); ``goal``: with ``--until-covered``, its count, what stayed short of it and when it was met
-    (null without)."""
-    wanted = applicable(kinds, require, resource_read)
+    (null without); ``queue``: a job queue's run (:func:`applicable`)."""
+    wanted = applicable(kinds, require, resource_read, queue)
     return {
         "counts": cov.to_json(),
         "applicable": wanted,
