@@ -5,7 +5,7 @@ folder, so one layer: one machine's disk), mounted when the cluster starts, sync
 set up a while ago, not one whose files were written a moment before) and taken off when it stops; a killed harness
 leaves no mount behind (each layer's guard). The catalogue's factories cut the power of one member (the primary half
 the time, drawn from the seed) or of every member at once, record what each member's layers dropped, refuse a second
-cut while a member is down, and bring the members back on what survived; the cluster answers again, with every write
+cut while a member is down or the cluster has not yet served two ttls since, and bring the members back on what survived; the cluster answers again, with every write
 its members fsynced before acknowledging it. A run that cannot have the layers is refused in one line.
 """
 
@@ -16,6 +16,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from test_hosts_runs import GOOD
 
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.mounts import powerfs_mounts
-from leasecheck.nemesis.power import make_power_loss_all, make_power_loss_member
+from leasecheck.nemesis.power import SETTLE_TTLS, make_power_loss_all, make_power_loss_member
 from leasecheck.servers.redis_sentinel import RedisSentinelCluster
 from leasecheck.waiting import poll, wait_for
 
@@ -61,7 +62,7 @@ def test_one_member_then_every_member_loses_its_power_and_comes_back_with_what_i
         sentinel: RedisSentinelCluster) -> None:
     assert len(mounts_under(sentinel.directory)) == 3  # one layer per member, its Sentinel on it too
     assert all(len(layers) == 1 for layers in sentinel.layers.values())
-    ctx = FaultContext(ttl_ms=1000, cluster=sentinel)
+    ctx = FaultContext(ttl_ms=250, cluster=sentinel)  # settles 2 ttl after a power cut: half a second
     client = primary_client(sentinel)
     for i in range(200):
         assert client.set(f"k{i}", i)
@@ -77,7 +78,9 @@ def test_one_member_then_every_member_loses_its_power_and_comes_back_with_what_i
     healed = one.heal()
     assert healed is not None and healed["victims"] == [primary] and sentinel.down_members() == []
     assert one.heal() is None  # healed once
+    assert make_power_loss_all(ctx, random.Random(3)) is None  # not again until it served for SETTLE_TTLS
     assert poll(sentinel.ready, 30, every=0.1)
+    time.sleep(ctx.ttl_s(SETTLE_TTLS))
 
     every = make_power_loss_all(ctx, random.Random(3))
     assert every is not None and every.members == ["m1", "m2", "m3"]

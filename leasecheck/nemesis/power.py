@@ -20,10 +20,30 @@ server left down by a killed harness is the guard's and the run folder's to clea
 from __future__ import annotations
 
 import random
+import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from leasecheck.nemesis.context import FaultContext, PowerLossCluster, PowerLossServer
+
+#: how long a store or cluster a power cut brought back serves before its power may be cut again, in ttls. The schedule
+#: starts the next fault the moment a heal lets go of it, and a slow one (a Postgres cluster's crash recovery on the
+#: layers, seconds) left the store up for a tenth of a second between cuts: its clients never came back, and the run
+#: never asked it what it kept (claim-after-power-loss). A tick that finds it unsettled keeps its turn for the next
+SETTLE_TTLS = 2.0
+#: when each store server or cluster came back from its last power cut (time.monotonic())
+_BACK_AT: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
+
+
+def _came_back(what: object) -> None:
+    _BACK_AT[what] = time.monotonic()
+
+
+def _settled(ctx: FaultContext, what: object) -> bool:
+    """Has ``what`` served :data:`SETTLE_TTLS` since its last power cut (or never had one)?"""
+    back = _BACK_AT.get(what)
+    return back is None or time.monotonic() - back >= ctx.ttl_s(SETTLE_TTLS)
 
 
 @dataclass
@@ -47,6 +67,7 @@ class PowerCut:
             return None
         self.down = False
         self.server.start()
+        _came_back(self.server)
         return {"victims": [self.victim]}
 
     def undo_record(self) -> dict[str, Any] | None:
@@ -56,7 +77,7 @@ class PowerCut:
 def make_power_loss(ctx: FaultContext, rng: random.Random) -> PowerCut | None:
     """The catalogue's ``power-loss``: the store's server, if it runs on the power-loss layer."""
     server = ctx.server
-    if not isinstance(server, PowerLossServer) or not server.on_layer:
+    if not isinstance(server, PowerLossServer) or not server.on_layer or not _settled(ctx, server):
         return None
     return PowerCut(server)
 
@@ -83,6 +104,7 @@ class MemberPowerCut:
             return None
         self.down = False
         self.cluster.start_members(self.members)
+        _came_back(self.cluster)
         return {"victims": list(self.members), "primary": self.cluster.primary()}
 
     def undo_record(self) -> dict[str, Any] | None:
@@ -90,9 +112,10 @@ class MemberPowerCut:
 
 
 def _layered(ctx: FaultContext) -> PowerLossCluster | None:
-    """The run's cluster if its members are on layers and none is down (a second loss would take a majority)."""
+    """The run's cluster if its members are on layers, none is down (a second loss would take a majority) and it has
+    settled since its last power cut."""
     cluster = ctx.cluster
-    if not isinstance(cluster, PowerLossCluster) or not cluster.on_layers or cluster.down_members():
+    if not isinstance(cluster, PowerLossCluster) or not cluster.on_layers or cluster.down_members() or not _settled(ctx, cluster):
         return None
     return cluster
 
