@@ -159,7 +159,8 @@ def test_report_of_a_caught_bug_lists_every_anomaly_of_its_results(caught: Path)
     settings = page.text_of["settings"]
     assert "seed3" in settings.replace(" ", "") and "sqlite-ttl-only" in settings and "pause" in settings
     # the fault the run suffered is a band, with its victim
-    assert [(b["kind"], len(b["victims"])) for b in meta["faults"]] == [("pause", 1)]
+    # (a pause aimed inside ops may stop up to three workers, one per kind of op it landed in)
+    assert [b["kind"] for b in meta["faults"]] == ["pause"] and 1 <= len(meta["faults"][0]["victims"]) <= 3
 
 
 def test_report_columns_decode_to_the_history(caught: Path) -> None:

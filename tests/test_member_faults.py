@@ -79,7 +79,8 @@ def make(fault: str, cluster: Cluster, seed: int = 1, skew: float = 250.0) -> An
 def test_every_member_fault_needs_a_cluster_and_is_none_without_one() -> None:
     members = [k for k in FAULTS.values() if Need.CLUSTER in k.needs]
     assert [k.name for k in members] == ["isolate-primary", "partition-halves", "partition-bridge", "kill-primary",
-                                        "pause-primary", "failover", "clock-member"]
+                                        "pause-primary", "failover", "clock-member",
+                                            "power-loss-member", "power-loss-all"]
     for kind in members:
         assert kind.make(FaultContext(ttl_ms=1000, store_skew_ms=250.0), random.Random(1)) is None, kind.name
 

@@ -53,7 +53,7 @@ def test_redis_under_power_loss_keeps_what_it_acknowledged_only_when_it_fsyncs_f
     (["--target", "sqlite"], "sqlite has no store server to pause or kill (nemesis power-loss)"),
     (["--target", "redis", "--url", "redis://127.0.0.1:1"], "power-loss acts on a store server that leasecheck started itself"),
     (["--target", "redis", "--env", "docker"], "power-loss needs the store's server on the power-loss layer (powerfs): leasecheck"),
-    (["--target", "redis", "--store-config", "fastest"], "Invalid value for '--store-config'"),
+    (["--target", "redis", "--store-config", "fastest"], "--store-config must be one of durable, default, fast, not 'fastest'"),
 ], ids=["no-server", "a-store-of-yours", "in-a-container", "no-such-profile"])
 def test_a_power_loss_run_that_cannot_have_the_layer_is_refused_before_it_starts(tmp_path: Path, args: list[str],
                                                                                    said: str) -> None:

@@ -76,7 +76,7 @@ def test_every_run_option_is_a_flag_of_leasecheck_run() -> None:
     # the keys a call has always taken (docs/pytest.md)
     assert {"url", "exec_store", "nemesis_interval", "evidence_wait", "require", "concurrency", "ttl", "nodes", "dup_rate",
             "rate", "clock_uncertainty", "store_skew", "env", "cluster", "fail_fast", "snapshot_every",
-            "until_covered", "min_count", "max_time", "strict_coverage"} == set(run_flags())
+            "until_covered", "min_count", "max_time", "strict_coverage", "store_config", "hosts"} == set(run_flags())
 
 
 def test_a_list_repeats_its_flag_and_a_float_reads_as_typed() -> None:

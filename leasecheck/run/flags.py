@@ -24,7 +24,6 @@ import click
 from leasecheck.lists import BadList, names, repeated
 from leasecheck.report.inputs import ReplayFlag
 from leasecheck.run.clusters import CLUSTERS
-from leasecheck.targets.durability import PROFILES
 
 if TYPE_CHECKING:
     from leasecheck.run.options import RunOptions
@@ -168,7 +167,7 @@ FLAGS: tuple[RunFlag, ...] = (
           help="Run Postgres / Redis as local processes or as Docker containers."),
     _flag("--cluster", field="cluster", type=click.Choice(list(CLUSTERS)), default=None,
           help="Run the store as a replicated cluster leasecheck starts (see `leasecheck clusters`): members on hosts of their own, faults between them."),
-    _flag("--store-config", field="store_config", type=click.Choice(list(PROFILES)), default="durable", show_default=True,
+    _flag("--store-config", field="store_config", default="durable", show_default=True, metavar="PROFILE",
           help="How durably the store keeps what it acknowledged: durable (fsync before every reply), default (as shipped), fast (acknowledged before fsync)."),
     _flag("--hosts", "hosts_file", field="hosts", default=None, metavar="FILE",
           help="Fault your own deployment: its members' hosts, reached over ssh:// or docker:// (docs/hosts.md); clients reach it at --url."),
