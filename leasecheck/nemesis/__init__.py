@@ -12,7 +12,7 @@ Modules: ``catalogue`` (the rows), ``protocol`` (what a fault is), ``context`` (
 (process pause / kill), ``clock`` (worker clocks bumped / strobed, on
 ``worker_clocks``), ``store_clock`` (libfaketime), ``network`` (Toxiproxy
 toxics, on ``proxies`` and the ``toxiproxy`` client), ``container`` (Docker),
-``power`` (the store's power cut, through the power-loss layer's ``PowerLossServer``);
+``power`` (the power cuts of the store and of a cluster's members, through ``PowerLossServer`` and ``PowerLossCluster``);
 ``timepatch`` bends a worker process's ``time.time`` for third-party code; ``processes``
 and ``mounts`` read /proc (the process table, and the power-loss layers mounted).
 """

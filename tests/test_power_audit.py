@@ -1,0 +1,75 @@
+"""AUDITS.md's "Leases under power loss", held: its table has a row for every store and profile under ``power-loss``
+and for every cluster kind under ``power-loss-member`` and ``power-loss-all``, and the rows it publishes valid on
+``durable`` stay valid, each run once with the command the table prints (its seed), as a reader would run it.
+
+A published ``valid`` gets one seed and no second chance (as tests/audits.py holds the libraries' audits): a run that
+finds an anomaly there is a finding, never luck. The caught rows are not re-run here: tests/test_power_runs.py holds
+Redis ``fast`` caught, and a proof is in each row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from leasecheck.run.clusters import CLUSTERS
+
+REPO = Path(__file__).resolve().parent.parent
+SECTION = "## Leases under power loss"
+#: the published rows this test runs: durable rows published valid, a single server of each store and a cluster of
+#: each kind that has one (redis-sentinel-wait and postgres-standby hold what their siblings do), each under 40 s
+HELD = (("redis", "power-loss"), ("postgres", "power-loss"), ("redis-sentinel", "power-loss-all"),
+        ("postgres-standby-sync", "power-loss-all"), ("etcd-cluster", "power-loss-all"))
+
+
+def published() -> list[dict[str, str]]:
+    """The section's table, one dict per row (its header's words as keys)."""
+    text = (REPO / "AUDITS.md").read_text()
+    assert SECTION in text, f"AUDITS.md has no section {SECTION!r}"
+    body = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in body.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=True)) for line in lines[2:]]
+
+
+def row(what: str, fault: str, profile: str = "durable") -> dict[str, str]:
+    found = [r for r in published() if r["store or cluster"] == f"`{what}`" and r["fault"] == f"`{fault}`"
+             and r["profile"] == profile]
+    assert len(found) == 1, f"AUDITS.md publishes {len(found)} rows for {what} under {fault} ({profile})"
+    return found[0]
+
+
+def test_the_table_has_every_store_profile_and_cluster_kind() -> None:
+    for store in ("redis", "postgres"):
+        for profile in ("durable", "default", "fast"):
+            assert row(store, "power-loss", profile)["verdict"]
+    for kind in CLUSTERS:
+        for fault in ("power-loss-member", "power-loss-all"):
+            assert row(kind, fault)["verdict"]
+    for r in published():
+        assert re.fullmatch(r"`leasecheck run [^`]+ --seed \d+`", r["command"]), r["command"]
+        assert re.match(r"(\*\*caught\*\*|valid) \d+/\d+", r["verdict"]), r["verdict"]
+    assert "SQLite" in (REPO / "AUDITS.md").read_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/dev/fuse").exists(), reason="FUSE layers, members in namespaces: root")
+@pytest.mark.parametrize("what, fault", HELD, ids=[f"{w}-{f}" for w, f in HELD])
+def test_a_durable_row_published_valid_stays_valid(tmp_path: Path, what: str, fault: str) -> None:
+    r = row(what, fault)
+    assert r["verdict"].startswith("valid"), r
+    command = shlex.split(r["command"].strip("`"))
+    assert command[:2] == ["leasecheck", "run"]
+    done = subprocess.run(["python3", "-m", "leasecheck", *command[1:], "--store", str(tmp_path / "store"), "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    result = json.loads(done.stdout)
+    assert done.returncode == 0 and result["valid"] is True, (
+        f"{r['command']}: {result['valid']} ({result.get('reason')}); anomalies "
+        f"{[(a['kind'], a['node'], a['ops']) for a in result.get('anomalies') or []][:5]}; run folder {result.get('run_dir')}")
+    assert not [line for line in Path("/proc/mounts").read_text().splitlines() if str(tmp_path) in line]
