@@ -77,6 +77,16 @@ class Keys:
         return cls(directory / "client", directory / "authorized_keys", directory / "hostkey",
                    host.export_public_key().decode().strip())
 
+    def ssh_table(self, known: Path) -> str:
+        """A deployment file's ``[ssh]`` table for these keys: the client key, no agent, ``known`` as known_hosts."""
+        return textwrap.dedent(f"""\
+            [ssh]
+            user = "root"
+            identity = "{self.client}"
+            agent = false
+            known-hosts = "{known}"
+            """)
+
     def known_hosts(self, path: Path, *hosts: tuple[str, int]) -> Path:
         """A known_hosts file with the host key for each (address, port)."""
         lines = [f"{address if port == 22 else f'[{address}]:{port}'} {self.host_public}\n" for address, port in hosts]
@@ -220,14 +230,7 @@ def member_lab(directory: Path) -> Iterator[Lab]:
             sshds.append(start_sshd(directory / "sshd", keys, host.address, 22, netns=host.netns))
         known = keys.known_hosts(directory / "known_hosts", *((h.address, 22) for h in network.hosts))
         m1, m2 = network.hosts
-        text = textwrap.dedent(f"""\
-            store = "redis"
-            [ssh]
-            user = "root"
-            identity = "{keys.client}"
-            agent = false
-            known-hosts = "{known}"
-            """) + _member_toml(directory, "m1", m1.address, tag, None) + _member_toml(
+        text = 'store = "redis"\n' + keys.ssh_table(known) + _member_toml(directory, "m1", m1.address, tag, None) + _member_toml(
                 directory, "m2", m2.address, tag, m1.address)
         deployment = directory / "deployment.toml"
         deployment.write_text(text)

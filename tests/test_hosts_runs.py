@@ -51,13 +51,7 @@ def _deployment(cluster: object, keys: Keys, known: Path, path: Path) -> Path:
             start = "{start}"
             logs = ["{member.server.log_path}"]
             """))
-    path.write_text(textwrap.dedent(f"""\
-        store = "redis"
-        [ssh]
-        user = "root"
-        identity = "{keys.client}"
-        agent = false
-        known-hosts = "{known}"
+    path.write_text('store = "redis"\n' + keys.ssh_table(known) + textwrap.dedent(f"""\
         [redis]
         client = "redis-cli -h {{address}} -p 6379"
         sentinel = "redis-cli -h {{address}} -p 26379"

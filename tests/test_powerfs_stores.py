@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
+from stores import serve
 
 from leasecheck.nemesis.catalogue import FAULTS, Need, unmet
 from leasecheck.nemesis.context import FaultContext
@@ -34,16 +35,7 @@ BURST = 2000
 
 @pytest.fixture
 def redis_on_layer(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[RedisServer]:
-    server = on_powerfs(RedisServer(tmp_path / "redis", profile=request.param))
-    try:
-        server.start()
-    except EnvironmentFailure as e:
-        pytest.fail(f"cannot start redis on the power-loss layer: {e}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
-        server.cleanup()
+    yield from serve(lambda: on_powerfs(RedisServer(tmp_path / "redis", profile=request.param)), "redis on the power-loss layer")
 
 
 def burst_then_power_loss(server: RedisServer, tag: str) -> tuple[list[str], list[str], dict[str, int]]:
