@@ -22,7 +22,7 @@ import psutil
 from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.faults import KillProcess, PauseProcess, make_kill, make_pause
-from leasecheck.nemesis.inside import SLOTS, VICTIMS, Aim, AimSlot, InFlight, choose
+from leasecheck.nemesis.inside import PAUSE_INSIDE_SHARE, SLOTS, VICTIMS, Aim, AimSlot, InFlight, aims_inside, choose
 from leasecheck.nemesis.schedule import HURRIED, Nemesis
 from leasecheck.run.aiming import Aimer
 from leasecheck.run.holds import Hold
@@ -155,6 +155,22 @@ class Landed:
 
 
 
+def test_a_pause_aims_inside_while_a_kind_is_short_else_by_the_seed_and_a_kill_always() -> None:
+    """Without a goal (or once none is short) a pause stops a holder between ops as often as one inside an op, by the
+    seed: on SQLite a stop inside a write's transaction freezes every rival, so the holder pauses make the zombies."""
+    aiming = Landed([])
+    draws = [aims_inside(aiming, "pause", random.Random(seed)) for seed in range(200)]
+    assert 0.35 < sum(draws) / len(draws) < 0.65 and PAUSE_INSIDE_SHARE == 0.5
+    assert draws == [aims_inside(aiming, "pause", random.Random(seed)) for seed in range(200)]  # the seed's
+    assert all(aims_inside(aiming, "kill", random.Random(seed)) for seed in range(50))
+    aiming.want = 2
+    aiming.landed("pause").update({"claim": 2, "renew": 2, "effect": 2, "read": 1})
+    assert all(aims_inside(aiming, "pause", random.Random(seed)) for seed in range(50))  # read is short
+    aiming.landed("pause")["read"] += 1
+    assert not all(aims_inside(aiming, "pause", random.Random(seed)) for seed in range(50))  # none short: the mix
+    assert not aims_inside(None, "pause", random.Random(1))
+
+
 def test_a_pause_stops_a_worker_inside_each_kind_and_heals_them_all(sleepers: list[int]) -> None:
     workers = [W(i, pid) for i, pid in enumerate(sleepers)]
     aiming = Landed(workers)
@@ -171,8 +187,8 @@ def test_a_pause_stops_a_worker_inside_each_kind_and_heals_them_all(sleepers: li
         assert all(psutil.Process(pid).status() != psutil.STATUS_STOPPED for pid in sleepers[3:])
         assert fault.undo_record() == {"kind": "sigcont", "pids": sleepers[:3], "tree": True}
         assert sum(aiming.landed("pause").values()) == 3
-        # a second pause now: three of five are stopped, two run; one victim at most
-        again = make_pause(ctx, random.Random(2))
+        # a second pause now (a seed whose draw aims it inside): three of five are stopped, two run; one victim at most
+        again = make_pause(ctx, random.Random(3))
         assert isinstance(again, PauseProcess) and len(aiming.armed) == 1
     finally:
         assert fault.heal() == {"victims": [10, 11, 12], "pid": sleepers[0]}

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leasecheck.nemesis.context import FaultContext, Worker
-from leasecheck.nemesis.inside import VICTIMS, Aiming, InFlight, choose
+from leasecheck.nemesis.inside import VICTIMS, Aiming, InFlight, aims_inside, choose
 from leasecheck.nemesis.processes import freeze, stopped
 from leasecheck.nemesis.processes import signal_process as _signal
 
@@ -258,8 +258,8 @@ def _aim_again(ctx: FaultContext, fault: str) -> bool:
 
 
 def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
-    """The catalogue's ``pause``: ready workers, each stopped inside an op of a kind drawn for it (:func:`aimed`);
-    else one with a write in flight if any has (stopped between a store's check and its write, the write lands after
+    """The catalogue's ``pause``: ready workers, each stopped inside an op of a kind drawn for it (:func:`aimed`), when
+    the pause aims inside ops (:func:`~leasecheck.nemesis.inside.aims_inside`); else one with a write in flight if any has (stopped between a store's check and its write, the write lands after
     another's claim), else one that holds a lease if any does (a zombie in the making).
 
     Never one that is stopped already: a paused worker keeps its write in flight, so it would be chosen again, and the
@@ -270,12 +270,13 @@ def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
     def running(w: Worker) -> bool:
         return w.pid is not None and not stopped(w.pid)
 
-    inside = aimed(ctx, rng, "pause", running)
-    if inside is not None:
-        first, more = inside
-        return PauseProcess(first.process, first.pid, halted=ctx.halted, resuming=ctx.resuming, inside=first.op, more=more)
-    if _aim_again(ctx, "pause"):
-        return None
+    if aims_inside(ctx.aiming, "pause", rng):
+        inside = aimed(ctx, rng, "pause", running)
+        if inside is not None:
+            first, more = inside
+            return PauseProcess(first.process, first.pid, halted=ctx.halted, resuming=ctx.resuming, inside=first.op, more=more)
+        if _aim_again(ctx, "pause"):
+            return None
     victim = ctx.pick_worker(rng, lambda w: running(w) and w.process in writing) if writing else None
     victim = victim or ctx.pick_holder(rng, running)
     if victim is None or victim.pid is None:
