@@ -196,6 +196,48 @@ def test_faults_holding_the_store_never_overlap_nor_start_during_a_heal() -> Non
     assert any("pause" in active and len(active) == 2 for active in states), states  # the store's hold is not everyone's
 
 
+class Slow:
+    """A fault whose start and heal each take a while and note when they ran (a failover, a rebuild)."""
+
+    def __init__(self, name: str, spans: list[tuple[str, float, float]]) -> None:
+        self.name, self.spans = name, spans
+
+    def _span(self, what: str) -> dict[str, Any]:
+        began = time.monotonic()
+        time.sleep(0.015)
+        self.spans.append((what, began, time.monotonic()))
+        return {"victims": [self.name]}
+
+    def start(self) -> dict[str, Any]:
+        return self._span("start")
+
+    def heal(self) -> dict[str, Any] | None:
+        return self._span("heal")
+
+    def undo_record(self) -> dict[str, Any] | None:
+        return None
+
+
+def test_a_fault_never_starts_while_another_is_being_healed() -> None:
+    """CI, postgres-standby seed 1: a failover started (killing the primary) while the heal of a partition rebuilt the
+    deposed member from that primary, and the rebuild's pg_basebackup timed out. Faults that hold nothing still overlap;
+    their starts and heals (heal_all's included) take turns."""
+    spans: list[tuple[str, float, float]] = []
+    kinds = [FaultKind(name, "a slow toy", (1.0, 1.0), ("a", "b"), frozenset(), (lambda n: lambda ctx, rng: Slow(n, spans))(name))
+             for name in ("isolate-primary", "failover")]
+    states: list[int] = []
+    n = Nemesis(kinds=kinds, interval_s=0.01, context=FaultContext(ttl_ms=60), record=lambda f, value: None,
+                rng=random.Random(4), max_active=2, on_change=lambda active: states.append(len(active)))
+    n.start()
+    wait_until(lambda: len([s for s in spans if s[0] == "heal"]) >= 12)
+    n.heal_all()
+    assert n.error is None, n.error
+    ordered = sorted(spans, key=lambda s: s[1])
+    for (what, _, end), (after, begin, _) in pairwise(ordered):
+        assert end <= begin, f"{after} began {end - begin:.4f} s before the {what} ended"
+    assert 2 in states  # the faults themselves overlap
+
+
 def test_the_schedule_flows_from_the_seed() -> None:
     def choices(seed: int) -> list[str]:
         log: list = []

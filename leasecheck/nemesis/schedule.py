@@ -93,6 +93,11 @@ class Nemesis:
     #: set when a heal is added (or all are being healed): the healer looks again
     _healed: threading.Event = field(default_factory=threading.Event)
     _lock: threading.RLock = field(default_factory=threading.RLock)
+    #: held by a fault's start and by a heal's undo, so the two never run at once: a failover started while a
+    #: partition's heal rebuilt the deposed primary killed the member the rebuild was copying from (ci: postgres-standby,
+    #: seed 1, the run's last heal met a failover starting; pg_basebackup timed out). Taken after ``_lock``, never
+    #: before it: a start holds it alone, so the lock stays free for the questions asked meanwhile
+    _changing: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
     _healer: threading.Thread | None = None
 
@@ -167,7 +172,8 @@ class Nemesis:
         fault = kind.make(self.context, rng)
         if fault is None:
             return False
-        value = fault.start()
+        with self._changing:
+            value = fault.start()
         with self._lock:
             self.active.append(fault)
             self._kind_of[id(fault)] = kind
@@ -191,7 +197,8 @@ class Nemesis:
         del self.active[at]
         kind = self._kind_of.pop(id(fault))
         try:
-            value = fault.heal()
+            with self._changing:
+                value = fault.heal()
         finally:
             self._store_faults -= kind.on_store
         if value is not None:
