@@ -217,6 +217,8 @@ class Worker:
                 if rng.random() < w.zombie_rate:
                     self.zombie(node, lease, carried)
                 return  # a careful worker stops here
+            if not brief and self.ends_for_claim():
+                break
             if stall_at is not None and now - start >= stall_at:
                 stall_at = None
                 if rng.random() >= w.short_stall_rate or stall:  # a steered stall lasts: its lease must lapse
@@ -260,6 +262,14 @@ class Worker:
         typ, out = self.commit(node, lease, carried)
         if typ == "ok" or (isinstance(out, Refused) and out.reason == "terminal"):
             self.hub.tell("done", node)
+
+    def ends_for_claim(self) -> bool:
+        """Is a fault aimed at a claim this worker has not held for it? Then the worker is done with its node now, so
+        that its next claim comes at once: a worker claims once a node, about 3 a second in all, and aims armed for a
+        claim went by without one (a claim was paused inside once in a 75 s run). Ending early only while the renews
+        and effects armed with it had landed did worse: those took an aim's victims first, and the claim none (gate
+        of postgres, seeds 1-3: every situation once in 1 of 3 runs, against 2 of 3)."""
+        return self.hub.armed("claim")
 
     def give_back(self, node: str, lease: Lease, carried: dict[str, Any]) -> None:
         """This worker's clock went behind while it worked on ``lease``: one heartbeat (a renew that carries the skew, as
