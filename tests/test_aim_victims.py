@@ -141,9 +141,13 @@ class Landed:
         self.counts: dict[str, Counter[str]] = {}
         self.armed: list[Aim] = []
         self.want: int | None = None
+        self.needs: frozenset[str] = frozenset()
 
     def landed(self, fault: str) -> Counter[str]:
         return self.counts.setdefault(fault, Counter())
+
+    def required(self, fault: str) -> frozenset[str]:
+        return self.needs
 
     def boundaries(self, f: str) -> int:
         return 1
@@ -169,6 +173,22 @@ def test_a_pause_aims_inside_while_a_kind_is_short_else_by_the_seed_and_a_kill_a
     aiming.landed("pause")["read"] += 1
     assert not all(aims_inside(aiming, "pause", random.Random(seed)) for seed in range(50))  # none short: the mix
     assert not aims_inside(None, "pause", random.Random(1))
+    aiming.want, aiming.needs = None, frozenset({"effect"})  # --require paused-inside-effect, never landed yet
+    aiming.counts.clear()
+    aiming.landed("pause").update({"claim": 1, "renew": 1, "read": 1})
+    assert all(aims_inside(aiming, "pause", random.Random(seed)) for seed in range(50))
+    assert all(choose(aiming, "pause", random.Random(seed))[0].f == "effect" for seed in range(50))  # armed first
+    aiming.landed("pause")["effect"] += 1
+    assert not all(aims_inside(aiming, "pause", random.Random(seed)) for seed in range(50))  # landed: the mix again
+
+
+def test_a_required_inside_situation_names_the_kinds_a_fault_must_land_in(tmp_path: Path) -> None:
+    aimer = Aimer(tmp_path / "aim", resource_reads=False, require=("paused-inside-claim", "killed-inside-read-resource",
+                                                                   "claim-race-ready", "killed-inside-commit"))
+    try:
+        assert aimer.required("pause") == {"claim"} and aimer.required("kill") == {"commit"}  # no resource reads here
+    finally:
+        aimer.close()
 
 
 def test_a_pause_stops_a_worker_inside_each_kind_and_heals_them_all(sleepers: list[int]) -> None:

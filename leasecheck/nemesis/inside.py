@@ -177,6 +177,9 @@ class Aiming(Protocol):
     def landed(self, fault: str) -> Counter[str]:
         """How many times ``fault`` has landed inside each kind of op so far (a live count: the caller adds to it)."""
 
+    def required(self, fault: str) -> frozenset[str]:
+        """The kinds of op the run requires ``fault`` to land inside (``--require paused-inside-claim``)."""
+
     def boundaries(self, f: str) -> int:
         """The most request boundaries an op of kind ``f`` has shown so far (a guess before any was seen)."""
 
@@ -188,8 +191,8 @@ class Aiming(Protocol):
 
 def aims_inside(aiming: Aiming | None, fault: str, rng: random.Random) -> bool:
     """Does this ``fault`` aim inside ops (:func:`choose`), or stop a worker that holds a lease between them? A kill
-    always aims (a killed worker's transaction ends with it); a pause aims while a kind is short of the run's goal,
-    else :data:`PAUSE_INSIDE_SHARE` of the time (by ``rng``: the seed's)."""
+    always aims (a killed worker's transaction ends with it); a pause aims while a kind is short of the run's goal or
+    of what it requires, else :data:`PAUSE_INSIDE_SHARE` of the time (by ``rng``: the seed's)."""
     if aiming is None or not aiming.ops:
         return False
     if fault != "pause":
@@ -197,19 +200,22 @@ def aims_inside(aiming: Aiming | None, fault: str, rng: random.Random) -> bool:
     landed, want = aiming.landed(fault), aiming.want
     if want is not None and any(landed[f] < want for f in aiming.ops):
         return True
+    if any(landed[f] < 1 for f in aiming.required(fault)):
+        return True
     return rng.random() < PAUSE_INSIDE_SHARE
 
 
 def choose(aiming: Aiming, fault: str, rng: random.Random, most: int = 1) -> list[Aim]:
     """Draw the aims for ``fault``, each a different kind of op: with a coverage goal (:attr:`Aiming.want`), every kind
     it has landed inside fewer times than the goal; else (or once none is short) the ``most`` it has landed inside
-    least. Landed least first, ties broken by ``rng``; each with a boundary among those its ops have shown, and a
+    least. A kind the run requires it to land inside and it has not yet comes first, then landed least first, ties
+    broken by ``rng``; each with a boundary among those its ops have shown, and a
     hold. The draws are as many whatever ``most``, so the later ones follow the seed."""
     ops: Sequence[str] = aiming.ops
     if not ops:
         return []
-    landed, want = aiming.landed(fault), aiming.want
+    landed, want, required = aiming.landed(fault), aiming.want, aiming.required(fault)
     draws = {f: (rng.random(), rng.random(), rng.uniform(*HOLD_MS)) for f in ops}
-    kinds = sorted(ops, key=lambda f: (landed[f], draws[f][0]))
+    kinds = sorted(ops, key=lambda f: (not (f in required and landed[f] < 1), landed[f], draws[f][0]))
     short = [f for f in kinds if want is not None and landed[f] < want]
     return [Aim(f, 1 + int(draws[f][1] * aiming.boundaries(f)), draws[f][2]) for f in short or kinds[:max(1, most)]]

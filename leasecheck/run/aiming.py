@@ -16,10 +16,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from leasecheck.histories.vocabulary import INSIDE_FUNCTIONS, READ_RESOURCE
+from leasecheck.histories.vocabulary import INSIDE_FUNCTIONS, READ_RESOURCE, inside_situation
 from leasecheck.nemesis.inside import Aim, AimSlot, InFlight
 
 #: the slot's file, in the run's clocks folder (shared memory the nemesis writes and the workers read, removed at the end)
@@ -32,9 +32,11 @@ UNSEEN_BOUNDARIES = 1
 class Aimer:
     """Arms the slot at ``path`` (created here) and hands over the workers that hold the armed ops."""
 
-    def __init__(self, path: Path, resource_reads: bool, want: int | None = None) -> None:
+    def __init__(self, path: Path, resource_reads: bool, want: int | None = None, require: Iterable[str] = ()) -> None:
         self.path = path
         self.want = want
+        #: the ``--require``d situations: a fault aims at the op kinds of those it must land inside
+        self.require = frozenset(require)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.slot = AimSlot(path, create=True)
         self._ops = tuple(f for f in INSIDE_FUNCTIONS if resource_reads or f != READ_RESOURCE)
@@ -54,6 +56,10 @@ class Aimer:
 
     def landed(self, fault: str) -> Counter[str]:
         return self._landed[fault]
+
+    def required(self, fault: str) -> frozenset[str]:
+        """The op kinds ``fault`` must land inside (``--require paused-inside-claim``: ``claim`` for ``pause``)."""
+        return frozenset(f for f in self._ops if inside_situation(fault, f) in self.require)
 
     def boundaries(self, f: str) -> int:
         """The most request boundaries an op of kind ``f`` has shown, else :data:`UNSEEN_BOUNDARIES`."""

@@ -197,7 +197,7 @@ class Run:
                                log_dir=self.run_dir / WORKERS_DIR, start_ns=self.start_ns)
         self.aimer: Aimer | None = None  # a worker pause or kill lands inside an op: the slot it arms, the notes that answer it
         if opts.record and any(kind.name in INSIDE_FAULTS for kind in self.kinds):
-            self.aimer = Aimer(self.run_dir / CLOCKS_DIR / AIM_SLOT, self.resource_read, opts.goal_count)
+            self.aimer = Aimer(self.run_dir / CLOCKS_DIR / AIM_SLOT, self.resource_read, opts.goal_count, opts.require)
             self.recorder.on_between, self.pool.aim_path = self.aimer.note, str(self.aimer.path)
 
     def _set_up_nemesis(self) -> None:
