@@ -11,7 +11,7 @@ long ones) out once and for all, and one worker may run its share long after the
 Whole modules move, in their own order: a module's fixtures (a real run, a server, a built wheel) are
 set up once per worker as before, never once per test.
 
-The times are measured, not guessed: ``python -m pytest -n 3 --store-durations`` writes every test's
+The times are measured, not guessed: ``python -m pytest -n 4 --store-durations`` writes every test's
 seconds (setup, call and teardown) to ``tests/durations.json``, merged into what it held. A module
 the file does not know yet runs after the known ones, in file order; a stale file only costs time,
 never a test.

@@ -168,8 +168,11 @@ def test_report_columns_decode_to_the_history(caught: Path) -> None:
     cols = read_columns(caught / "history.jsonl")
     assert_columns_match(page, meta, cols)
     assert_lanes_hold_one_op_at_a_time(page, meta, cols)
-    # five workers; the final phase's reader comes after they stopped, in a lane one of them freed
-    assert meta["laneCount"] == 5
+    # five workers; the final phase's reader comes after they stopped, in a lane one of them freed (a worker that
+    # crashed, the workload's own, is replaced under a new process number, in a lane of its own while the crashed one's
+    # last op still occupies its lane: ci met 6 lanes for 8 process numbers)
+    processes = {int(p) for p in cols.process}
+    assert 5 <= meta["laneCount"] < len(processes), (meta["laneCount"], processes)
     assert meta["endMs"] * 1e6 == pytest.approx(cols.end_time_ns)
 
 
