@@ -213,8 +213,10 @@ def test_expect_invalid_passes_for_a_broken_variant(inner: pytest.Pytester) -> N
     """Under pytest-xdist too: the worker's run lands in the session's store, and the controller's summary counts it."""
     inner.makepyfile(test_expect=f"""
         def test_known_broken(leasecheck_run):
-            # a pause a second: 5 s at the default pace (one every 5 s) held one or two, and a loaded machine none that hit
-            (r,) = leasecheck_run(target={BROKEN!r}, nemesis="pause", seeds=[1], time_limit={SECONDS}, expect="invalid",
+            # a pause a second: 5 s at the default pace (one every 5 s) held one or two, and a loaded machine none that hit;
+            # 10 s: on SQLite half the pauses stop a worker inside a write, which freezes its rivals, and 5 s beside two
+            # CPU-bound jobs and three other test processes made no zombie once (ci); it ends at the first proof
+            (r,) = leasecheck_run(target={BROKEN!r}, nemesis="pause", seeds=[1], time_limit={2 * SECONDS}, expect="invalid",
                                   nemesis_interval=1)
             assert r.verdict == "invalid" and r.anomalies
             assert all(a.ops and a.node and a.explanation for a in r.anomalies)
