@@ -259,8 +259,9 @@ def _aim_again(ctx: FaultContext, fault: str) -> bool:
 
 def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
     """The catalogue's ``pause``: ready workers, each stopped inside an op of a kind drawn for it (:func:`aimed`), when
-    the pause aims inside ops (:func:`~leasecheck.nemesis.inside.aims_inside`); else one with a write in flight if any has (stopped between a store's check and its write, the write lands after
-    another's claim), else one that holds a lease if any does (a zombie in the making).
+    the pause aims inside ops (:func:`~leasecheck.nemesis.inside.aims_inside`); else one with a write in flight if any
+    has (stopped between a store's check and its write, the write lands after another's claim), else one that holds a
+    lease if any does (a zombie in the making).
 
     Never one that is stopped already: a paused worker keeps its write in flight, so it would be chosen again, and the
     first pause's SIGCONT would end both while the second's window, recorded open until its own heal, said the worker

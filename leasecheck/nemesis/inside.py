@@ -66,7 +66,7 @@ _MAX_TRIES = 1000
 #: how long an armed worker holds its op at the boundary, ms (drawn per arm): long enough for the word to reach the
 #: nemesis and its signal to land (a few ms on a loaded machine), short beside a lease
 HOLD_MS = (30.0, 80.0)
-#: the share of pauses aimed inside ops once no kind is short of a goal (or in a run without one): the rest stop a
+#: the share of pauses aimed inside ops once no kind is short of a goal or of what the run requires: the rest stop a
 #: worker between ops that holds a lease, the zombie in the making. A stop inside an op of a store with one writer's
 #: lock (SQLite: every write is a transaction that holds it) freezes every other worker's write for the whole pause,
 #: so no rival can take the lease over and no zombie is ever made: TtlOnlySqlite under five 1-second pauses came out
