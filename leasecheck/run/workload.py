@@ -217,7 +217,7 @@ class Worker:
                 if rng.random() < w.zombie_rate:
                     self.zombie(node, lease, carried)
                 return  # a careful worker stops here
-            if not brief and self.ends_for_claim():
+            if not brief and not stall and self.ends_for_claim():  # never a steered stall: its zombie is sought
                 break
             if stall_at is not None and now - start >= stall_at:
                 stall_at = None
