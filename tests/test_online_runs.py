@@ -206,3 +206,29 @@ def test_a_pause_tells_the_harness_once_its_victim_is_stopped_and_before_it_is_c
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_mismatch_between_the_online_and_the_offline_checker_names_each_difference_with_both_values() -> None:
+    """What a CI log keeps of a mismatch, when the run folder is gone: the differing counts, cited ops and anomalies."""
+    from leasecheck.checker.coverage import SITUATIONS, Coverage
+    from leasecheck.checker.verdict import Anomaly, Verdict
+    from leasecheck.run.judgement import OnlineMismatch, crosscheck
+
+    def coverage(**counts: int) -> Coverage:
+        return Coverage({**dict.fromkeys(SITUATIONS, 0), **{k.replace("_", "-"): n for k, n in counts.items()}})
+
+    offline = Verdict(True, [], {"ops": 754, "nodes": 120}, coverage=coverage(claim_after_power_loss=6))
+    online = Verdict(False, [Anomaly("lost-commit", "run-1/node-2", [228, 1043], "gone")], {"ops": 754, "nodes": 119},
+                     cited={228: None, 1043: None}, coverage=coverage(claim_after_power_loss=5))
+    crosscheck(offline, offline, Path("history.jsonl"))  # the same face: nothing said
+    try:
+        crosscheck(online, offline, Path("history.jsonl"))
+    except OnlineMismatch as e:
+        said = str(e)
+    else:
+        raise AssertionError("no mismatch said")
+    assert "coverage.claim-after-power-loss: online 5, offline 6" in said
+    assert "verdict.stats.nodes: online 119, offline 120" in said
+    assert "cited: online only [228, 1043], offline only []" in said
+    assert "verdict.valid: online false, offline true" in said
+    assert "verdict.stats.ops" not in said  # what agrees is not said

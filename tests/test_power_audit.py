@@ -68,7 +68,7 @@ def test_a_durable_row_published_valid_stays_valid(tmp_path: Path, what: str, fa
     done = subprocess.run(["python3", "-m", "leasecheck", *command[1:], "--store", str(tmp_path / "store"), "--json"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert done.stdout.startswith("{"), f"{r['command']}: exit {done.returncode}, no result; stderr: {done.stderr[-2000:]}"
+    assert done.stdout.startswith("{"), f"{r['command']}: exit {done.returncode}, no result; stderr: {done.stderr[-4000:]}"
     result = json.loads(done.stdout)
     assert done.returncode == 0 and result["valid"] is True, (
         f"{r['command']}: {result['valid']} ({result.get('reason')}); anomalies "

@@ -85,15 +85,32 @@ def offline(history: Path, opts: RunOptions) -> Verdict:
 
 
 def crosscheck(online: Verdict, checked: Verdict, history: Path) -> None:
-    """Raise :class:`OnlineMismatch` unless the two verdicts agree: anomalies (with attribution), stats, cited ops, coverage."""
+    """Raise :class:`OnlineMismatch` unless the two verdicts agree: anomalies (with attribution), stats, cited ops, coverage.
+
+    The message names each differing entry with both values (a coverage count, a stat, a cited op), not the two whole
+    faces: a CI log keeps the cause even when the run folder is gone."""
     def face(v: Verdict) -> dict[str, Any]:
         return {"verdict": v.to_json(), "cited": sorted(v.cited), "coverage": v.coverage.to_json() if v.coverage else None}
 
     a, b = face(online), face(checked)
     if a != b:
-        diff = [k for k in a if a[k] != b[k]]
-        raise OnlineMismatch(f"{history}: the online checker's verdict differs from `leasecheck check`'s in {', '.join(diff)}: "
-                             f"online {json.dumps(a)[:2000]} / offline {json.dumps(b)[:2000]}")
+        raise OnlineMismatch(f"{history}: the online checker's verdict differs from `leasecheck check`'s: "
+                             + "; ".join(differences(a, b))[:4000])
+
+
+def differences(online: Any, offline: Any, at: str = "") -> list[str]:
+    """``["coverage.claim-after-power-loss: online 5, offline 6", ...]``: where two JSON faces differ, leaf by leaf."""
+    if isinstance(online, dict) and isinstance(offline, dict):
+        return [d for k in sorted(set(online) | set(offline), key=str)
+                for d in differences(online.get(k), offline.get(k), f"{at}.{k}" if at else str(k))]
+    if isinstance(online, list) and isinstance(offline, list) and not all(isinstance(x, dict) for x in online + offline):
+        only_on, only_off = [x for x in online if x not in offline], [x for x in offline if x not in online]
+        if not only_on and not only_off:
+            return [] if online == offline else [f"{at}: same items, another order"]
+        return [f"{at}: online only {json.dumps(only_on)[:600]}, offline only {json.dumps(only_off)[:600]}"]
+    if online == offline:
+        return []
+    return [f"{at}: online {json.dumps(online)[:1200]}, offline {json.dumps(offline)[:1200]}"]
 
 
 def write_report(run_dir: Path, in_child: bool = False) -> None:
