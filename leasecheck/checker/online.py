@@ -42,7 +42,7 @@ from leasecheck.checker.in_memory import DEFAULT_BUDGET, check_node, verdict_of
 from leasecheck.checker.linearizability import is_fenced
 from leasecheck.checker.table import CHECKS
 from leasecheck.checker.verdict import Anomaly, Verdict, add_reading
-from leasecheck.checker.windows import WindowsOf
+from leasecheck.checker.windows import POWER_LOST, WindowsOf
 from leasecheck.histories import Event, Header, HistoryReader, Op
 from leasecheck.histories.reader import never_completed_ops
 from leasecheck.histories.vocabulary import KINDS, SITUATIONS
@@ -112,7 +112,12 @@ class OnlineChecker:
     """
 
     def __init__(self, header: Header, nemesis: Sequence[Event] = (), *, budget: float | None = DEFAULT_BUDGET,
-                 engine: Engine = "auto", windows: WindowsOf | None = None, faults: FaultsOf | None = None) -> None:
+                 engine: Engine = "auto", windows: WindowsOf | None = None, faults: FaultsOf | None = None,
+                 losses_ahead: bool = False) -> None:
+        """``losses_ahead``: a power loss may come (the run has a power-loss fault). A lease granted since the previous
+        restart counts as ``granted-before-power-loss`` at the next loss, however long before it its node was judged,
+        so a judged node's situations are counted only once a loss started after its last grant (or at the end);
+        without, at its judging, and no node waits."""
         self.header = header
         #: the reader's nemesis events so far (its list: it grows as the reader reads)
         self.nemesis = nemesis
@@ -135,6 +140,9 @@ class OnlineChecker:
         #: the ok claims and commits of every node with an anomaly (what attribution reads), with the cited ops
         self._kept: list[Op] = []
         self._coverage: Counter[str] = Counter()
+        self.losses_ahead = losses_ahead
+        #: judged nodes whose situations wait for the next power loss (``losses_ahead``)
+        self._awaiting: list[list[Op]] = []
         self._windows_of: tuple[int, Any] = (-1, ((), ()))
         self._spent = 0.0
         self.closed = 0
@@ -238,7 +246,8 @@ class OnlineChecker:
         found.unknown_nodes.sort()
         verdict = verdict_of(found, self._nodes, self._types, dict(self._cited))
         if self.windows is not None:
-            verdict.coverage = Coverage({s: self._coverage[s] for s in SITUATIONS})
+            counts = self._coverage + self._awaiting_counts()
+            verdict.coverage = Coverage({s: counts[s] for s in SITUATIONS})
         if self.faults is not None:
             attribute(verdict, self._kept, self.faults(self.nemesis))
         return verdict
@@ -253,7 +262,7 @@ class OnlineChecker:
 
         What a run's deadline asks while it waits for a situation (re-reading the file would cost a soak's whole
         history in memory); ``leasecheck check`` counts the same on the file once the nodes are closed."""
-        counts = Counter(self._coverage)
+        counts = self._coverage + self._awaiting_counts()
         if self.windows is not None and self._open:
             store, skewed = self._current_windows()
             counts.update(node_coverage(self.header, list(self._open.values()), store, skewed).counts)
@@ -297,9 +306,26 @@ class OnlineChecker:
                            if (a.kind, tuple(a.ops), a.explanation) not in told)
         self._spent += time.monotonic() - began
         if self.windows is not None and judged:
-            store, skewed = self._current_windows()
-            self._coverage.update(node_coverage(self.header, judged, store, skewed).counts)
+            self._count(judged)
         return out
+
+    def _count(self, judged: list[list[Op]]) -> None:
+        """Count the situations of judged nodes, and of those waiting for a power loss that now had theirs."""
+        store, skewed = self._current_windows()
+        if self.losses_ahead:
+            latest = max((w.start for w in store if POWER_LOST in w.roles), default=None)
+            waiting = self._awaiting + judged
+            judged = [nops for nops in waiting if _settled(nops, latest)]
+            self._awaiting = [nops for nops in waiting if not _settled(nops, latest)]
+        if judged:
+            self._coverage.update(node_coverage(self.header, judged, store, skewed).counts)
+
+    def _awaiting_counts(self) -> Counter[str]:
+        """The situations of the judged nodes still waiting for a power loss, as they stand now."""
+        if not self._awaiting:
+            return Counter()
+        store, skewed = self._current_windows()
+        return Counter(node_coverage(self.header, self._awaiting, store, skewed).counts)
 
     def _current_windows(self) -> Any:
         """The fault windows of the nemesis events read so far (made again only when there are new ones)."""
@@ -310,13 +336,22 @@ class OnlineChecker:
         return self._windows_of[1]
 
 
+def _settled(nops: list[Op], latest_loss: float | None) -> bool:
+    """Can no power loss to come change what a judged node's ops reached? Yes when a loss started after its last
+    grant (the first loss after a grant decides whether it was acknowledged in the last unsynced interval), or when
+    it has no grant at all (its claims were all made before any restart still to come)."""
+    grants = [op.complete_time for op in nops if op.type == "ok" and op.f == "claim" and op.complete_time is not None]
+    return not grants or (latest_loss is not None and max(grants) < latest_loss)
+
+
 def follow(source: str | os.PathLike[str] | Iterable[bytes | str], *, probe_every: int = 1, budget: float | None = DEFAULT_BUDGET,
            engine: Engine = "auto", windows: WindowsOf | None = None, faults: FaultsOf | None = None,
-           ) -> tuple[Verdict, list[Proven]]:
+           losses_ahead: bool = False) -> tuple[Verdict, list[Proven]]:
     """Check a whole history (a path, or lines) as the harness follows a run: probing every ``probe_every`` ops,
     each node judged at the end. (verdict, every finding in the order it was reported); raises ``HistoryError``."""
     reader = HistoryReader(source)
-    checker = OnlineChecker(reader.header, reader.nemesis, budget=budget, engine=engine, windows=windows, faults=faults)
+    checker = OnlineChecker(reader.header, reader.nemesis, budget=budget, engine=engine, windows=windows, faults=faults,
+                            losses_ahead=losses_ahead)
     proofs: list[Proven] = []
     for n, op in enumerate(reader.ops(open_ops=checker.in_flight), 1):
         checker.add(op)

@@ -60,14 +60,16 @@ class Following(threading.Thread):
     """Follows one run's history (see the module docstring); :meth:`finish` once the writer is closed."""
 
     def __init__(self, writer: HistoryWriter, run_dir: Path, *, budget: float | None, windows: WindowsOf | None = fault_windows,
-                 faults: FaultsOf | None = fault_victims, say: TextIO | None = sys.stderr) -> None:
-        """``windows`` and ``faults``: what makes the coverage's and the attribution's fault windows (the run's, by default)."""
+                 faults: FaultsOf | None = fault_victims, say: TextIO | None = sys.stderr, losses_ahead: bool = False) -> None:
+        """``windows`` and ``faults``: what makes the coverage's and the attribution's fault windows (the run's, by default);
+        ``losses_ahead``: the run has a power-loss fault (:class:`~leasecheck.checker.online.OnlineChecker`)."""
         super().__init__(name="online-checker", daemon=True)
         self.writer = writer
         self.run_dir = run_dir
         self.budget = budget
         self.windows = windows
         self.faults = faults
+        self.losses_ahead = losses_ahead
         self.say = say
         #: set at the first anomaly proven (``--fail-fast`` stops the run on it)
         self.proven = threading.Event()
@@ -159,7 +161,7 @@ class Following(threading.Thread):
         try:
             reader = HistoryReader(self._lines(), name=str(self.writer.path))
             checker = self._checker = OnlineChecker(reader.header, reader.nemesis, budget=self.budget,
-                                                    windows=self.windows, faults=self.faults)
+                                                    windows=self.windows, faults=self.faults, losses_ahead=self.losses_ahead)
             awaited, lock = self._awaited, self._lock
             refusals = Refusals()
             for op in reader.ops(open_ops=checker.in_flight):
