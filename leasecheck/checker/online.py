@@ -261,11 +261,27 @@ class OnlineChecker:
         """The situations the ops read so far reached: the judged nodes' counts, with the open nodes' as they stand.
 
         What a run's deadline asks while it waits for a situation (re-reading the file would cost a soak's whole
-        history in memory); ``leasecheck check`` counts the same on the file once the nodes are closed."""
+        history in memory); ``leasecheck check`` counts the same on the file once the nodes are closed. A deadline
+        ends the run on it, so it must not count what an op in flight may yet take back: an open node with ops in
+        flight counts, per situation, the lesser of its ops as they stand and with those in flight as ``info`` (a
+        commit in flight ends its lease at its invoke: a Postgres run under power-loss counted two leases expiring
+        during the cut while their commits waited on the dead store, ended on that, and was ``unknown`` for want of
+        them)."""
         counts = self._coverage + self._awaiting_counts()
         if self.windows is not None and self._open:
             store, skewed = self._current_windows()
-            counts.update(node_coverage(self.header, list(self._open.values()), store, skewed).counts)
+            flying: dict[str, dict[int, Any]] = {}
+            for inv in self.in_flight.values():
+                flying.setdefault(inv.node, {})[inv.process] = inv
+            settled = [nops for node, nops in self._open.items() if node not in flying]
+            counts.update(node_coverage(self.header, settled, store, skewed).counts)
+            for node, invs in flying.items():
+                nops = self._open.get(node)
+                if nops is None:
+                    continue
+                as_is = node_coverage(self.header, [nops], store, skewed).counts
+                as_info = node_coverage(self.header, [nops + list(never_completed_ops(invs))], store, skewed).counts
+                counts.update({s: min(as_is[s], as_info[s]) for s in SITUATIONS})
         return Coverage({s: counts[s] for s in SITUATIONS})
 
     @property
