@@ -37,11 +37,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # as well, and fails when that verdict differs from the online checker's (leasecheck/run/judgement.py).
 os.environ.setdefault("LEASECHECK_CROSSCHECK", "1")
 
-# The order tests are handed to xdist's workers in: the longest modules first (tests/schedule.py).
-from schedule import DurationStore, known_durations, longest_modules_first  # noqa: E402
-
 # A failed test whose runs saw the host's wall clock step is said to be so, and run again (tests/clock_steps.py).
 from clock_steps import pytest_runtest_call  # noqa: E402,F401
+
+# The order tests are handed to xdist's workers in: the longest modules first (tests/schedule.py).
+from schedule import DurationStore, known_durations, longest_modules_first  # noqa: E402
 
 # Real store servers, shared by every test module of a session.
 from stores import etcd_server, postgres_server, redis_server, store_for, zookeeper_server  # noqa: E402,F401
