@@ -67,3 +67,38 @@ def test_a_test_that_fails_under_every_step_stays_red_and_says_why(pytester: pyt
 def test_a_test_that_failed_without_a_step_is_never_run_again(pytester: pytest.Pytester) -> None:
     result = run_inner(pytester, step=False, passes_at=1)
     assert outcomes(result) == {"failed": 1}
+
+
+def test_a_plugin_gate_failed_on_a_clock_step_is_rerun_by_the_reason_docs_pytest_md_names(pytester: pytest.Pytester,
+                                                                                          tmp_path: Path) -> None:
+    """docs/pytest.md tells a team to rerun such a gate with ``--only-rerun "wall clock stepped during the run"``: that
+    matches the plugin's own failure of a run whose verdict the step made unknown (the reason run_verdict gives)."""
+    from leasecheck.ci.plugin_results import LeasecheckResult, failure_message
+    from leasecheck.histories.format import Header
+    from leasecheck.histories.writer import HistoryWriter
+    from leasecheck.nemesis.host_clock import HOST_CLOCK_STEP
+    from leasecheck.verdict.run_verdict import evidence_of, history_coverage, run_verdict
+
+    history = tmp_path / "history.jsonl"
+    with HistoryWriter(history, Header(1000, 10, {"target": "redis"})) as w:
+        w.nemesis(HOST_CLOCK_STEP, {"delta_ms": 1165.11})
+    lines = history.read_bytes().splitlines()
+    valid, reason = run_verdict(False, evidence_of(lines), (), history_coverage(lines)[1], found=["premature-expiry"])
+    assert valid == "unknown" and reason is not None
+    result = LeasecheckResult("redis", 1, "unknown", reason, (), tmp_path, tmp_path / "report.html", "leasecheck run",
+                              2, {})
+    message = failure_message("redis", "pause,kill", "valid", [result], 3)
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_gate=f'''
+import pytest
+from pathlib import Path
+
+def test_gate(tmp_path_factory):
+    seen = tmp_path_factory.getbasetemp().parent / "seen"
+    if not seen.exists():
+        seen.touch()
+        pytest.fail({message!r}, pytrace=False)
+''')
+    got = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--reruns", "2", "--only-rerun",
+                                        "wall clock stepped during the run", timeout=120)
+    assert outcomes(got) == {"passed": 1, "rerun": 1}
