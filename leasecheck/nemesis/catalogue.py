@@ -97,6 +97,11 @@ class FaultKind:
         return bool(set(STORE_FAULT) & set(self.situations))
 
     @property
+    def loses_power(self) -> bool:
+        """A power loss (the store's, a member's, every member's): what was never fsynced is dropped at its start."""
+        return bool(set(POWER_LOSS) & set(self.situations))
+
+    @property
     def module(self) -> str:
         """The module that defines the fault (and registers how ``leasecheck heal`` undoes it)."""
         return self.factory.module if isinstance(self.factory, Lazy) else self.factory.__module__

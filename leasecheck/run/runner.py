@@ -31,7 +31,7 @@ from typing import Any
 from leasecheck.frame.folder import RunFrame
 from leasecheck.histories import HistoryWriter
 from leasecheck.histories.vocabulary import INSIDE_FAULTS
-from leasecheck.nemesis.catalogue import POWER_LOSS, Need, needs
+from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.host_clock import ClockWatch
 from leasecheck.nemesis.schedule import Nemesis
@@ -178,7 +178,7 @@ class Run:
         self.writer = HistoryWriter(self.run_dir / "history.jsonl", header, start_ns=self.start_ns)
         if opts.record:  # checked as it is written: each anomaly said when proven, --fail-fast stops on the first
             self.following = Following(self.writer, self.run_dir, budget=opts.check_budget,
-                                       losses_ahead=any(set(POWER_LOSS) & set(k.situations) for k in self.kinds))
+                                       losses_ahead=any(k.loses_power for k in self.kinds))
             self.following.start()
         journal = Journal(self.run_dir / WORKERS_DIR) if opts.record else None
         self.merge = Merge(self.writer, journal)

@@ -54,7 +54,7 @@ def _scope(events: Sequence[Event], kind: FaultKind, start: int) -> Any:
 
 def _did_cluster(events: Sequence[Event], kind: FaultKind, start: int) -> str:
     """What a member fault did, with the members its start event names: ``cut the store's members apart (m1 | m2 m3)``."""
-    did = ("cut the power of the store's members" if "granted-before-power-loss" in kind.situations
+    did = ("cut the power of the store's members" if kind.loses_power
            else _DID_CLUSTER.get(kind.events[0], f"hit the store's members ({kind.events[0]})"))
     members = member_label(_start_value(events, kind, start))
     return f"{did} ({members})" if members else did
@@ -75,7 +75,7 @@ def fault_victims(events: Sequence[Event]) -> list[FaultWindow]:
             # a network fault naming no process number cut off workers we cannot name: everyone, to be safe
             everyone = store_side or (network and (not w.victims or _scope(events, kind, w.start) == "all"))
             did_all = (_did_cluster(events, kind, w.start) if Need.CLUSTER in kind.needs
-                       else "cut the store's power" if "granted-before-power-loss" in kind.situations
+                       else "cut the store's power" if kind.loses_power
                        else (_DID_EVERYONE if network else _DID_STORE).get(start_f, f"hit every process ({start_f})"))
             out.append(FaultWindow(kind.name, w.start, w.end, w.victims, everyone, _DID.get(start_f, start_f), did_all))
     return sorted(out, key=lambda w: (w.start, w.fault))

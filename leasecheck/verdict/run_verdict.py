@@ -286,7 +286,7 @@ def _belongs(kind: FaultKind, value: dict[str, Any]) -> bool:
     """Was this event (of one of ``kind``'s event names) written for ``kind``? See the module's docstring."""
     if "fault" in value:
         return bool(value["fault"] == kind.name)
-    if "granted-before-power-loss" in kind.situations:  # a power loss always names its fault: a store's kill that names
+    if kind.loses_power:  # a power loss always names its fault: a store's kill that names
         return False  # none (an older history's, a simulation's) is a kill-store, never a power cut too
     if "replaces" in value:  # the runner's replacement of a worker: the heal of a worker kill, of nothing else
         return Need.SERVER not in kind.needs
@@ -300,7 +300,7 @@ def _roles(kind: FaultKind) -> frozenset[str]:
         roles.add(PRIMARY_LOST)
     if "claim-during-member-partition" in kind.situations:
         roles.add(MEMBER_PARTITION)
-    if "granted-before-power-loss" in kind.situations:
+    if kind.loses_power:
         roles.add(POWER_LOST)
     if inside_situation("pause", "claim") in kind.seeks:
         roles.add(PAUSED)
