@@ -23,9 +23,8 @@ from pathlib import Path
 import pytest
 
 from leasecheck.nemesis.host_clock import HOST_CLOCK_STEP
+from leasecheck.rundir.storedir import HISTORY
 
-#: the history file of a run folder (leasecheck/rundir/storedir.py)
-HISTORY = "history.jsonl"
 #: a file's time is the kernel's coarse clock, up to a tick (10 ms at HZ=100) behind time.time(): a history written
 #: just after the test began may carry a time just before it
 TICK_S = 0.01

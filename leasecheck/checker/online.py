@@ -192,7 +192,7 @@ class OnlineChecker:
                 continue
             pending = flying.get(node, [])
             if pending:
-                nops = nops + list(never_completed_ops({inv.process: inv for inv in pending}))
+                nops = with_in_flight(nops, pending)
             elif clean_counts(nops, self._rules) is not None:
                 continue
             fenced = is_fenced(nops)
@@ -270,9 +270,9 @@ class OnlineChecker:
         counts = self._coverage + self._awaiting_counts()
         if self.windows is not None and self._open:
             store, skewed = self._current_windows()
-            flying: dict[str, dict[int, Any]] = {}
+            flying: dict[str, list[Any]] = {}
             for inv in self.in_flight.values():
-                flying.setdefault(inv.node, {})[inv.process] = inv
+                flying.setdefault(inv.node, []).append(inv)
             settled = [nops for node, nops in self._open.items() if node not in flying]
             counts.update(node_coverage(self.header, settled, store, skewed).counts)
             for node, invs in flying.items():
@@ -280,7 +280,7 @@ class OnlineChecker:
                 if nops is None:
                     continue
                 as_is = node_coverage(self.header, [nops], store, skewed).counts
-                as_info = node_coverage(self.header, [nops + list(never_completed_ops(invs))], store, skewed).counts
+                as_info = node_coverage(self.header, [with_in_flight(nops, invs)], store, skewed).counts
                 counts.update({s: min(as_is[s], as_info[s]) for s in SITUATIONS})
         return Coverage({s: counts[s] for s in SITUATIONS})
 
@@ -330,9 +330,9 @@ class OnlineChecker:
         store, skewed = self._current_windows()
         if self.losses_ahead:
             latest = max((w.start for w in store if POWER_LOST in w.roles), default=None)
-            waiting = self._awaiting + judged
-            judged = [nops for nops in waiting if _settled(nops, latest)]
-            self._awaiting = [nops for nops in waiting if not _settled(nops, latest)]
+            waiting, judged, self._awaiting = self._awaiting + judged, [], []
+            for nops in waiting:
+                (judged if _settled(nops, latest) else self._awaiting).append(nops)
         if judged:
             self._coverage.update(node_coverage(self.header, judged, store, skewed).counts)
 
@@ -350,6 +350,12 @@ class OnlineChecker:
             assert self.windows is not None
             self._windows_of = (n, self.windows(self.nemesis))
         return self._windows_of[1]
+
+
+def with_in_flight(nops: list[Op], invokes: Iterable[Any]) -> list[Op]:
+    """A node's ops read so far with its ``invokes`` still in flight as ``info`` ops (the benefit of the doubt: each
+    may have taken effect or not), as a probe judges them and the coverage so far counts them."""
+    return nops + list(never_completed_ops({inv.process: inv for inv in invokes}))
 
 
 def _settled(nops: list[Op], latest_loss: float | None) -> bool:
