@@ -2,7 +2,8 @@
 
 A default gate is what the pytest plugin runs for a test that expects a valid run:
 ``--nemesis pause,kill --time-limit 10 --evidence-wait 10 --fail-fast``, now with
-``--until-covered`` (every applicable situation reached 3 times, up to 4 × the limit).
+``--until-covered --max-time 100`` (every applicable situation reached 3 times, up to the
+plugin's 10 × the limit: ``leasecheck.ci.plugin_args.GATE_MAX_TIME_LIMITS``).
 Its peer is the same gate without ``--until-covered``: it ends at the time limit,
 whatever it reached. For each reference backend and seed, both run as
 ``leasecheck run`` child processes (start-up, final reads and check included), one
@@ -31,8 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from leasecheck.ci.plugin_args import DEFAULT_NEMESIS, DEFAULT_TIME_LIMIT, GATE_MAX_TIME_LIMITS
+
 #: the pytest plugin's default gate (leasecheck.ci.plugin_args, plugin_runner): its faults, time limit, evidence wait
-GATE = ["--nemesis", "pause,kill", "--time-limit", "10", "--evidence-wait", "10", "--fail-fast"]
+GATE = ["--nemesis", DEFAULT_NEMESIS, "--time-limit", f"{DEFAULT_TIME_LIMIT:g}", "--evidence-wait", f"{DEFAULT_TIME_LIMIT:g}",
+        "--fail-fast"]
+#: what the plugin adds to a gate expected valid (plugin_runner: ``until_covered`` and its cap)
+UNTIL_COVERED = ["--until-covered", "--max-time", f"{GATE_MAX_TIME_LIMITS * DEFAULT_TIME_LIMIT:g}"]
 MIN_COUNT = 3
 
 
@@ -51,7 +57,7 @@ class Runs:
 
 def _run(target: str, seed: int, store: Path, until_covered: bool) -> tuple[float, dict[str, Any]]:
     args = [sys.executable, "-m", "leasecheck", "run", "--target", target, "--seed", str(seed), "--store", str(store),
-            *GATE, *(["--until-covered"] if until_covered else []), "--json"]
+            *GATE, *(UNTIL_COVERED if until_covered else []), "--json"]
     began = time.monotonic()
     done = subprocess.run(args, capture_output=True, text=True, timeout=900)
     wall = time.monotonic() - began
@@ -89,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", type=Path, default=None, help="where the run folders go (default: a temporary folder)")
     a = p.parse_args(argv)
     store = a.store or Path(tempfile.mkdtemp(prefix="bench-until-covered-"))
-    print(f"default gate ({' '.join(GATE)}), seeds 1-{a.seeds}; figures are median / worst", flush=True)
+    print(f"default gate ({' '.join(GATE)}; until covered: {' '.join(UNTIL_COVERED)}), seeds 1-{a.seeds}; figures are median / worst", flush=True)
     print(f"| backend | until-covered: goal met; seconds to covered | every situation {MIN_COUNT}x (1x) | test proper | whole run "
           f"| short at the cap (runs) | fixed-time: whole run | every situation {MIN_COUNT}x (1x) | verdicts (until-covered / fixed) |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)

@@ -399,8 +399,8 @@ class _Harness:
         self.deliveries, self.on_sleep = deliveries, on_sleep
         self.ops: list[tuple[str, str, str]] = []  # (f, node, completion type)
         self.told: list[tuple[Any, ...]] = []
-        #: the kinds of op a fault is aimed at now (the worker then does one where it may)
-        self.aimed_at: set[str] = set()
+        #: the kinds of op a fault is aimed at now, landed least first (the worker then does the first where it may)
+        self.aimed_at: list[str] = []
 
     def ask(self, *msg: Any) -> Any:
         assert msg[0] == "next", msg
@@ -415,8 +415,8 @@ class _Harness:
     def complete(self, f: str, node: str, typ: str, value: dict[str, Any]) -> None:
         self.ops[-1] = (f, node, typ)
 
-    def armed(self, f: str) -> bool:
-        return f in self.aimed_at
+    def sought(self) -> str | None:
+        return self.aimed_at[0] if self.aimed_at else None
 
     def hold(self, f: str) -> Any:
         import contextlib
@@ -495,35 +495,46 @@ def test_a_zombies_phase_moves_to_one_the_goal_is_short_of() -> None:
     assert {waited("before-new-effect") for _ in range(30)} == {"after-new-ends", "while-new-runs"}
 
 
-def test_a_worker_does_the_rare_op_a_fault_is_aimed_at(tmp_path: Path) -> None:
+def test_a_worker_does_the_rarest_op_a_fault_is_aimed_at(tmp_path: Path) -> None:
     """A read or a release came by a few times in a 40 s gate, and the aims armed for them went empty; while a fault
-    is aimed at one, a worker does it where it may (a read between executions, a release instead of a commit unless a
-    commit is aimed at too). Without an aim the draws alone decide, as before."""
+    seeks one (the kind it landed in least of those armed), a worker does it where it may: a read between executions,
+    a release instead of a commit, an effect or a heartbeat now in an execution. Only that kind: a worker doing every
+    armed kind at once did the quickest (a read, a commit) and those took every aim's first victim. Without an aim
+    the draws alone decide, as before."""
     from leasecheck.run.workload import Worker
     from leasecheck.run.workload_options import Workload
     from leasecheck.targets.base import TargetConfig
     from leasecheck.targets.registry import TargetSpec
 
-    def ops(aimed_at: set[str]) -> list[tuple[str, str, str]]:
-        spec = TargetSpec("sqlite", TargetConfig(url=str(tmp_path / f"{len(aimed_at)}.sqlite3"), ttl_ms=1000))
+    def ops(aimed_at: list[str]) -> list[tuple[str, str, str]]:
+        spec = TargetSpec("sqlite", TargetConfig(url=str(tmp_path / f"{'-'.join(aimed_at) or 'none'}.sqlite3"), ttl_ms=1000))
         setup = spec.make()
         setup.setup()
         setup.add_nodes(["n1", "n2"])
         setup.close()
         quiet = Workload(long_rate=0.0, stall_rate=0.0, late_rate=0.0, release_rate=0.0, crash_rate=0.0, read_rate=0.0,
-                         resource_read_rate=0.0, claim_read_rate=0.0, zombie_rate=0.0)
+                         resource_read_rate=0.0, claim_read_rate=0.0, zombie_rate=0.0, max_effects=1)
         hub = _Harness(["n1", "n2"], on_sleep=lambda: None)
         hub.aimed_at = aimed_at
         Worker(hub, spec, quiet, seed=1, slot=0).run()  # type: ignore[arg-type]
         return hub.ops
 
-    plain = [f for f, _, _ in ops(set())]
+    def kinds(aimed_at: list[str]) -> list[str]:
+        return [f for f, _, _ in ops(aimed_at)]
+
+    plain = kinds([])
     assert "read" not in plain and "release" not in plain and plain.count("commit") == 2, plain
-    aimed = ops({"read", "release"})
+    assert plain.count("effect") == 2 and plain[:2] == ["claim", "effect"], plain  # max_effects 1: one per execution
+    aimed = ops(["read", "release"])
     assert ("read", "n1", "ok") in aimed, aimed  # n1 seen: read before n2's execution
-    assert [f for f, _, _ in aimed].count("release") == 2 and "commit" not in [f for f, _, _ in aimed], aimed
-    both = [f for f, _, _ in ops({"release", "commit"})]
-    assert both.count("commit") == 2 and "release" not in both, both  # a commit aimed at too: the commit it was
+    assert [f for f, _, _ in aimed].count("release") == 0, aimed  # the read is sought, not the release
+    released = kinds(["release", "read"])
+    assert released.count("release") == 2 and "commit" not in released and "read" not in released, released
+    assert kinds(["commit", "release"]).count("release") == 0  # a commit sought: the commit it was
+    renewed = kinds(["renew", "claim"])
+    assert renewed[:2] == ["claim", "renew"] and renewed.count("renew") >= 2, renewed  # a heartbeat at once, each time
+    effects = kinds(["effect"])
+    assert effects[:2] == ["claim", "effect"] and effects.count("effect") >= 3, effects  # one at once, then its own
 
 
 def test_a_worker_ends_its_node_for_an_aimed_claim() -> None:
@@ -535,7 +546,7 @@ def test_a_worker_ends_its_node_for_an_aimed_claim() -> None:
     from leasecheck.run.workload import Worker
 
     def ends(*armed: str) -> bool:
-        return Worker.ends_for_claim(SimpleNamespace(hub=SimpleNamespace(armed=lambda f: f in armed)))  # type: ignore[arg-type]
+        return Worker.ends_for_claim(SimpleNamespace(hub=SimpleNamespace(sought=lambda: armed[0] if armed else None)))  # type: ignore[arg-type]
 
     assert ends("claim") and ends("claim", "renew", "effect") and ends("claim", "commit", "release", "read")
-    assert not ends() and not ends("renew", "effect", "release", "commit", "read")
+    assert not ends() and not ends("renew", "claim") and not ends("release", "commit", "read", "claim")

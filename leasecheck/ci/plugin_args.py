@@ -45,6 +45,11 @@ DEFAULT_NEMESIS = "pause,kill"
 DEFAULT_SEEDS = 3
 #: seconds of workload per run when neither the call, the marker, --leasecheck-time-limit nor the ini says
 DEFAULT_TIME_LIMIT = 10.0
+#: a gate expected valid goes on until covered up to this many time limits (``max_time``), where ``leasecheck run
+#: --until-covered`` stops at 4: the first stop inside each kind of op three times over, for pause and for kill, takes
+#: a default SQLite gate about 65 s (every writer waits while one is stopped in its transaction), and a green gate
+#: that stopped short of it at 40 s said so on every seed of ten (``python -m bench.bench_until_covered``)
+GATE_MAX_TIME_LIMITS = 10.0
 
 
 def seed_list(seeds: int | Iterable[int]) -> list[int]:

@@ -30,6 +30,7 @@ from leasecheck.ci.plugin_args import (
     DEFAULT_NEMESIS,
     DEFAULT_SEEDS,
     EXPECTATIONS,
+    GATE_MAX_TIME_LIMITS,
     check_run_options,
     child_env,
     nemesis_arg,
@@ -42,8 +43,6 @@ from leasecheck.exits import SIGNALLED, Exit  # the standard library only, like 
 
 #: seconds a run may take beyond its time limit and evidence wait (servers' start, final reads, the check)
 RUN_SLACK_S = 300.0
-#: ``--max-time``'s default in time limits (leasecheck.run.options.MAX_TIME_LIMITS: the run module is not imported here)
-MAX_TIME_LIMITS = 4.0
 #: seconds a run gets to heal, record and check after SIGTERM before it is killed
 GRACE_S = 60.0
 
@@ -124,8 +123,9 @@ class LeasecheckRunner:
         ``fail_fast`` is on unless said (``fail_fast=False``): a run stops at its first proven
         anomaly, so a red test is red within a second or two of the proof. A run expected valid
         goes on until covered unless said (``until_covered=False``): past its time limit, until every
-        situation that applies to its faults was reached 3 times (``min_count``), up to 4 × the time
-        limit (``max_time``); each run's line says what it covered and what it never reached.
+        situation that applies to its faults was reached 3 times (``min_count``), up to 10 × the time
+        limit (``max_time``, :data:`GATE_MAX_TIME_LIMITS`); each run's line says what it covered and what it never
+        reached.
         """
         __tracebackhide__ = True
         given = {"target": target, "nemesis": nemesis, "seeds": seeds, "time_limit": time_limit, "expect": expect}
@@ -149,6 +149,8 @@ class LeasecheckRunner:
         merged.setdefault("fail_fast", True)
         if chosen_expect == "valid":  # a green gate ends on evidence that it reached the dangerous windows
             merged.setdefault("until_covered", True)
+        if merged.get("until_covered"):
+            merged.setdefault("max_time", GATE_MAX_TIME_LIMITS * limit)
 
         results = []
         for seed in chosen_seeds:
@@ -170,7 +172,7 @@ class LeasecheckRunner:
         argv = [*python_module("leasecheck"), *args, "--store", str(self.store), "--json"]
         longest = time_limit + float(options.get("evidence_wait") or 0)
         if options.get("until_covered"):
-            longest = max(longest, float(options.get("max_time") or MAX_TIME_LIMITS * time_limit))
+            longest = max(longest, float(options.get("max_time") or GATE_MAX_TIME_LIMITS * time_limit))
         timeout = longest + RUN_SLACK_S
         started = time.monotonic()
         proc = subprocess.Popen(argv, cwd=self.rootdir, env={**child_env(), REPLAY_ENV: command}, stdin=subprocess.DEVNULL,

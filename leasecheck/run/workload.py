@@ -127,12 +127,13 @@ class Worker:
                 self.hub.ask("await", node, None, "at-lapse", (LAGGING_CONTEND_TTLS if self.lags() else CONTEND_WAIT_TTLS) * self.ttl)
             if how in ("contend", "lagging"):
                 self.behind_phase()
-            # a read is drawn as always, and done too while a fault is aimed at one (:meth:`Hub.armed`)
-            if self.seen and (self.rng.random() < self.w.read_rate or self.hub.armed("read")):
+            # a read is drawn as always, and done too while a fault seeks one (:meth:`Hub.sought`)
+            sought = self.hub.sought()
+            if self.seen and (self.rng.random() < self.w.read_rate or sought == "read"):
                 other = self.rng.choice(self.seen)
                 self.op("read", other, {}, partial(self.client.target.read, other))
             if self.resource_rng is not None and self.seen and (self.resource_rng.random() < self.w.resource_read_rate
-                                                                or self.hub.armed(READ_RESOURCE)):
+                                                                or sought == READ_RESOURCE):
                 other = self.resource_rng.choice(self.seen)
                 self.op("read-resource", other, {}, partial(self.client.target.read_resource, other))
             self.execute(node, how == "race", how == "stall", how == "late", how in ("contend", "lagging"), how == "release")
@@ -219,6 +220,14 @@ class Worker:
                 return  # a careful worker stops here
             if not brief and not stall and self.ends_for_claim():  # never a steered stall: its zombie is sought
                 break
+            if stall_at is None and not stall:  # a fault seeks an effect or a renew: one now (legal: one more, or early)
+                sought = self.hub.sought()
+                if sought == "effect" and not effects:
+                    effects.append(now - start)
+                elif sought == "effect":
+                    effects[0] = min(effects[0], now - start)
+                elif sought == "renew":
+                    next_beat = min(next_beat, now)
             if stall_at is not None and now - start >= stall_at:
                 stall_at = None
                 if rng.random() >= w.short_stall_rate or stall:  # a steered stall lasts: its lease must lapse
@@ -254,7 +263,7 @@ class Worker:
         if roll < w.crash_rate:
             self.hub.flush()  # what it did is on record; then it crashes, and the harness starts a replacement
             os._exit(17)
-        if roll < w.crash_rate + w.release_rate or (self.hub.armed("release") and not self.hub.armed("commit")):
+        if roll < w.crash_rate + w.release_rate or self.hub.sought() == "release":
             typ, _ = self.op("release", node, dict(carried), lambda: self.client.target.release(lease))
             if typ == "ok":
                 self.hub.tell("requeue", node)  # given back: the queue hands it out again at once
@@ -269,7 +278,7 @@ class Worker:
         claim went by without one (a claim was paused inside once in a 75 s run). Ending early only while the renews
         and effects armed with it had landed did worse: those took an aim's victims first, and the claim none (gate
         of postgres, seeds 1-3: every situation once in 1 of 3 runs, against 2 of 3)."""
-        return self.hub.armed("claim")
+        return self.hub.sought() == "claim"
 
     def give_back(self, node: str, lease: Lease, carried: dict[str, Any]) -> None:
         """This worker's clock went behind while it worked on ``lease``: one heartbeat (a renew that carries the skew, as
