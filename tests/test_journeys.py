@@ -19,8 +19,9 @@ A page's marked names are exactly the ones its test uses: a block dropped, renam
 added fails the test, and so does a command that no longer does what the page says.
 
 The pages' runs are shortened, and the pages say so: 5 s of workload per run
-(``--time-limit 5 --evidence-wait 30`` added to ``leasecheck run``, ``--leasecheck-time-limit 5`` given to
-pytest through ``PYTEST_ADDOPTS``) and one seed per audit (``--seeds 1``). Playing the
+(``--time-limit 5 --evidence-wait 30`` added to ``leasecheck run``, ``--leasecheck-time-limit 5
+--leasecheck-max-time 20`` given to pytest through ``PYTEST_ADDOPTS``: a gate goes on until covered for 20 s at
+most, not the 50 s of 10 × its time limit) and one seed per audit (``--seeds 1``). Playing the
 team's own database is a Postgres that leasecheck's code starts (the session's
 ``postgres_server``), with a role and a database of the team's.
 """
@@ -53,6 +54,8 @@ JOURNEYS = REPO / "docs" / "journeys"
 TIMEOUT_S = 600
 #: seconds of workload per run, instead of the pages' 30 s (leasecheck run) and 10 s (the pytest plugin)
 SHORT_RUN_S = 5
+#: the most a shortened gate goes on until covered (4 x its time limit, as `leasecheck run --until-covered` has it)
+GATE_CAP_S = 4 * SHORT_RUN_S
 #: seconds a shortened `leasecheck run` may go on until every fault started (as the pytest plugin's runs do)
 EVIDENCE_WAIT_S = 30
 #: what the pages' stale writes are: the kinds sherlock's pause finding names
@@ -115,7 +118,7 @@ class Page:
 def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
     """A newcomer's shell: ours without the outer pytest's variables, pytest sessions kept in ``tmp_path``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COLUMNS", "LEASECHECK_"))}
-    addopts = f"-p no:cacheprovider --basetemp {shlex.quote(str(tmp_path / 'basetemp'))} --leasecheck-time-limit {SHORT_RUN_S}"
+    addopts = f"-p no:cacheprovider --basetemp {shlex.quote(str(tmp_path / 'basetemp'))} --leasecheck-time-limit {SHORT_RUN_S} --leasecheck-max-time {GATE_CAP_S}"
     env.update(PYTEST_ADDOPTS=addopts, **extra)
     return env
 

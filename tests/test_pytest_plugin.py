@@ -256,28 +256,30 @@ def test_a_users_own_module_on_the_tests_sys_path(inner: pytest.Pytester) -> Non
 def test_store_and_time_limit_options_take_effect(inner: pytest.Pytester) -> None:
     inner.makepyfile(test_opts=f"""
         def test_defaults_from_options(leasecheck_run, leasecheck_store):
-            (r,) = leasecheck_run(target={SQLITE!r}, nemesis="pause", seeds=1, max_time=8)
+            (r,) = leasecheck_run(target={SQLITE!r}, nemesis="pause", seeds=1)
             assert r.verdict == "valid" and r.run_dir.parent.parent == leasecheck_store
     """)
-    result = run_inner(inner, "--leasecheck-store", "my-store", "--leasecheck-time-limit", "4")
+    result = run_inner(inner, "--leasecheck-store", "my-store", "--leasecheck-time-limit", "4", "--leasecheck-max-time", "8")
     result.assert_outcomes(passed=1)
     store = inner.path / "my-store"
     (run_dir,) = run_folders(store)
     opts = json.loads((run_dir / "test.json").read_text())["options"]
-    assert (opts["time_limit"], opts["evidence_wait_s"], opts["store"]) == (4, 4, str(store))
+    assert (opts["time_limit"], opts["evidence_wait_s"], opts["store"], opts["max_time"]) == (4, 4, str(store), 8)
     result.stdout.fnmatch_lines([f"leasecheck 0.1.0: store {store}, time limit 4 s", f"leasecheck: 1 run (1 valid), run folders in {store}"])
     assert not default_store_runs(inner)
 
 
 def test_ini_options_and_the_command_line_over_them(inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """No run needed: the fixture's store and time limit come from the ini, and the options win over it."""
-    inner.makeini("[pytest]\nleasecheck_store = runs/here\nleasecheck_time_limit = 7.5\n")
+    inner.makeini("[pytest]\nleasecheck_store = runs/here\nleasecheck_time_limit = 7.5\nleasecheck_max_time = 30\n")
     inner.makepyfile(test_ini="""
         import os
 
         def test_settings(leasecheck_run, leasecheck_store):
             assert (str(leasecheck_store), leasecheck_run.default_time_limit) == (os.environ["WANT_STORE"], float(os.environ["WANT_LIMIT"]))
+            assert leasecheck_run.default_max_time == float(os.environ["WANT_MAX"])
     """)
+    monkeypatch.setenv("WANT_MAX", "30")
     monkeypatch.setenv("WANT_STORE", str(inner.path / "runs" / "here"))
     monkeypatch.setenv("WANT_LIMIT", "7.5")
     result = run_inner(inner)
@@ -285,7 +287,8 @@ def test_ini_options_and_the_command_line_over_them(inner: pytest.Pytester, monk
     result.stdout.fnmatch_lines([f"leasecheck 0.1.0: store {inner.path / 'runs' / 'here'}, time limit 7.5 s"])
     monkeypatch.setenv("WANT_STORE", str(inner.path / "cli"))
     monkeypatch.setenv("WANT_LIMIT", "3")
-    run_inner(inner, "--leasecheck-store", "cli", "--leasecheck-time-limit", "3").assert_outcomes(passed=1)
+    monkeypatch.setenv("WANT_MAX", "12")
+    run_inner(inner, "--leasecheck-store", "cli", "--leasecheck-time-limit", "3", "--leasecheck-max-time", "12").assert_outcomes(passed=1)
 
     result = run_inner(inner, "--leasecheck-time-limit", "0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -97,6 +97,8 @@ class LeasecheckRunner:
     store: Path
     rootdir: Path
     default_time_limit: float
+    #: ``--leasecheck-max-time``: the most a run expected valid goes on until covered (None: 10 × its time limit)
+    default_max_time: float | None = None
     #: the test's ``@pytest.mark.leasecheck`` keyword arguments (closest marker wins)
     defaults: dict[str, Any] = field(default_factory=dict)
     #: every run made through this fixture so far, in order
@@ -124,8 +126,8 @@ class LeasecheckRunner:
         anomaly, so a red test is red within a second or two of the proof. A run expected valid
         goes on until covered unless said (``until_covered=False``): past its time limit, until every
         situation that applies to its faults was reached 3 times (``min_count``), up to 10 × the time
-        limit (``max_time``, :data:`GATE_MAX_TIME_LIMITS`); each run's line says what it covered and what it never
-        reached.
+        limit (``max_time``, :data:`GATE_MAX_TIME_LIMITS`, or ``--leasecheck-max-time``); each run's line says what
+        it covered and what it never reached.
         """
         __tracebackhide__ = True
         given = {"target": target, "nemesis": nemesis, "seeds": seeds, "time_limit": time_limit, "expect": expect}
@@ -149,8 +151,9 @@ class LeasecheckRunner:
         merged.setdefault("fail_fast", True)
         if chosen_expect == "valid":  # a green gate ends on evidence that it reached the dangerous windows
             merged.setdefault("until_covered", True)
-        if merged.get("until_covered"):
-            merged.setdefault("max_time", GATE_MAX_TIME_LIMITS * limit)
+        if merged.get("until_covered"):  # never less than the time limit, the least a run lasts
+            merged.setdefault("max_time", max(limit, self.default_max_time) if self.default_max_time is not None
+                              else GATE_MAX_TIME_LIMITS * limit)
 
         results = []
         for seed in chosen_seeds:

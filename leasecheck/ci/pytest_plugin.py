@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from leasecheck.ci.plugin_args import DEFAULT_TIME_LIMIT
+from leasecheck.ci.plugin_args import DEFAULT_TIME_LIMIT, GATE_MAX_TIME_LIMITS
 from leasecheck.ci.plugin_runner import LeasecheckRunner
 
 MARKER = "leasecheck"
@@ -73,9 +73,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Folder of leasecheck's run folders (default: 'leasecheck' in pytest's basetemp).")
     group.addoption("--leasecheck-time-limit", dest="leasecheck_time_limit", metavar="SECONDS", type=_positive_seconds,
                     default=None, help=f"Seconds of workload per run when the test does not say (default: {DEFAULT_TIME_LIMIT:g}).")
+    group.addoption("--leasecheck-max-time", dest="leasecheck_max_time", metavar="SECONDS", type=_positive_seconds,
+                    default=None, help="The most a run expected valid goes on until covered, when the test does not say"
+                                       f" (default: {GATE_MAX_TIME_LIMITS:g} x its time limit; never less than it).")
     parser.addini("leasecheck_store", "leasecheck's run folders (relative to the ini file; --leasecheck-store wins)", default="")
     parser.addini("leasecheck_time_limit", f"seconds per leasecheck run when the test does not say (default {DEFAULT_TIME_LIMIT:g})",
                   default="")
+    parser.addini("leasecheck_max_time", f"the most a run expected valid goes on until covered (default {GATE_MAX_TIME_LIMITS:g} x"
+                  " its time limit)", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -84,18 +89,30 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_LINES] = []
 
 
-def time_limit_default(config: pytest.Config) -> float:
-    """``--leasecheck-time-limit``, else the ini's ``leasecheck_time_limit``, else :data:`DEFAULT_TIME_LIMIT`."""
-    given = config.getoption("leasecheck_time_limit")
+def _seconds(config: pytest.Config, name: str) -> float | None:
+    """The option ``--NAME`` (``name`` with ``_`` as ``-``), else the ini's ``name``, else None."""
+    given = config.getoption(name)
     if given is not None:
         return float(given)
-    ini = str(config.getini("leasecheck_time_limit") or "").strip()
+    ini = str(config.getini(name) or "").strip()
     if ini:
         try:
             return _positive_seconds(ini)
         except argparse.ArgumentTypeError as e:
-            raise pytest.UsageError(f"leasecheck_time_limit = {ini}: {e}") from None
-    return DEFAULT_TIME_LIMIT
+            raise pytest.UsageError(f"{name} = {ini}: {e}") from None
+    return None
+
+
+def time_limit_default(config: pytest.Config) -> float:
+    """``--leasecheck-time-limit``, else the ini's ``leasecheck_time_limit``, else :data:`DEFAULT_TIME_LIMIT`."""
+    given = _seconds(config, "leasecheck_time_limit")
+    return DEFAULT_TIME_LIMIT if given is None else given
+
+
+def max_time_default(config: pytest.Config) -> float | None:
+    """``--leasecheck-max-time``, else the ini's ``leasecheck_max_time``; None: the gate's own (10 × its time limit).
+    Why an option: a team's CI bounds what a gate may cost, as it bounds its time limit."""
+    return _seconds(config, "leasecheck_max_time")
 
 
 def chosen_store(config: pytest.Config) -> Path | None:
@@ -145,6 +162,7 @@ def leasecheck_run(request: pytest.FixtureRequest, leasecheck_store: Path) -> Le
         defaults.update(mark.kwargs)
     config = request.config
     return LeasecheckRunner(store=leasecheck_store, rootdir=config.rootpath, default_time_limit=time_limit_default(config),
+                            default_max_time=max_time_default(config),
                             defaults=defaults, counts=config.stash.get(_RUNS, None), lines=config.stash.get(_LINES, None),
                             properties=request.node.user_properties)
 
