@@ -509,3 +509,79 @@ def test_every_row_requires_situations_of_the_vocabulary() -> None:
         "pause-primary": ("lease-granted-before-primary-lost", "lease-expires-during-store-fault"),
         "failover": ("lease-granted-before-primary-lost", "lease-renewed-across-failover"), "clock-member": (),
     }
+
+
+class Lost:
+    """A fault on a host whose connection is lost: its start or its heal fails as the host transports say
+    (:class:`~leasecheck.hosts.protocol.HostUnreachable`), until ``back`` says the host answers again."""
+
+    def __init__(self, name: str, fail: str, back: list[bool]) -> None:
+        self.name, self.fail, self.back, self.on = name, fail, back, False
+
+    def _step(self, step: str) -> None:
+        from leasecheck.hosts.protocol import HostUnreachable
+
+        if step == self.fail and not self.back:
+            raise HostUnreachable(f"db1: kill -{'STOP' if step == 'start' else 'CONT'} 4242: the connection was lost before it exited")
+
+    def start(self) -> dict[str, Any]:
+        self._step("start")
+        self.on = True
+        return {"victims": ["store"]}
+
+    def heal(self) -> dict[str, Any] | None:
+        if not self.on:
+            return None
+        self._step("heal")
+        self.on = False
+        return {"victims": ["store"]}
+
+    def undo_record(self) -> dict[str, Any] | None:
+        return {"kind": "toy", "id": self.name} if self.on else None
+
+
+@pytest.mark.parametrize("fail", ["start", "heal"])
+def test_a_fault_whose_host_is_lost_is_recorded_failed_and_the_run_goes_on(fail: str) -> None:
+    """A host lost mid-run (issue 35): the schedule does not stop (before, the error ended the run, exit 4); the step
+    that failed is a ``fault-failed`` event with the error; a heal that failed keeps the fault in ``unhealed`` (and in
+    the state file, through ``on_change``), and heal_all tries it again: healed once the host answers."""
+    from leasecheck.nemesis.protocol import FAULT_FAILED
+
+    events: list[tuple[str, dict[str, Any]]] = []
+    states: list[list[dict[str, Any] | None]] = []
+    back: list[bool] = []
+    kind = FaultKind("pause-store", "a toy", (1.0, 1.0), ("pause", "resume"), frozenset(), lambda ctx, rng: Lost("pause-store", fail, back))
+    n = Nemesis(kinds=[kind], interval_s=0.02, context=FaultContext(ttl_ms=50), record=lambda f, value: events.append((f, value)),
+                rng=random.Random(1), on_change=lambda active: states.append([f.undo_record() for f in active]))
+    n.start()
+    wait_until(lambda: n.error is not None or sum(f == FAULT_FAILED for f, _ in events) >= 3)
+    assert n.error is None, n.error
+    failed = [v for f, v in events if f == FAULT_FAILED]
+    assert failed[0] == {"fault": "pause-store", "step": fail,
+                         "error": f"db1: kill -{'STOP' if fail == 'start' else 'CONT'} 4242: the connection was lost before it exited"}
+    if fail == "start":  # never on: nothing is kept, nothing to heal
+        assert not [f for f, _ in events if f in ("pause", "resume")] and n.unhealed == []
+        n.heal_all()
+        return
+    assert len(n.unhealed) >= 3 and [f for f, _ in events if f == "resume"] == [], events  # started, never healed
+    assert {"kind": "toy", "id": "pause-store"} in states[-1], states[-1]  # the state file keeps it for `leasecheck heal`
+    back.append(True)  # the host answers again: heal_all's second try heals every one
+    n.heal_all()
+    assert n.unhealed == [] and states[-1] == []
+    assert len([f for f, _ in events if f == "resume"]) == len([f for f, _ in events if f == "pause"])
+
+
+def test_a_run_with_a_fault_step_that_failed_is_never_valid_and_says_which() -> None:
+    """The run verdict reads the ``fault-failed`` events: an otherwise valid run is unknown, naming each; a proven
+    anomaly stays invalid (a proof does not depend on what the faults did)."""
+    from leasecheck.checker.coverage import Coverage
+    from leasecheck.nemesis.protocol import FAULT_FAILED
+    from leasecheck.verdict.run_verdict import Evidence, run_verdict
+
+    evidence = Evidence(held=1)  # a claim refused held: it tested contention, and nothing else is asked (no ops, faults)
+    assert run_verdict(True, evidence, [], Coverage(), ops=()) == (True, None)
+    evidence.nemesis.append((FAULT_FAILED, {"fault": "pause-store", "step": "heal", "error": "db1: the connection was lost"}))
+    validity, reason = run_verdict(True, evidence, [], Coverage(), ops=())
+    assert validity == "unknown" and reason is not None
+    assert "what the run tested is not sure: the heal of pause-store failed (db1: the connection was lost)" in reason, reason
+    assert run_verdict(False, evidence, [], Coverage(), ops=())[0] is False

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import secrets
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -99,13 +99,13 @@ class RunFrame:
         save_faults(self.run_dir, [r for r in (f.undo_record() for f in active) if r is not None])
 
     @contextmanager
-    def healed(self, heal: Callable[[], None]) -> Iterator[None]:
-        """The test proper: on every way out of it, ``heal`` (every fault the runner's parts made), then faults.json emptied."""
+    def healed(self, heal: Callable[[], Sequence[Fault]]) -> Iterator[None]:
+        """The test proper: on every way out of it, ``heal`` (every fault the runner's parts made), then faults.json
+        left with what it could not heal (a host lost mid-run), for ``leasecheck heal``; empty most times."""
         try:
             yield
         finally:
-            heal()
-            save_faults(self.run_dir, [])
+            self.save_faults(list(heal()))
 
     @property
     def interrupted(self) -> str | None:

@@ -167,8 +167,8 @@ class ServerFault:
     def heal(self) -> dict[str, Any] | None:
         if not self.active:
             return None
-        self.active = False
         self.undo()
+        self.active = False  # only once undone: an undo that failed (its host lost) is tried again, and outlives us
         return {"victims": [self.victim]}
 
     def undo_record(self) -> dict[str, Any] | None:

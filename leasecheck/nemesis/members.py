@@ -60,8 +60,8 @@ class MemberPartition:
     def heal(self) -> dict[str, Any] | None:
         if not self.active:
             return None
-        self.active = False
         self.cluster.heal_partition(self.links)  # only ours: an overlapping partition keeps its own cuts
+        self.active = False  # only once undone: a heal its host failed under is tried again (the schedule's unhealed)
         return {**self._value(), "primary": self.cluster.primary()}
 
     def undo_record(self) -> dict[str, Any] | None:
@@ -90,8 +90,8 @@ class MemberFault:
     def heal(self) -> dict[str, Any] | None:
         if not self.active:
             return None
-        self.active = False
         self.undo(self.member)
+        self.active = False
         return {"victims": [self.member], "primary": self.now_primary()}
 
     def undo_record(self) -> dict[str, Any] | None:
@@ -141,8 +141,8 @@ class MemberClockSkew:
     def heal(self) -> dict[str, Any] | None:
         if not self.active:
             return None
-        self.active = False
         self.cluster.skew_member(self.member, 0.0)
+        self.active = False
         return {"victims": [self.member]}
 
     def undo_record(self) -> dict[str, Any] | None:

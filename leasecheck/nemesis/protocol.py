@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+#: the nemesis event of a fault's start or heal that lost its host (a connection dropped mid-run, an engine that
+#: stopped answering): ``{"fault": name, "step": "start" | "heal",
+#: "error": what failed}``. Such a fault may be half applied, or still on: the run cannot be valid
+#: (docs/contracts/run-verdict.md), and ``leasecheck heal`` undoes what is left. Written by the schedule
+#: (:mod:`leasecheck.nemesis.schedule`), read by the run verdict.
+FAULT_FAILED = "fault-failed"
+
 
 class Fault(Protocol):
     """One fault in flight: what it did (for the history) and how to undo it."""
@@ -17,7 +24,9 @@ class Fault(Protocol):
     name: str
 
     def start(self) -> dict[str, Any]:
-        """Inflict the fault; return the nemesis event's value (its victims)."""
+        """Inflict the fault; return the nemesis event's value (its victims). An
+        :class:`~leasecheck.hosts.protocol.HostUnreachable` (its host lost) is the schedule's to record
+        (:data:`FAULT_FAILED`)."""
 
     def heal(self) -> dict[str, Any] | None:
         """Undo it; return the heal event's value, or None when nothing was left to undo."""

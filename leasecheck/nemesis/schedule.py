@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import random
 import threading
 import time
@@ -11,15 +12,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from leasecheck.hosts.protocol import HostUnreachable
 from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.nemesis.context import FaultContext
-from leasecheck.nemesis.protocol import Fault
+from leasecheck.nemesis.protocol import FAULT_FAILED, Fault
 
 #: the share of its drawn wait a fault waits while the run wants its evidence sooner (:attr:`Nemesis.hurry`): three
 #: tenths, so a gate's pause and kill (every 5 s) come every 1.5 s on average until their situations are reached (an
 #: eighth, from the run's start, kept two pauses on nearly always: a default gate's SQLite store locked by a paused
 #: writer most of its 40 s, 8 nodes claimed in all, and the windows after a takeover's end never reached)
 HURRIED = 0.3
+
+log = logging.getLogger("leasecheck.nemesis")
 
 #: record(f, value): write one nemesis event into the history (what it returns, e.g. the event's index, is ignored)
 Record = Callable[[str, Any], object]
@@ -58,6 +62,11 @@ class Nemesis:
     ``repace()`` makes it look again at once when that changes. A run without
     ``--until-covered`` is never hurried.
 
+    A fault whose start or heal loses its host (:class:`~leasecheck.hosts.protocol.HostUnreachable`: a deployment's
+    host whose connection dropped mid-run, a Docker engine gone) does not end the run: its :data:`FAULT_FAILED` event says which and why, a start that failed is undone
+    as far as it can be, and a fault whose heal failed stays in ``unhealed`` (and in what ``on_change`` is told, so the
+    state file keeps it for ``leasecheck heal``); ``heal_all`` tries it once more. The run verdict reads the events.
+
     ``on_change(active)`` is told the active faults whenever they change (the
     runner keeps a state file from it, so ``leasecheck heal`` can undo them
     even after the harness was SIGKILLed). ``heal_all()`` undoes whatever is
@@ -77,6 +86,8 @@ class Nemesis:
     hurry: Callable[[FaultKind], bool] = lambda kind: False
     on_change: Callable[[list[Fault]], None] = lambda active: None
     active: list[Fault] = field(default_factory=list)
+    #: faults whose heal failed (their host lost): still on as far as anyone knows
+    unhealed: list[Fault] = field(default_factory=list)
     started: int = 0
     error: BaseException | None = None
     #: the row each active fault was made from, by identity (a dataclass fault is not hashable)
@@ -153,8 +164,8 @@ class Nemesis:
 
     def _held(self, kind: FaultKind) -> bool:
         """Does an active fault hold what ``kind`` holds? Asked under the lock, which every heal holds to its end, so
-        a fault being healed still counts (``_heal`` takes it off ``active`` first)."""
-        return kind.holds is not None and any(self._kind_of[id(f)].holds == kind.holds for f in self.active)
+        a fault being healed still counts (``_heal`` takes it off ``active`` first); one whose heal failed too."""
+        return kind.holds is not None and any(self._kind_of[id(f)].holds == kind.holds for f in self.active + self.unhealed)
 
     def _pace(self) -> float:
         """The share of a drawn wait the next fault waits: :data:`HURRIED` when the run wants the evidence of the kind
@@ -172,8 +183,12 @@ class Nemesis:
         fault = kind.make(self.context, rng)
         if fault is None:
             return False
-        with self._changing:
-            value = fault.start()
+        try:
+            with self._changing:
+                value = fault.start()
+        except HostUnreachable as e:
+            self._start_failed(kind, fault, e)
+            return True  # dealt: its turn is over, a host that stopped answering is not asked again at every tick
         with self._lock:
             self.active.append(fault)
             self._kind_of[id(fault)] = kind
@@ -199,11 +214,48 @@ class Nemesis:
         try:
             with self._changing:
                 value = fault.heal()
+        except HostUnreachable as e:
+            self.unhealed.append(fault)
+            self._kind_of[id(fault)] = kind
+            self.record(FAULT_FAILED, {"fault": kind.name, "step": "heal", "error": str(e)})
+            log.warning("the heal of %s failed: %s", kind.name, e)
+            value = None
         finally:
             self._store_faults -= kind.on_store
         if value is not None:
             self.record(kind.events[1], {"fault": kind.name, **value})
-        self.on_change(list(self.active))
+        self.on_change(self.active + self.unhealed)
+
+    def _start_failed(self, kind: FaultKind, fault: Fault, error: HostUnreachable) -> None:
+        """A start that lost its host: said in the history, then undone as far as it can be (part of it may have
+        been done: a rule on one host of two); what cannot be undone stays in ``unhealed``."""
+        with self._lock:
+            self.record(FAULT_FAILED, {"fault": kind.name, "step": "start", "error": str(error)})
+            log.warning("the start of %s failed: %s", kind.name, error)
+            try:
+                with self._changing:
+                    fault.heal()
+            except HostUnreachable:
+                self.unhealed.append(fault)
+                self._kind_of[id(fault)] = kind
+                self.on_change(self.active + self.unhealed)
+
+    def _retry_unhealed(self) -> None:
+        """Heal once more each fault whose heal failed (its host may answer again); one that heals now is recorded
+        healed, one that does not stays, for ``leasecheck heal``."""
+        for fault in list(self.unhealed):
+            kind = self._kind_of[id(fault)]
+            try:
+                with self._changing:
+                    value = fault.heal()
+            except HostUnreachable as e:
+                log.warning("%s still not healed: %s", kind.name, e)
+                continue
+            self.unhealed.remove(fault)
+            del self._kind_of[id(fault)]
+            if value is not None:
+                self.record(kind.events[1], {"fault": kind.name, **value})
+        self.on_change(self.active + self.unhealed)
 
     def store_out(self) -> bool:
         """Is a fault of the store on right now, or still healing (a killed server starting again)?
@@ -225,6 +277,7 @@ class Nemesis:
             for fault in list(self.active):
                 self._heal(fault)
             self._heals.clear()
+            self._retry_unhealed()
         for thread in (self._thread, self._healer):  # a tick still aiming heals what it starts itself
             if thread is not None and thread is not threading.current_thread():
                 thread.join(30)

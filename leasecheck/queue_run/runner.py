@@ -31,6 +31,7 @@ from leasecheck.histories import Header
 from leasecheck.histories.format import EffectFence
 from leasecheck.nemesis.catalogue import FaultKind, lookup
 from leasecheck.nemesis.context import FaultContext
+from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.queue_run.assemble import Entry, ResourceRead, assemble
 from leasecheck.queue_run.history import read_events, write_history
@@ -262,12 +263,14 @@ class QueueRun:
                            list(self.watcher.reads), nemesis, [])
         return self._header(), entries, self.start_ns
 
-    def _heal(self) -> None:
-        """Heal every fault: the nemesis', the proxies' (whatever of them was made)."""
+    def _heal(self) -> list[Fault]:
+        """Heal every fault: the nemesis', the proxies' (whatever of them was made); the faults it could not heal (a
+        host lost mid-run)."""
         if self.nemesis is not None:
             self.nemesis.heal_all()
         if self.network is not None:
             self.network.heal()
+        return list(self.nemesis.unhealed) if self.nemesis is not None else []
 
     def _stop_all(self) -> None:
         """Once healed: the live check, the watcher and the workers stopped, every job read one last time, the broker

@@ -34,6 +34,7 @@ from leasecheck.histories.vocabulary import INSIDE_FAULTS
 from leasecheck.nemesis.catalogue import Need, needs
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.host_clock import ClockWatch
+from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.report.inputs import recorded_replay
@@ -306,15 +307,19 @@ class Run:
 
     # ---------------------------------------------------------- the end
 
-    def _heal(self) -> None:
-        """Heal every fault: the nemesis', the proxies', the store's containers' or cluster's (whatever of them was made)."""
+    def _heal(self) -> list[Fault]:
+        """Heal every fault: the nemesis', the proxies', the store's containers' or cluster's (whatever of them was
+        made); the faults it could not heal (a host lost mid-run), which faults.json keeps."""
+        unhealed: list[Fault] = []
         if hasattr(self, "nemesis"):
             self.nemesis.heal_all()
+            unhealed = list(self.nemesis.unhealed)
         if self.network is not None:
             self.network.heal()
         if self.env is not None:
             for report in self.env.heal_store():
                 log.info("store heal: %s", report)
+        return unhealed
 
     def _stop_workers(self) -> None:
         """Let every worker finish its op and exit (kill stragglers); the rest of what they sent goes into the history."""

@@ -60,6 +60,7 @@ from leasecheck.histories.vocabulary import (
 )
 from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Need
 from leasecheck.nemesis.host_clock import HOST_CLOCK_STEP
+from leasecheck.nemesis.protocol import FAULT_FAILED
 from leasecheck.verdict.situations import CoverageGoal, coverage_gaps
 
 #: the ops a run must have seen succeed at least once
@@ -206,6 +207,14 @@ def fault_gaps(evidence: Evidence, kinds: Sequence[FaultKind]) -> list[str]:
     return gaps
 
 
+def failed_faults(evidence: Evidence) -> list[str]:
+    """Each fault step the environment failed under (``fault-failed`` events: a host lost mid-run), in words: ``"the
+    heal of pause-store failed (db1: kill -CONT ...: the connection was lost before it exited)"``. Such a fault may
+    have been half applied, or left on: what the run saw is not what it says it did, so it is never valid."""
+    return [f"the {v.get('step', 'start')} of {v.get('fault', 'a fault')} failed ({v.get('error', 'no reason given')})"
+            for f, v in evidence.nemesis if f == FAULT_FAILED]
+
+
 def gaps(evidence: Evidence, kinds: Sequence[FaultKind], cov: Coverage, require: Sequence[str] = (),
          ops: Sequence[str] = PROTOCOL_OPS, goal: CoverageGoal | None = None) -> list[str]:
     """Everything the run verdict finds missing, in words; empty when the run tested the protocol.
@@ -230,7 +239,8 @@ def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind
     a vacuous run is ``unknown`` with the reason naming what is missing, never valid. One exception: when the
     host's wall clock stepped during the run (``host-clock-step`` events) and every kind ``found`` is a timing kind,
     the step may be what they show (a store judging leases by that clock expired them early or late): ``unknown``.
-    ``goal``: a strict ``--until-covered`` goal, whose shortfall at the cap is ``unknown`` too.
+    ``goal``: a strict ``--until-covered`` goal, whose shortfall at the cap is ``unknown`` too. A fault step the
+    environment failed under (:func:`failed_faults`) makes an unproven run ``unknown`` before anything else.
     """
     missing = gaps(evidence, kinds, cov, require, ops, goal if goal is not None and goal.strict else None)
     steps = [v.get("delta_ms") for f, v in evidence.nemesis if f == HOST_CLOCK_STEP]
@@ -241,6 +251,10 @@ def run_verdict(checked: Validity, evidence: Evidence, kinds: Sequence[FaultKind
                            f"late: the timing findings ({', '.join(sorted(set(found)))}) may be the step's; run again")
     if checked is False:
         return False, None
+    failed = failed_faults(evidence)
+    if failed:
+        return "unknown", (f"a fault may have been left half done or on, so what the run tested is not sure: {'; '.join(failed)}"
+                           " (`leasecheck heal --hosts FILE` undoes what is left)")
     if missing:
         return "unknown", "the run did not test enough: " + "; ".join(missing)
     if checked is True:
