@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from leasecheck.nemesis.host_clock import HOST_CLOCK_STEP
-from leasecheck.rundir.storedir import HISTORY
+from leasecheck.rundir.runfolder import RunFolder
 
 #: a file's time is the kernel's coarse clock, up to a tick (10 ms at HZ=100) behind time.time(): a history written
 #: just after the test began may carry a time just before it
@@ -37,7 +37,7 @@ class HostClockStepped(Exception):
 def steps_since(root: Path, since: float) -> list[float]:
     """The ``delta_ms`` of every host-clock-step recorded in the run histories under ``root`` written since ``since``."""
     steps: list[float] = []
-    for history in root.rglob(HISTORY):
+    for history in root.rglob(RunFolder.HISTORY):
         try:
             if history.stat().st_mtime < since:
                 continue

@@ -22,7 +22,7 @@ from audits import assert_published
 
 from leasecheck.nemesis.processes import working_in
 from leasecheck.queue_run.runner import QueueOptions, QueueRun
-from leasecheck.rundir.storedir import FAULTS_FILE
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.servers.base import LocalServer
 from leasecheck.targets.queues.base import QueueConfig
 from leasecheck.targets.queues.registry import QUEUES
@@ -138,7 +138,7 @@ def test_a_queue_run_under_kills_and_pauses_leaves_nothing_behind(tmp_path: Path
     pids = [w.proc.pid for w in run.workers.workers]
     assert len(pids) > 3, "a kill must have been replaced"
     assert not [p for p in pids if _alive(p)]
-    assert json.loads((result.run_dir / FAULTS_FILE).read_text()) == {"active": []}  # nothing left to heal
+    assert json.loads(RunFolder(result.run_dir).faults.read_text()) == {"active": []}  # nothing left to heal
     history = (result.run_dir / "history.jsonl").read_text().splitlines()
     assert any('"f":"kill"' in line for line in history) and any('"replaces"' in line for line in history)
     assert result.verdict.valid in (True, "unknown"), result.verdict.anomalies[:3]  # huey: published valid
@@ -171,7 +171,7 @@ def test_sigterm_heals_stops_every_worker_records_and_exits_143(tmp_path: Path) 
     assert proc.returncode in (143, 1), err[-2000:]  # 1 only with a proven anomaly (huey: none published)
     results = json.loads((run_dir / "results.json").read_text())
     assert results["interrupted"] == "SIGTERM"
-    assert json.loads((run_dir / FAULTS_FILE).read_text()) == {"active": []}
+    assert json.loads(RunFolder(run_dir).faults.read_text()) == {"active": []}
     assert not working_in(str(run_dir / "queue"))  # no worker, no child of one, is left
     assert (run_dir / "history.jsonl").read_text().count("\n") > 1
 
@@ -219,7 +219,7 @@ def test_sigint_keeps_the_verdict_as_a_lease_run_does_and_leaves_the_report_and_
     assert proc.returncode == (1 if results["valid"] is False else 130), err[-2000:]
     assert (run_dir / "report.html").exists() and (run_dir / "anomalies.jsonl").exists()
     assert len((run_dir / "anomalies.jsonl").read_text().splitlines()) == len(results["anomalies"])
-    assert json.loads((run_dir / FAULTS_FILE).read_text()) == {"active": []}
+    assert json.loads(RunFolder(run_dir).faults.read_text()) == {"active": []}
 
 
 def test_anomalies_are_said_as_proven_and_fail_fast_stops_the_test_at_the_first(tmp_path: Path) -> None:

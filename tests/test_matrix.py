@@ -28,7 +28,8 @@ from junit_schema import properties, read
 from leasecheck.ci.matrix import shard
 from leasecheck.ci.spec import Cell, SpecError, load_spec
 from leasecheck.cli import main
-from leasecheck.verdict.outcomes import EXPECTED_FILE, Expectation
+from leasecheck.rundir.runfolder import RunFolder
+from leasecheck.verdict.outcomes import Expectation
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "examples" / "matrix" / "smoke.toml"
@@ -239,7 +240,7 @@ def test_smoke_spec_end_to_end(tmp_path: Path) -> None:
     for o in rows:
         run_dir = Path(o["run_dir"])
         assert run_dir.parent.parent == tmp_path / "store"
-        expected = json.loads((run_dir / EXPECTED_FILE).read_text())
+        expected = json.loads(RunFolder(run_dir).expected.read_text())
         assert expected["verdict"] == ("valid" if o["target"] == "sqlite" else "invalid")
         assert expected["spec"] == str(SMOKE)
         results = json.loads((run_dir / "results.json").read_text())
@@ -302,7 +303,7 @@ nemesis = ["pause"]
     for case in cases:
         assert case.outcome == "error" and "the environment failed" in case.message and "127.0.0.1" in case.message
     # the failed runs' folders still get their expectation (summary reads them later)
-    assert len(list((tmp_path / "store").glob(f"postgres/*/{EXPECTED_FILE}"))) == 2
+    assert len(list((tmp_path / "store").glob(f"postgres/*/{RunFolder.EXPECTED}"))) == 2
 
 
 def test_sigterm_stops_the_cells_and_never_exits_0(tmp_path: Path) -> None:

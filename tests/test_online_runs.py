@@ -17,11 +17,12 @@ from typing import Any
 
 from leasecheck.histories import Header, HistoryWriter, read_history
 from leasecheck.report.live import NODES_PER_KIND, is_resaid
-from leasecheck.run.following import ANOMALIES_FILE, Following
+from leasecheck.run.following import Following
 from leasecheck.run.merge import Merge
 from leasecheck.run.options import RunOptions
 from leasecheck.run.runner import run
 from leasecheck.run.workload_options import Workload
+from leasecheck.rundir.runfolder import RunFolder
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -29,7 +30,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _said(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / ANOMALIES_FILE).read_text().splitlines()]
+    return [json.loads(line) for line in RunFolder(run_dir).anomalies.read_text().splitlines()]
 
 
 def test_fail_fast_stops_a_broken_variant_at_its_first_anomaly_with_the_proof_on_record(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from leasecheck.ci.queue_audit import (
 from leasecheck.lists import names
 from leasecheck.run.options import RunOptions
 from leasecheck.run.workload_options import Workload
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.targets.registry import TargetNotFound, load, not_installed, registered
 from leasecheck.targets.thirdparty.audit import AuditPlan, faults_of
 
@@ -150,7 +151,7 @@ def run_audit(target: str, nemesis: str, seed: int, store: Path, time_limit: flo
         return run_queue_audit(audited, nemesis, seed, store, time_limit)
     opts = options_for(audited, nemesis, seed, store, time_limit)
     result = run(opts, progress)
-    history = result.run_dir / "history.jsonl"
+    history = RunFolder(result.run_dir).history
     judged = fault_verdict(result.verdict, result.reason, faults_of(nemesis), history)
     first_s, proof = first_anomaly(history, result.verdict.cited, judged.anomalies)
     _, without_proof = first_anomaly(history, result.verdict.cited, judged.without_fault)

@@ -40,6 +40,7 @@ from leasecheck.exits import Exit, interrupted
 from leasecheck.frame.interrupts import Interrupts
 from leasecheck.report import junit
 from leasecheck.report.terminal import console_for
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.verdict.outcomes import Row, exit_code, read_run, write_expected
 
 #: seconds a cell gets to heal, record and check after the matrix passed it SIGINT / SIGTERM, before SIGKILL
@@ -99,9 +100,9 @@ def _find_run_dir(store: Path, cell: Cell, since: float) -> Path | None:
     for d in candidates:
         try:
             mtime = d.stat().st_mtime
-            if mtime < since - 1 or (d / "expected.json").exists():
+            if mtime < since - 1 or RunFolder(d).expected.exists():
                 continue
-            test = json.loads((d / "test.json").read_text(encoding="utf-8"))
+            test = json.loads(RunFolder(d).test.read_text(encoding="utf-8"))
             opts = test.get("options", {})
         except (OSError, ValueError, AttributeError):
             continue

@@ -40,6 +40,7 @@ from leasecheck.ci.plugin_args import (
 )
 from leasecheck.ci.plugin_results import Anomaly, LeasecheckError, LeasecheckResult, failure_message, verdict_name
 from leasecheck.exits import SIGNALLED, Exit  # the standard library only, like the plugin
+from leasecheck.rundir.runfolder import RunFolder
 
 #: seconds a run may take beyond its time limit and evidence wait (servers' start, final reads, the check)
 RUN_SLACK_S = 300.0
@@ -207,7 +208,7 @@ class LeasecheckRunner:
         result = LeasecheckResult(
             target=target, seed=seed, verdict=verdict_name(results.get("valid")), reason=results.get("reason"),
             anomalies=tuple(Anomaly.from_json(a) for a in results.get("anomalies") or ()), run_dir=run_dir,
-            report=run_dir / "report.html", command=command, exit_code=code, results=results,
+            report=RunFolder(run_dir).report, command=command, exit_code=code, results=results,
         )
         self.runs.append(result)
         if self.counts is not None:

@@ -15,6 +15,7 @@ from typing import Any
 from leasecheck.ci.audited import Audited, AuditResult, Unloadable
 from leasecheck.ci.findings import FaultVerdict, fault_verdict, first_anomaly, word
 from leasecheck.lists import names
+from leasecheck.rundir.runfolder import RunFolder
 
 #: how an audited job queue is named among the audits' targets (``queue:rq``): its runs are queue runs
 QUEUE_PREFIX = "queue:"
@@ -105,7 +106,7 @@ def run_queue_audit(audited: Audited, nemesis: str, seed: int, store: Path, time
 
     opts = queue_options(audited, nemesis, seed, store, time_limit)
     result = run_queue(opts)
-    history = result.run_dir / "history.jsonl"
+    history = RunFolder(result.run_dir).history
     ops = QueueRun.required_ops(opts.library)
     if nemesis == "none":  # no fault: every anomaly is the run's
         judged = FaultVerdict(word(result.verdict.valid), result.reason, list(result.verdict.anomalies), [])

@@ -25,7 +25,8 @@ from leasecheck.ci.table import html_page, markdown, print_table
 from leasecheck.exits import Exit
 from leasecheck.report import junit
 from leasecheck.report.terminal import console_for
-from leasecheck.verdict.outcomes import RESULTS_FILE, Row, exit_code, read_run
+from leasecheck.rundir.runfolder import RunFolder
+from leasecheck.verdict.outcomes import Row, exit_code, read_run
 
 #: the symlink ``leasecheck run`` points at the newest run (or, in a downloaded artifact, a copy of that run)
 LATEST = "latest"
@@ -51,7 +52,7 @@ def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
     while stack:
         d = stack.pop()
         real = os.path.realpath(d)
-        if (d / RESULTS_FILE).is_file():
+        if RunFolder(d).results.is_file():
             if real not in found or (_through_symlink(found[real]) and not _through_symlink(d)):
                 found[real] = d  # the same run by its own path rather than through ``latest``
             continue
@@ -93,7 +94,7 @@ def _recorded_run_dir(row: Row) -> str | None:
     if row.run_dir is None:
         return None
     try:
-        obj = json.loads((row.run_dir / RESULTS_FILE).read_text(encoding="utf-8"))
+        obj = json.loads(RunFolder(row.run_dir).results.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     where = obj.get("run_dir") if isinstance(obj, dict) else None
@@ -124,7 +125,7 @@ def command(paths: tuple[str, ...], markdown_out: bool, html_file: str | None, a
     if spec is not None:
         rows = judge_against(rows, spec.cells)
     if not rows:
-        click.echo(f"leasecheck summary: no run folders (folders holding {RESULTS_FILE}) under {', '.join(paths)}", err=True)
+        click.echo(f"leasecheck summary: no run folders (folders holding {RunFolder.RESULTS}) under {', '.join(paths)}", err=True)
         return Exit.BAD_INPUT
     title = f"summary of {spec.name}" if spec is not None else "summary"
     if as_json:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.verdict.outcomes import Row, nemesis_label, tally
 
 COLUMNS = ("target", "nemesis", "seed", "verdict", "expected", "match", "kinds", "first anomaly", "seconds", "run folder")
@@ -151,7 +152,7 @@ def html_page(rows: list[Row], page: Path, title: str = "leasecheck summary") ->
         cells = [_breakable(c) if i in (0, 1) else html.escape(c) for i, c in enumerate(_cells(row, ""))]
         cells[3] = f'<span class="{html.escape(row.verdict)}">{cells[3]}</span>'
         if row.run_dir is not None:
-            report = row.run_dir / "report.html"
+            report = RunFolder(row.run_dir).report
             link = report if report.exists() else row.run_dir
             shown = os.path.relpath(row.run_dir, base) if base is not None else str(row.run_dir)
             cells[9] = (f'<a href="{_href(link, page)}">{html.escape("report" if link == report else "run folder")}</a>'

@@ -22,6 +22,7 @@ from leasecheck.cli.run_folders import recover_history
 from leasecheck.exits import Exit, worst
 from leasecheck.histories import HistoryError
 from leasecheck.run.flags import Finite, output_file
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.rundir.storedir import failed_start
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def history_path(path: str) -> Path:
     """A history file, or a store directory holding ``history.jsonl``."""
     p = Path(path)
     if p.is_dir():
-        inner = p / "history.jsonl"
+        inner = RunFolder(p).history
         if not inner.is_file():
             raise HistoryError(path, None, "is a directory with no history.jsonl (not a store directory)")
         return inner
@@ -42,7 +43,7 @@ def history_path(path: str) -> Path:
 
 def _inside_a_run(p: Path) -> bool:
     """A directory with no history of its own inside a run folder (server data, worker clocks)."""
-    return p.is_dir() and not (p / "history.jsonl").exists() and (p.parent / "history.jsonl").is_file()
+    return p.is_dir() and not RunFolder(p).history.exists() and RunFolder(p.parent).history.is_file()
 
 
 def _check_row(path: str, verdict: Verdict | None, seconds: float, error: str | None = None) -> Row:

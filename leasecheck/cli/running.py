@@ -16,6 +16,7 @@ import click
 from leasecheck.cli.output import last_note, one_line, write_junit
 from leasecheck.exits import Exit
 from leasecheck.run.flags import FLAGS, run_options
+from leasecheck.rundir.runfolder import RunFolder
 
 
 @click.command(params=[flag.option for flag in FLAGS])
@@ -65,7 +66,7 @@ def run(**params: Any) -> None:
         row = read_run(result.run_dir)
         write_junit(junit_file, "leasecheck run", [row], run_properties(row))
     if as_json:
-        sys.stdout.write((result.run_dir / "results.json").read_text())
+        sys.stdout.write(RunFolder(result.run_dir).results.read_text())
     else:
         print_run(out, result, coverage_counts)  # with the run verdict's reason (docs/contracts/run-verdict.md) and the coverage
         if result.interrupted:

@@ -24,12 +24,11 @@ from leasecheck.checker.verdict import Validity
 from leasecheck.exits import Exit, interrupted
 from leasecheck.frame.interrupts import Interrupts
 from leasecheck.report.inputs import ReplayFlag
-from leasecheck.rundir.storedir import write_json
+from leasecheck.rundir.runfolder import RunFolder
 
 log = logging.getLogger("leasecheck.frame")
 
 #: the file, in the run folder, that gets each anomaly proven (as it is proven, when a checker follows the run)
-ANOMALIES_FILE = "anomalies.jsonl"
 
 
 @dataclass
@@ -79,7 +78,7 @@ def interrupted_reason(interrupts: Interrupts, started: float | None, lacked: st
 
 def write_results(folder: Path, verdict: Verdict, reason: str | None, interrupts: Interrupts, /, **fields: Any) -> None:
     """results.json: the verdict, its reason, ``interrupted`` (null or the signal's name) and the run kind's own fields."""
-    write_json(folder / "results.json", {**verdict.to_json(), "reason": reason, "interrupted": interrupts.name, **fields})
+    RunFolder(folder).write_results({**verdict.to_json(), "reason": reason, "interrupted": interrupts.name, **fields})
 
 
 def record_anomalies(run_dir: Path, verdict: Verdict, said_s: float, said_at: Mapping[tuple[str, str], float] | None = None,
@@ -91,7 +90,7 @@ def record_anomalies(run_dir: Path, verdict: Verdict, said_s: float, said_at: Ma
 
     lines = LiveAnomalies()
     said_at = said_at or {}
-    with (run_dir / ANOMALIES_FILE).open("a", encoding="utf-8") as out:
+    with RunFolder(run_dir).anomalies.open("a", encoding="utf-8") as out:
         for a in verdict.anomalies:
             at = said_at.get((a.kind, a.node))
             out.write(json.dumps({**a.to_json(), "said_s": round(said_s if at is None else at, 6),
@@ -101,7 +100,7 @@ def record_anomalies(run_dir: Path, verdict: Verdict, said_s: float, said_at: Ma
             line = lines.line(a.kind, a.node, a.ops, said_s, False)
             if say and line is not None:
                 print(line, file=sys.stderr, flush=True)
-    summary = lines.summary(f"{ANOMALIES_FILE} of the run folder")
+    summary = lines.summary(f"{RunFolder.ANOMALIES} of the run folder")
     if say and summary is not None:
         print(summary, file=sys.stderr, flush=True)
 
@@ -120,5 +119,5 @@ def draw_report(run_dir: Path, replay_flags: Sequence[ReplayFlag] = ()) -> None:
         print(f"warning: the run report could not be written ({line}); see {run_dir / 'leasecheck.log'}", file=sys.stderr)
 
 
-__all__ = ["ANOMALIES_FILE", "RunResult", "draw_report", "interrupted_reason", "last_word", "record_anomalies",
+__all__ = ["RunResult", "draw_report", "interrupted_reason", "last_word", "record_anomalies",
            "write_results"]

@@ -21,13 +21,12 @@ from typing import Any
 from leasecheck.errors import EnvironmentFailure
 from leasecheck.frame.interrupts import Interrupts
 from leasecheck.nemesis.protocol import Fault
-from leasecheck.rundir.storedir import mark_failed, new_run_dir, save_faults, write_json
+from leasecheck.rundir.runfolder import RunFolder
+from leasecheck.rundir.storedir import mark_failed, new_run_dir, save_faults
 
 log = logging.getLogger("leasecheck.frame")
 #: what a run's folder logs: the run's own lines and the nemesis' (each fault's aim, what it landed in)
 RUN_LOGGER = logging.getLogger("leasecheck")
-#: the run's log, in its folder
-LOG_FILE = "leasecheck.log"
 
 
 def new_run_id() -> str:
@@ -73,10 +72,10 @@ class RunFrame:
         An exception out of it is logged with its traceback, ``on_failure`` is called (what the runner must let go
         of first), the folder is marked failed and the exception goes on up with a note naming the log."""
         self.run_dir = new_run_dir(self.store, self.name)
-        handler = log_to(RUN_LOGGER, self.run_dir / LOG_FILE)
+        handler = log_to(RUN_LOGGER, RunFolder(self.run_dir).log)
         try:
-            write_json(self.run_dir / "test.json", {"options": options, "seed": seed, "run_id": self.run_id,
-                                                    "argv": sys.argv, **more})
+            RunFolder(self.run_dir).write_test({"options": options, "seed": seed, "run_id": self.run_id,
+                                                "argv": sys.argv, **more})
             with self.interrupts:
                 yield self.run_dir
         except BaseException as e:  # the traceback goes to the run's log; the CLI prints one line (exit 3 or 4)
@@ -92,7 +91,7 @@ class RunFrame:
         if on_failure is not None:
             on_failure()
         mark_failed(self.run_dir, f"{type(e).__name__}: {e}" if not isinstance(e, EnvironmentFailure) else str(e))
-        e.add_note(f"traceback in {self.run_dir / LOG_FILE}")
+        e.add_note(f"traceback in {RunFolder(self.run_dir).log}")
 
     def save_faults(self, active: list[Fault]) -> None:
         """Keep faults.json true: what ``leasecheck heal`` must undo if we die now (a nemesis' ``on_change``)."""
@@ -119,4 +118,4 @@ class RunFrame:
             print(f"\ninterrupted ({self.interrupts.name}): healing faults and checking what was recorded", file=sys.stderr)
 
 
-__all__ = ["LOG_FILE", "RUN_LOGGER", "RunFrame", "log_to", "new_run_id"]
+__all__ = ["RUN_LOGGER", "RunFrame", "log_to", "new_run_id"]

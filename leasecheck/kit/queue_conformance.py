@@ -20,6 +20,7 @@ from pathlib import Path
 from leasecheck.histories import read_history
 from leasecheck.queue_run.options import QueueOptions
 from leasecheck.queue_run.runner import QueueRun
+from leasecheck.rundir.runfolder import RunFolder
 
 #: the promises, by name, and what breaking one means
 PROMISES: dict[str, str] = {
@@ -35,7 +36,7 @@ def conform(library: str, store: Path, time_limit: float = 20.0, workers: int = 
     run = QueueRun(QueueOptions(library, seed=1, time_limit=time_limit, workers=workers, stall_rate=1.0,
                                 store=str(store), live_every_s=0))
     result = run.execute()
-    _, ops, _ = read_history(result.run_dir / "history.jsonl")
+    _, ops, _ = read_history(RunFolder(result.run_dir).history)
     claims: dict[str, list[object]] = defaultdict(list)
     broken: dict[str, str] = {}
     for op in ops:

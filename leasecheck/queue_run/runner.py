@@ -40,6 +40,7 @@ from leasecheck.queue_run.options import QueueOptions
 from leasecheck.queue_run.watcher import Watcher
 from leasecheck.queue_run.workers import QueueWorkers
 from leasecheck.rundir.files import remove_leftovers, server_directory
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.rundir.storedir import mark_latest
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.servers.store_network import StoreNetwork
@@ -310,7 +311,7 @@ class QueueRun:
         assert self.watcher is not None
         entries = assemble(self.enqueued, read_events(self.queue_dir / EVENTS_DIR), self.watcher.reads,
                            self.nemesis_events, self._read_resources())
-        return write_history(self.run_dir / "history.jsonl", self._header(), entries, self.start_ns)
+        return write_history(RunFolder(self.run_dir).history, self._header(), entries, self.start_ns)
 
     def _header(self) -> Header:
         opts = self.opts

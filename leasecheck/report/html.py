@@ -37,8 +37,8 @@ from leasecheck.report.figures import ops_text, run_seconds, seconds_text, worke
 from leasecheck.report.inputs import KIND_MEANING, ReplayFlag, RunInputs, load, replay_command, settings, sorted_anomalies
 from leasecheck.report.page_columns import encode, lanes
 from leasecheck.report.refusals import refusals_text
+from leasecheck.rundir.runfolder import RunFolder
 
-REPORT = "report.html"
 #: the plots the page shows, in order: (file H2's write_plots makes, what it shows)
 PLOTS = (("latency.png", "Latency of every op over time, by op kind, with quantile lines and the fault bands"),
          ("rate.png", "Throughput over time, by op kind and outcome, with the fault bands"))
@@ -79,8 +79,8 @@ def _verdict_reason(results: dict[str, Any], source: str) -> str:
         reason = "the linearizability search ran out of its budget" + (f" on {', '.join(map(str, unknown[:5]))}" if unknown else "")
     if reason:
         parts.append(f'<p class="reason"><b>reason</b> {_e(reason)}</p>')
-    if source != "results.json":
-        parts.append('<p class="reason">no results.json in the run folder: this verdict is the checker\'s, made for this report</p>')
+    if source != RunFolder.RESULTS:
+        parts.append(f'<p class="reason">no {RunFolder.RESULTS} in the run folder: this verdict is the checker\'s, made for this report</p>')
     return "".join(parts)
 
 
@@ -205,8 +205,9 @@ def write_report(run_dir: Path, output: Path | None = None, *, replay_flags: Seq
     for w in cols.warnings:
         note(w)
     if output is None:
-        output = run_dir / REPORT if run_dir.is_dir() else (
-            inputs.history.parent / REPORT if inputs.history.name == "history.jsonl" else inputs.history.with_suffix(".html"))
+        output = RunFolder(run_dir).report if run_dir.is_dir() else (
+            RunFolder(inputs.history.parent).report if inputs.history.name == RunFolder.HISTORY
+            else inputs.history.with_suffix(".html"))
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     images, plot_note = _plots(cols, output.parent, note)
@@ -271,4 +272,4 @@ def _plots(cols: Columns, out_dir: Path, note: Callable[[str], None]) -> tuple[d
         return {}, message
 
 
-__all__ = ["REPORT", "page_meta", "script_json", "write_report"]
+__all__ = ["page_meta", "script_json", "write_report"]

@@ -21,9 +21,8 @@ import msgspec
 
 from leasecheck.histories import Header, HistoryError
 from leasecheck.histories.vocabulary import KINDS
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.verdict.outcomes import replay_args
-
-HISTORY, RESULTS, TEST = "history.jsonl", "results.json", "test.json"
 
 #: the command that replays a run as whoever started it would type it, when that is not the run's own command line:
 #: the pytest plugin sets it for its runs (``cd ROOTDIR && [PYTHONPATH=...] leasecheck run ... --store STORE``, with no
@@ -87,13 +86,13 @@ def history_of(path: Path) -> tuple[Path, Path | None]:
     several histories has no results.json of each).
     """
     if path.is_dir():
-        history = path / HISTORY
+        history = RunFolder(path).history
         if not history.is_file():
             raise HistoryError(str(path), None, "is a directory with no history.jsonl (not a run folder)")
         return history, path
     if not path.exists():
         raise HistoryError(str(path), None, "no such file or directory")
-    return path, (path.parent if path.name == HISTORY else None)
+    return path, (path.parent if path.name == RunFolder.HISTORY else None)
 
 
 def _json_object(path: Path, warn: Callable[[str], None]) -> dict[str, Any] | None:
@@ -120,14 +119,14 @@ def load(path: Path, warn: Callable[[str], None]) -> RunInputs:
     history, folder = history_of(path)
     results = test = None
     if folder is not None:
-        results = _json_object(folder / RESULTS, warn)
-        test = _json_object(folder / TEST, warn)
+        results = _json_object(RunFolder(folder).results, warn)
+        test = _json_object(RunFolder(folder).test, warn)
         if results is not None and "valid" not in results:  # a run that died before judging ("status": "error")
             why = results.get("reason")
-            warn(f"{folder / RESULTS} holds no verdict{f' ({why})' if why else ''}: the history is checked for the report")
+            warn(f"{RunFolder(folder).results} holds no verdict{f' ({why})' if why else ''}: the history is checked for the report")
             results = None
     if results is not None:
-        return RunInputs(history, results, RESULTS, test)
+        return RunInputs(history, results, RunFolder.RESULTS, test)
     from leasecheck.checker import check_source
     from leasecheck.verdict.attribution import fault_victims
     from leasecheck.verdict.run_verdict import fault_windows

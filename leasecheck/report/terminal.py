@@ -26,6 +26,7 @@ from leasecheck.checker.explain import render_chain
 from leasecheck.histories.vocabulary import KINDS, SITUATIONS
 from leasecheck.report.figures import ops_text, seconds_text
 from leasecheck.report.refusals import refusals_text
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.verdict.covered import covered_line
 from leasecheck.verdict.read_back import unread_line
 
@@ -162,7 +163,7 @@ def print_targets(console: Console, rows: list[dict]) -> None:
 def _results(run_dir: Path) -> dict[str, Any]:
     """results.json of a run (what the run wrote beside the verdict), or {} if it is unreadable."""
     try:
-        obj = json.loads((Path(run_dir) / "results.json").read_text())
+        obj = json.loads(RunFolder(Path(run_dir)).results.read_text())
     except (OSError, ValueError):
         return {}
     return obj if isinstance(obj, dict) else {}

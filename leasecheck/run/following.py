@@ -43,14 +43,13 @@ from leasecheck.histories import HistoryReader, HistoryWriter
 from leasecheck.histories.format import Event, Op
 from leasecheck.report.live import LiveAnomalies
 from leasecheck.report.refusals import Refusals
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.verdict.attribution import fault_victims
 from leasecheck.verdict.read_back import StoreOutWindows
 from leasecheck.verdict.run_verdict import fault_windows
 
 log = logging.getLogger("leasecheck.run")
 
-#: the file, in the run folder, that gets each anomaly the moment it is proven
-ANOMALIES_FILE = "anomalies.jsonl"
 
 #: how long the thread waits for more bytes before it probes anyway (it probes whenever it has caught up, too)
 PROBE_EVERY_S = 0.1
@@ -96,7 +95,7 @@ class Following(threading.Thread):
         self._last_probe = 0.0
         #: the writer is closed: every byte was taken
         self._ended = False
-        self._out = (run_dir / ANOMALIES_FILE).open("a", encoding="utf-8")
+        self._out = RunFolder(run_dir).anomalies.open("a", encoding="utf-8")  # each anomaly the moment it is proven
         #: held while the thread changes the checker, so that :meth:`coverage` reads it whole
         self._lock = threading.Lock()
         writer.follow(self._chunks.put)
@@ -129,7 +128,7 @@ class Following(threading.Thread):
 
     def summary(self) -> None:
         """Say, on one line, the proofs the live lines only counted (nothing when each had a line of its own)."""
-        line = self.lines.summary(f"{ANOMALIES_FILE} of the run folder")
+        line = self.lines.summary(f"{RunFolder.ANOMALIES} of the run folder")
         if self.say is not None and line is not None:
             print(line, file=self.say, flush=True)
 
@@ -245,4 +244,4 @@ class Following(threading.Thread):
         self.proven.set()
 
 
-__all__ = ["ANOMALIES_FILE", "PROBE_EVERY_S", "Following"]
+__all__ = ["PROBE_EVERY_S", "Following"]

@@ -28,7 +28,7 @@ from leasecheck.frame.interrupts import Interrupts
 from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.run.following import Following
 from leasecheck.run.options import RunOptions
-from leasecheck.rundir.storedir import write_json
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.verdict.attribution import fault_victims
 from leasecheck.verdict.read_back import read_back_gap
 from leasecheck.verdict.run_verdict import fault_windows, run_verdict
@@ -190,7 +190,7 @@ class Snapshots:
         self.written += 1
         said = list(self.following.said) if self.following is not None else []
         started = run.started if run.started is not None else now
-        write_json(self.run_dir / "results.json", {
+        RunFolder(self.run_dir).write_results({
             "snapshot": True, "valid": False if said else "unknown", "anomalies": [p.anomaly.to_json() for p in said],
             "stats": {"nodes_judged": self.following.judged if self.following is not None else 0},
             "reason": "the run is still going: this is a snapshot", "target": run.opts.target,
@@ -220,9 +220,9 @@ def finish(run: Any) -> RunResult:
     assert run.started is not None
     seconds = time.monotonic() - run.started
     online = run.following.finish() if run.following is not None else None
-    run.tail = run.tail or HistoryTail(run.run_dir / "history.jsonl")  # its read_back: the nodes never read back
+    run.tail = run.tail or HistoryTail(RunFolder(run.run_dir).history)  # its read_back: the nodes never read back
     goal = run.deadline.goal if run.deadline is not None else None
-    verdict, reason, reached = judge(run.run_dir / "history.jsonl", run.opts, run.kinds, run.tail, run.interrupts,
+    verdict, reason, reached = judge(RunFolder(run.run_dir).history, run.opts, run.kinds, run.tail, run.interrupts,
                                      run.started, online, goal)
     stats = run_stats(run, seconds)
     unread = run.tail.read_back.unread()

@@ -52,6 +52,7 @@ from leasecheck.run.options import BadOptions, RunOptions, RunResult, Timing, lo
 from leasecheck.run.pool import WorkerPool
 from leasecheck.run.recorder import Recorder, Slot
 from leasecheck.rundir.files import CLOCKS_DIR, note_mp_tempdir, remove_leftovers
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.rundir.storedir import mark_latest
 from leasecheck.rundir.worker_logs import WORKERS_DIR, Journal
 from leasecheck.servers.base import EnvironmentFailure
@@ -176,7 +177,7 @@ class Run:
         header = run_header(opts, self.seed, self.run_id, self.target_cls, producer, self.timing.uncertainty_ms, cluster)
         self.resource_read = header.meta["resource_read"]
         self.start_ns = time.monotonic_ns()  # the history's time origin: the workers stamp their events against it
-        self.writer = HistoryWriter(self.run_dir / "history.jsonl", header, start_ns=self.start_ns)
+        self.writer = HistoryWriter(RunFolder(self.run_dir).history, header, start_ns=self.start_ns)
         if opts.record:  # checked as it is written: each anomaly said when proven, --fail-fast stops on the first
             self.following = Following(self.writer, self.run_dir, budget=opts.check_budget,
                                        losses_ahead=any(k.loses_power for k in self.kinds))
@@ -276,7 +277,7 @@ class Run:
         """The test proper: workers under the nemesis until the deadline (past the time limit while evidence is missing),
         or a signal; dead workers replaced, the progress callback fed."""
         assert self.started is not None
-        end = self.deadline = Deadline(self.run_dir / "history.jsonl", self.kinds, self.opts.require, self.opts.time_limit,
+        end = self.deadline = Deadline(RunFolder(self.run_dir).history, self.kinds, self.opts.require, self.opts.time_limit,
                                        self.opts.longest_s, time.monotonic(), self.following.coverage if self.following else None,
                                        self.opts.coverage_goal(self.kinds, self.resource_read))
         # toward what the goal is short of: faults sooner, claims racing for a READY node, a zombie's phase

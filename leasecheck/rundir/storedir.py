@@ -35,9 +35,7 @@ from typing import Any
 import msgspec
 
 from leasecheck.errors import EnvironmentFailure
-
-RESULTS = "results.json"
-HISTORY = "history.jsonl"
+from leasecheck.rundir.runfolder import RunFolder, write_json
 
 
 class StoreUnusable(EnvironmentFailure):
@@ -82,12 +80,12 @@ def mark_latest(run_dir: Path) -> None:
 
 def mark_failed(run_dir: Path, reason: str) -> None:
     """Record that the run died (``"status": "error"``) unless it already wrote its results; best effort."""
-    path = run_dir / RESULTS
+    path = RunFolder(run_dir).results
     if path.exists():
         return
     try:
         write_json(path, {"status": "error", "reason": reason.strip().splitlines()[0] if reason.strip() else "unknown error",
-                          "run_dir": str(run_dir), "history": (run_dir / HISTORY).exists()})
+                          "run_dir": str(run_dir), "history": RunFolder(run_dir).history.exists()})
     except OSError:
         pass
 
@@ -95,26 +93,19 @@ def mark_failed(run_dir: Path, reason: str) -> None:
 def failed_start(run_dir: Path) -> str | None:
     """The reason a run directory holds no history because its run failed (its results.json says so), or None."""
     try:
-        results = msgspec.json.decode((run_dir / RESULTS).read_bytes())
+        results = RunFolder(run_dir).read_results()
     except (OSError, msgspec.DecodeError):
         return None
-    if isinstance(results, dict) and results.get("status") == "error" and not (run_dir / HISTORY).exists():
+    if isinstance(results, dict) and results.get("status") == "error" and not RunFolder(run_dir).history.exists():
         return str(results.get("reason") or "unknown error")
     return None
 
 
-def write_json(path: Path, obj: Any) -> None:
-    path.write_bytes(msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
-
-
-FAULTS_FILE = "faults.json"
-
-
 def save_faults(run_dir: Path, records: list[dict[str, Any]]) -> None:
     """Atomically replace the run's record of active faults (see :mod:`leasecheck.nemesis.heal`)."""
-    tmp = run_dir / f".{FAULTS_FILE}.tmp"
+    tmp = run_dir / f".{RunFolder.FAULTS}.tmp"
     tmp.write_bytes(msgspec.json.encode({"active": records}))
-    os.replace(tmp, run_dir / FAULTS_FILE)
+    os.replace(tmp, RunFolder(run_dir).faults)
 
 
 class BadFaultsFile(ValueError):
@@ -123,7 +114,7 @@ class BadFaultsFile(ValueError):
 
 def load_faults(run_dir: Path) -> list[dict[str, Any]]:
     """The active faults recorded in ``run_dir``; raises BadFaultsFile if the file is not ours."""
-    path = run_dir / FAULTS_FILE
+    path = RunFolder(run_dir).faults
     try:
         data = msgspec.json.decode(path.read_bytes())
     except FileNotFoundError:

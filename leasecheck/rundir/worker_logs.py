@@ -37,6 +37,7 @@ from typing import Any
 import msgspec
 
 from leasecheck.histories.format import HISTORY_END, NEMESIS
+from leasecheck.rundir.runfolder import RunFolder
 
 #: the run folder's subfolder of worker logs
 WORKERS_DIR = "workers"
@@ -158,7 +159,7 @@ def recover(run_dir: str | os.PathLike[str]) -> int | None:
     normally) or the run's harness is still alive.
     """
     run_dir = Path(run_dir)
-    folder, history = run_dir / WORKERS_DIR, run_dir / "history.jsonl"
+    folder, history = run_dir / WORKERS_DIR, RunFolder(run_dir).history
     if not folder.is_dir() or not history.is_file() or _harness_alive(folder):
         return None
     data = history.read_bytes()

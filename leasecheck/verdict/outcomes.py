@@ -21,16 +21,10 @@ from leasecheck.histories import HistoryError
 from leasecheck.histories.reader import file_cut
 from leasecheck.histories.vocabulary import KINDS
 from leasecheck.lists import BadList, distinct
+from leasecheck.rundir.runfolder import RunFolder
 
 #: the verdicts a run can expect (docs/contracts/verdict.md's three)
 EXPECTABLE = ("valid", "invalid", "unknown")
-#: the file a matrix writes into each run folder: what the cell expected, for ``summary`` to compare with later
-EXPECTED_FILE = "expected.json"
-RESULTS_FILE = "results.json"
-#: the run's history, which a row re-reads the end of before it trusts a results.json that says valid
-HISTORY_FILE = "history.jsonl"
-TEST_FILE = "test.json"
-REPORT_FILE = "report.html"
 
 Outcome = Literal["pass", "failure", "error", "skipped"]
 
@@ -155,7 +149,7 @@ class Row:
     @property
     def report(self) -> Path | None:
         """Where the run's report is (or will be, once ``leasecheck report`` rebuilds it)."""
-        return self.run_dir / REPORT_FILE if self.run_dir is not None else None
+        return RunFolder(self.run_dir).report if self.run_dir is not None else None
 
     @property
     def first_anomaly(self) -> dict[str, Any] | None:
@@ -248,15 +242,15 @@ def _one_line(text: object) -> str:
 def read_expected(run_dir: Path) -> Expectation | None:
     """The expectation a matrix left in ``run_dir``, or None (none there, or unreadable: then judged as default)."""
     try:
-        obj = _read_json(run_dir / EXPECTED_FILE)
-        return Expectation.parse(obj.get("verdict"), obj.get("kinds"), EXPECTED_FILE)
+        obj = _read_json(RunFolder(run_dir).expected)
+        return Expectation.parse(obj.get("verdict"), obj.get("kinds"), RunFolder.EXPECTED)
     except (OSError, ValueError, AttributeError):
         return None
 
 
 def write_expected(run_dir: Path, expected: Expectation, **about: Any) -> None:
     """Leave ``expected`` in the run folder so ``summary`` can judge the run later without the spec."""
-    (run_dir / EXPECTED_FILE).write_text(json.dumps({**expected.to_json(), **about}, indent=2) + "\n", encoding="utf-8")
+    RunFolder(run_dir).expected.write_text(json.dumps({**expected.to_json(), **about}, indent=2) + "\n", encoding="utf-8")
 
 
 def replay_args(argv: object) -> list[str] | None:
@@ -291,17 +285,17 @@ def read_run(run_dir: Path, expected: Expectation | None = None) -> Row:
     """
     test: dict[str, Any] = {}
     try:
-        test = _dict(_read_json(run_dir / TEST_FILE))
+        test = _dict(_read_json(RunFolder(run_dir).test))
     except (OSError, ValueError):
         pass
     options = _dict(test.get("options"))
     exp = expected or read_expected(run_dir) or DEFAULT
     try:
-        results = _read_json(run_dir / RESULTS_FILE)
+        results = _read_json(RunFolder(run_dir).results)
         if not isinstance(results, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
-        results = {"status": "error", "reason": f"{RESULTS_FILE} is unreadable: {_one_line(e)}"}
+        results = {"status": "error", "reason": f"{RunFolder.RESULTS} is unreadable: {_one_line(e)}"}
     target = results.get("target", options.get("target"))
     nemesis = results.get("nemesis", options.get("nemesis"))
     seed = results.get("seed", test.get("seed"))
@@ -315,7 +309,7 @@ def read_run(run_dir: Path, expected: Expectation | None = None) -> Row:
         return Row(name, faults, number, "error", expected=exp, reason=_one_line(reason), run_dir=run_dir, command=command)
     if results.get("valid") is True:  # a history cut since its run was judged is never valid either
         try:
-            cut = file_cut(run_dir / HISTORY_FILE)
+            cut = file_cut(RunFolder(run_dir).history)
         except (OSError, HistoryError):
             cut = None  # no history here (a results.json alone): the verdict stands as written
         if cut is not None:
