@@ -36,7 +36,7 @@ from leasecheck.errors import EnvironmentFailure
 from leasecheck.hosts import firewall, processes, stores
 from leasecheck.hosts.address import HostAddress, SshOptions
 from leasecheck.hosts.deployment import Deployment, MemberSpec
-from leasecheck.hosts.protocol import Host
+from leasecheck.hosts.protocol import Host, HostUnreachable
 from leasecheck.hosts.transports import open_host
 from leasecheck.waiting import poll
 
@@ -294,13 +294,17 @@ class DeployedCluster:
         }
 
     def fetch_logs(self, directory: Path) -> list[Path]:
-        """Copy every member's logs into ``directory`` (``m1-redis-server.log``); the files copied."""
+        """Copy every member's logs into ``directory`` (``m1-redis-server.log``); the files copied. A host lost by
+        then is skipped, saying so in ``MEMBER-unreachable.txt``: the run's verdict is written already."""
         copied = []
         for member in self.deployment.members:
-            for log in member.logs:
-                local = directory / f"{member.name}-{Path(log).name}"
-                self.host(member.name).fetch(log, local)
-                copied.append(local)
+            try:
+                for log in member.logs:
+                    local = directory / f"{member.name}-{Path(log).name}"
+                    self.host(member.name).fetch(log, local)
+                    copied.append(local)
+            except HostUnreachable as e:
+                (directory / f"{member.name}-unreachable.txt").write_text(f"{e}\n")
         return copied
 
     def server(self, name: str) -> MemberServer:

@@ -160,8 +160,8 @@ class ServerFault:
     active: bool = field(default=False)
 
     def start(self) -> dict[str, Any]:
+        self.active = True  # from the moment it is tried: a start whose host was lost may have been done (a SIGSTOP sent)
         self.inflict()
-        self.active = True
         return {"victims": [self.victim]}
 
     def heal(self) -> dict[str, Any] | None:

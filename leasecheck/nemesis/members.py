@@ -53,8 +53,8 @@ class MemberPartition:
                 "primary": self.primary}
 
     def start(self) -> dict[str, Any]:
+        self.active = True  # from the moment it is tried: a start whose host was lost may have been done in part
         self.cluster.partition(self.links)
-        self.active = True
         return self._value()
 
     def heal(self) -> dict[str, Any] | None:
@@ -83,8 +83,8 @@ class MemberFault:
     active: bool = False
 
     def start(self) -> dict[str, Any]:
+        self.active = True  # from the moment it is tried (see MemberPartition.start)
         self.inflict(self.member)
-        self.active = True
         return {"victims": [self.member], "primary": self.primary}
 
     def heal(self) -> dict[str, Any] | None:
@@ -134,8 +134,8 @@ class MemberClockSkew:
     active: bool = False
 
     def start(self) -> dict[str, Any]:
+        self.active = True  # from the moment it is tried (see MemberPartition.start)
         self.cluster.skew_member(self.member, self.delta_ms)
-        self.active = True
         return {"victims": [self.member], "delta_ms": self.delta_ms, "primary": self.cluster.primary()}
 
     def heal(self) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from leasecheck.errors import EnvironmentFailure
 from leasecheck.hosts.protocol import HostUnreachable
 from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.nemesis.context import FaultContext
@@ -227,8 +228,10 @@ class Nemesis:
         self.on_change(self.active + self.unhealed)
 
     def _start_failed(self, kind: FaultKind, fault: Fault, error: HostUnreachable) -> None:
-        """A start that lost its host: said in the history, then undone as far as it can be (part of it may have
-        been done: a rule on one host of two); what cannot be undone stays in ``unhealed``."""
+        """A start that lost its host: said in the history, then undone as far as it can be (all or part of it may
+        have been done: a SIGSTOP sent before the connection dropped, a rule on one host of two); what cannot be
+        undone stays in ``unhealed``. An undo that fails otherwise (a server started again that never was killed) is
+        logged: there was nothing of it to undo."""
         with self._lock:
             self.record(FAULT_FAILED, {"fault": kind.name, "step": "start", "error": str(error)})
             log.warning("the start of %s failed: %s", kind.name, error)
@@ -239,6 +242,8 @@ class Nemesis:
                 self.unhealed.append(fault)
                 self._kind_of[id(fault)] = kind
                 self.on_change(self.active + self.unhealed)
+            except EnvironmentFailure as e:
+                log.warning("undoing the start of %s that failed: %s", kind.name, e)
 
     def _retry_unhealed(self) -> None:
         """Heal once more each fault whose heal failed (its host may answer again); one that heals now is recorded

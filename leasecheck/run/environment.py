@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leasecheck.hosts.protocol import HostUnreachable
 from leasecheck.nemesis.catalogue import Need
 from leasecheck.run.options import RunOptions
 from leasecheck.rundir.files import MEMBERS_DIR, server_directory
@@ -18,6 +20,8 @@ from leasecheck.targets.durability import DEFAULT_PROFILE, check_profile
 from leasecheck.targets.durability import OPTION as PROFILE_OPTION
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.waiting import poll
+
+log = logging.getLogger("leasecheck.run")
 
 if TYPE_CHECKING:  # imported where used: the docker SDK is an optional extra
     from leasecheck.hosts.control import DeployedCluster
@@ -86,7 +90,10 @@ class Environment:
         link between a cluster's members whole and every member resumed, whoever left them otherwise."""
         reports: list[dict[str, Any]] = []
         if self.deployed is not None:  # what the nemesis healed, then whatever this run's tag is still on
-            self.deployed.heal_all()
+            try:
+                self.deployed.heal_all()
+            except HostUnreachable as e:  # its fault's heal failed too (a fault-failed event): heal_run says which host
+                log.warning("the deployment's heal-all: %s", e)
             rows = self.deployed.heal_run()
             reports.append({"hosts": str(self.deployed.deployment.path), "healed": [f"{r.member} {r.what}: {r.detail}" for r in rows]})
         if self.cluster is not None:
