@@ -104,8 +104,8 @@ class Hub:
             self.conn.recv()
 
     def sought(self) -> str | None:
-        """The kind of op a fault is aimed at now that it has landed in least (the slot lists them so, :func:`~leasecheck.
-        nemesis.inside.choose`), among those this worker has not held for it yet; None: no aim. The workload then does
+        """The kind of op a fault is aimed at now that it has landed in least (the slot lists them so:
+        :func:`~leasecheck.nemesis.inside.choose`), among those this worker has not held for it yet; None: no aim. The workload then does
         one where it may (a read, a release, an effect, an early heartbeat, a claim): rare kinds came by a few times in
         a 40 s gate, and its aims went empty. Only the rarest, not every armed kind: the workload did the quickest of
         them at once (a read, a commit), and that took each aim's first victim while effects and renews were never

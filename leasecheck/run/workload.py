@@ -273,7 +273,7 @@ class Worker:
             self.hub.tell("done", node)
 
     def ends_for_claim(self) -> bool:
-        """Is a fault aimed at a claim this worker has not held for it? Then the worker is done with its node now, so
+        """Is a claim the kind a fault seeks now (:meth:`Hub.sought`)? Then the worker is done with its node now, so
         that its next claim comes at once: a worker claims once a node, about 3 a second in all, and aims armed for a
         claim went by without one (a claim was paused inside once in a 75 s run). Ending early only while the renews
         and effects armed with it had landed did worse: those took an aim's victims first, and the claim none (gate
