@@ -118,7 +118,9 @@ def test_unfenced_writes_are_plain_and_trust_the_lock(records: ZkRecords, node: 
 
 
 def test_one_holder_at_a_time_and_the_lock_is_free_once_committed(server: ZooKeeperServer, records: ZkRecords, node: str) -> None:
-    a, b = KazooLock(config(server)), KazooLock(config(server))
+    # a session of 10 s, not the ttl's 1 s: a loaded machine (ci: five test processes beside two CPU-bound jobs) let a's
+    # 1 s session expire between the two claims, and ZooKeeper rightly gave the lock to b; this test is not about expiry
+    a, b = KazooLock(config(server, ttl_ms=10_000)), KazooLock(config(server, ttl_ms=10_000))
     try:
         lease = a.try_claim(node, "w1")
         assert isinstance(lease, Lease) and lease.epoch is None and lease.token and "__lock__" in lease.token

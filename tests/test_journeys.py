@@ -330,7 +330,9 @@ def test_a_teams_postgres_lease_with_a_commit_bug_fails_the_gate_with_the_proof(
     out = run(page, "gate-red", folder, env, expect=1)
     same_shape(page, "gate-red", out, loose=True)
     assert "FAILED test_acme_under_faults.py::test_acme_lease_under_pauses_and_kills" in out, out
-    assert "stale-commit on node" in out and "replay:     cd " in out, out
+    # the bug's proof: a stale commit the store accepted, or (a commit sent late in its lease and held across the new
+    # holder's claim, as the workload steers some) a commit no order of the ops explains
+    assert ("stale-commit on node" in out or "non-linearizable on node" in out) and "replay:     cd " in out, out
     # each seed's proof: its ops are in the history of the run folder it names, on the node it names
     for seed in re.split(r"\n(?=seed \d+: )", out)[1:]:
         proof = re.search(r"^  (\S+) on node (\S+), ops \[([\d, ]+)\]:", seed, re.M)

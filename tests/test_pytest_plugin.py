@@ -170,7 +170,8 @@ def test_a_broken_variant_fails_with_its_anomalies_report_and_replay(inner: pyte
     assert f"  run folder: {run_dir}\n" in out
     assert f"  report:     {run_dir / 'report.html'}\n" in out
     replay = (f"cd {inner.path} && leasecheck run --target {BROKEN} --nemesis pause --seed 1"
-              f" --time-limit {SECONDS} --evidence-wait {SECONDS} --fail-fast --until-covered --store {run_dir.parent.parent}")
+              f" --time-limit {SECONDS} --evidence-wait {SECONDS} --fail-fast --until-covered --max-time {10 * SECONDS}"
+              f" --store {run_dir.parent.parent}")
     assert f"  replay:     {replay}\n" in out
     # the run's report shows the same line, not the plugin's own command line (python -m leasecheck ... --json)
     shown = re.search(r'<code id="replay">(.*?)</code>', (run_dir / "report.html").read_text(), re.S)
@@ -336,7 +337,7 @@ def test_misuse_is_a_clear_error_and_a_bad_option_is_no_verdict(inner: pytest.Py
     result.stdout.fnmatch_lines([
         "E*LeasecheckError: leasecheck run (seed 5) gave no verdict: exit 3, bad options: leasecheck run: unknown nemesis no-such-fault (known: pause, kill*",
         f"E*replay: cd {inner.path} && leasecheck run --target {SQLITE} --nemesis no-such-fault --seed 5 --time-limit 4 --evidence-wait 4"
-        " --fail-fast --until-covered --store *",
+        " --fail-fast --until-covered --max-time 40 --store *",
     ])
 
 

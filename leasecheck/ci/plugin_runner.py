@@ -40,7 +40,6 @@ from leasecheck.ci.plugin_args import (
 )
 from leasecheck.ci.plugin_results import Anomaly, LeasecheckError, LeasecheckResult, failure_message, verdict_name
 from leasecheck.exits import SIGNALLED, Exit  # the standard library only, like the plugin
-from leasecheck.rundir.runfolder import RunFolder
 
 #: seconds a run may take beyond its time limit and evidence wait (servers' start, final reads, the check)
 RUN_SLACK_S = 300.0
@@ -171,6 +170,7 @@ class LeasecheckRunner:
         args = run_args(target, nemesis, seed, time_limit, options)
         command = replay_command(self.rootdir, args, self.store)
         from leasecheck.report.inputs import REPLAY_ENV  # the run keeps the line in test.json: its report shows it
+        from leasecheck.rundir.runfolder import RunFolder  # not at the plugin's import, as these: msgspec comes with it
         from leasecheck.servers.base import python_module  # not at the plugin's import: every pytest session loads it
 
         argv = [*python_module("leasecheck"), *args, "--store", str(self.store), "--json"]
