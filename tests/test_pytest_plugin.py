@@ -260,12 +260,12 @@ def test_store_and_time_limit_options_take_effect(inner: pytest.Pytester) -> Non
             (r,) = leasecheck_run(target={SQLITE!r}, nemesis="pause", seeds=1)
             assert r.verdict == "valid" and r.run_dir.parent.parent == leasecheck_store
     """)
-    result = run_inner(inner, "--leasecheck-store", "my-store", "--leasecheck-time-limit", "4", "--leasecheck-max-time", "8")
+    result = run_inner(inner, "--leasecheck-store", "my-store", "--leasecheck-time-limit", "4", "--leasecheck-max-time", "16")
     result.assert_outcomes(passed=1)
     store = inner.path / "my-store"
     (run_dir,) = run_folders(store)
     opts = json.loads((run_dir / "test.json").read_text())["options"]
-    assert (opts["time_limit"], opts["evidence_wait_s"], opts["store"], opts["max_time"]) == (4, 4, str(store), 8)
+    assert (opts["time_limit"], opts["evidence_wait_s"], opts["store"], opts["max_time"]) == (4, 4, str(store), 16)
     result.stdout.fnmatch_lines([f"leasecheck 0.1.0: store {store}, time limit 4 s", f"leasecheck: 1 run (1 valid), run folders in {store}"])
     assert not default_store_runs(inner)
 
