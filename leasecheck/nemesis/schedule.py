@@ -64,8 +64,8 @@ class Nemesis:
     ``--until-covered`` is never hurried.
 
     A fault whose start or heal loses its host (:class:`~leasecheck.hosts.protocol.HostUnreachable`: a deployment's
-    host whose connection dropped mid-run, a Docker engine gone) does not end the run: its :data:`FAULT_FAILED` event says which and why, a start that failed is undone
-    as far as it can be, and a fault whose heal failed stays in ``unhealed`` (and in what ``on_change`` is told, so the
+    host whose connection dropped mid-run, a Docker engine gone) does not end the run: its :data:`FAULT_FAILED`
+    event says which and why, a start that failed is undone as far as it can be, and a fault whose heal failed stays in ``unhealed`` (and in what ``on_change`` is told, so the
     state file keeps it for ``leasecheck heal``); ``heal_all`` tries it once more. The run verdict reads the events.
 
     ``on_change(active)`` is told the active faults whenever they change (the
@@ -216,10 +216,8 @@ class Nemesis:
             with self._changing:
                 value = fault.heal()
         except HostUnreachable as e:
-            self.unhealed.append(fault)
-            self._kind_of[id(fault)] = kind
-            self.record(FAULT_FAILED, {"fault": kind.name, "step": "heal", "error": str(e)})
-            log.warning("the heal of %s failed: %s", kind.name, e)
+            self._lost(kind, "heal", e)
+            self._keep_unhealed(kind, fault)
             value = None
         finally:
             self._store_faults -= kind.on_store
@@ -233,17 +231,25 @@ class Nemesis:
         undone stays in ``unhealed``. An undo that fails otherwise (a server started again that never was killed) is
         logged: there was nothing of it to undo."""
         with self._lock:
-            self.record(FAULT_FAILED, {"fault": kind.name, "step": "start", "error": str(error)})
-            log.warning("the start of %s failed: %s", kind.name, error)
+            self._lost(kind, "start", error)
             try:
                 with self._changing:
                     fault.heal()
             except HostUnreachable:
-                self.unhealed.append(fault)
-                self._kind_of[id(fault)] = kind
+                self._keep_unhealed(kind, fault)
                 self.on_change(self.active + self.unhealed)
             except EnvironmentFailure as e:
                 log.warning("undoing the start of %s that failed: %s", kind.name, e)
+
+    def _lost(self, kind: FaultKind, step: str, error: HostUnreachable) -> None:
+        """Say in the history, and in the log, that ``kind``'s ``step`` lost its host."""
+        self.record(FAULT_FAILED, {"fault": kind.name, "step": step, "error": str(error)})
+        log.warning("the %s of %s failed: %s", step, kind.name, error)
+
+    def _keep_unhealed(self, kind: FaultKind, fault: Fault) -> None:
+        """``fault`` may still be on: kept (with its row) for heal_all's second try and for the state file."""
+        self.unhealed.append(fault)
+        self._kind_of[id(fault)] = kind
 
     def _retry_unhealed(self) -> None:
         """Heal once more each fault whose heal failed (its host may answer again); one that heals now is recorded
