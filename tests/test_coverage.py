@@ -276,6 +276,17 @@ def store_fault(*nemesis: tuple[int, str, dict[str, Any]], renew: tuple[int, int
     return lease_1(*nemesis, renew=renew, end_at=end_at)["lease-expires-during-store-fault"]
 
 
+def ended_in_the_outage(*ends: tuple[str, int, str]) -> int:
+    """lease-expires-during-store-fault of lease 1 (deadline 101 ms) in a store pause of 90-150 ms, its holder trying
+    to end it with ``ends`` (f, invoke, type), each answered a ms later."""
+    h = History().claim(1, 0, MS, epoch=1)
+    for f, at, typ in ends:
+        h.of(1, f, at, at + MS, 1, typ)
+    for t, f, value in pause_store(90 * MS, 150 * MS):
+        h.nemesis(t, f, **value)
+    return h.coverage()["lease-expires-during-store-fault"]
+
+
 def pause_store(start: int, heal: int | None) -> list[tuple[int, str, dict[str, Any]]]:
     events = [(start, "pause", {"fault": "pause-store", "victims": ["store"]})]
     return events + ([(heal, "resume", {"fault": "pause-store", "victims": ["store"]})] if heal is not None else [])
@@ -300,6 +311,15 @@ def test_the_deadline_counts_renews_completed_before_it() -> None:
 def test_a_lease_ended_before_its_deadline_does_not_expire() -> None:
     assert store_fault(*pause_store(90 * MS, 150 * MS), end_at=100 * MS) == 0
     assert store_fault(*pause_store(90 * MS, 150 * MS), end_at=101 * MS) == 1
+
+
+def test_a_commit_the_store_refused_leaves_the_lease_held_to_its_deadline() -> None:
+    """A holder that tries to finish in the outage and is refused (the store unreachable) did not end the store's
+    lease: its deadline still falls in the fault. One never answered (info) may have ended it: not counted."""
+    assert ended_in_the_outage(("commit", 95 * MS, "fail"), ("release", 97 * MS, "fail")) == 1
+    assert ended_in_the_outage(("commit", 95 * MS, "fail"), ("release", 97 * MS, "info")) == 0
+    assert ended_in_the_outage(("commit", 95 * MS, "ok")) == 0
+    assert ended_in_the_outage(("commit", 95 * MS, "fail"), ("release", 101 * MS, "ok")) == 1  # sent at the deadline
 
 
 def test_only_store_side_faults_count_and_each_lease_once() -> None:

@@ -42,6 +42,9 @@ class CoveredLease:
     #: first invoke of an effect; of a commit or release (its end); first completion of an ok commit / release; of an ok release
     effect_at: float = INF
     end_at: float = INF
+    #: first invoke of a commit or release that may have ended it in the store (ok, or info: its answer never came); one
+    #: refused (fail: the store unreachable, or the lease already gone) left the store's lease as it was
+    may_end_at: float = INF
     ended_ok_at: float = INF
     released_ok_at: float = INF
     renews: list[Op] = field(default_factory=list)
@@ -80,6 +83,8 @@ def attach(op: Op, lease: CoveredLease) -> None:
         lease.effect_at = min(lease.effect_at, op.invoke_time)
     else:  # commit or release
         lease.end_at = min(lease.end_at, op.invoke_time)
+        if op.type != "fail":
+            lease.may_end_at = min(lease.may_end_at, op.invoke_time)
         if op.type == "ok" and done is not None:
             lease.ended_ok_at = min(lease.ended_ok_at, done)
             if op.f == "release":
@@ -231,7 +236,8 @@ def count_fault_situations(leases: Sequence[CoveredLease], ttl: float, store: Se
     if store:
         for lease in leases:
             deadline = lease_deadline(lease, ttl)
-            if lease.end_at >= deadline and any(w.start < deadline < w.until for w in store):
+            # a holder that tried to commit in the outage and was refused still held it in the store at its deadline
+            if lease.may_end_at >= deadline and any(w.start < deadline < w.until for w in store):
                 counts["lease-expires-during-store-fault"] += 1
     if skewed:
         for lease in leases:
