@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from leasecheck.hosts import firewall
 from leasecheck.nemesis.catalogue import FAULTS
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.servers.etcd_cluster import EtcdCluster
@@ -36,20 +37,40 @@ def cluster(tmp_path: Path) -> EtcdCluster:
     c.stop()
 
 
+def dropped(cluster: EtcdCluster) -> set[tuple[str, str]]:
+    """The links the members' own firewalls drop now, read back from each host's rules tagged with the network."""
+    network = cluster.network
+    assert network is not None
+    by_address = {host.address: host.name for host in network.hosts}
+    out = set()
+    for host in network.hosts:
+        for rule in firewall.tagged(network.shell(host.name), network.run_id):
+            peer = by_address[rule[rule.index("-s") + 1].removesuffix("/32")]
+            out.add((min(host.name, peer), max(host.name, peer)))
+    return out
+
+
 def test_overlapping_partitions_heal_one_at_a_time(cluster: EtcdCluster) -> None:
+    """Through the host interface's firewall (the code that cuts a team's hosts): the rules on the members' hosts are
+    the links cut, tagged with the run, and every heal leaves a rule of someone else's in place."""
     ctx = FaultContext(ttl_ms=1000, cluster=cluster)
+    assert cluster.network is not None
+    m1 = cluster.network.shell("m1")
+    theirs = ["iptables", "-w", "10", "-I", "INPUT", "-s", "192.0.2.7/32", "-j", "DROP"]  # a rule of the team's own
+    assert m1.run(theirs).ok
     bridge = FAULTS["partition-bridge"].make(ctx, random.Random(1))
     isolate = FAULTS["isolate-primary"].make(ctx, random.Random(1))
     assert bridge is not None and isolate is not None
     bridge.start()
     isolate.start()
-    assert cluster.network is not None
     both = set(map(tuple, bridge.links)) | set(map(tuple, isolate.links))
-    assert set(cluster.network.links_cut()) == both
+    assert set(cluster.network.links_cut()) == both == dropped(cluster)
     bridge.heal()
-    assert set(cluster.network.links_cut()) == set(map(tuple, isolate.links)), "a heal mended another fault's cuts"
+    assert set(cluster.network.links_cut()) == set(map(tuple, isolate.links)) == dropped(cluster), \
+        "a heal mended another fault's cuts"
     isolate.heal()
-    assert cluster.network.links_cut() == []
+    assert cluster.network.links_cut() == [] and dropped(cluster) == set()
+    assert "-A INPUT -s 192.0.2.7/32 -j DROP" in m1.run(["iptables", "-S", "INPUT"]).out
 
 
 def test_no_failover_and_no_second_primary_lost_while_a_member_is_down(cluster: EtcdCluster) -> None:

@@ -6,8 +6,12 @@ bridge). On loopback every member would share one address and the kernel one
 source address, so no rule could tell the replica's link to the primary from a
 worker's; a proxy per link cannot either, since Sentinel and etcd tell every
 member the same address of a peer. In its own namespace a member is a host
-with an address of its own, and a partition is Jepsen's: ``iptables -A INPUT -s
+with an address of its own, and a partition is Jepsen's: ``iptables -I INPUT -s
 PEER -j DROP`` on each side, inside the members' namespaces, never the machine's.
+Each member is a host of the host interface (:class:`~leasecheck.hosts.netns.NetnsHost`,
+:meth:`HostNetwork.shell`), and its rules are added and removed by the code that
+cuts a team's own hosts (:mod:`leasecheck.hosts.firewall`, tagged with the network):
+one code path for a cluster leasecheck starts and one a team runs.
 
 The layout of one :class:`HostNetwork`::
 
@@ -45,6 +49,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from leasecheck.errors import EnvironmentFailure
+from leasecheck.hosts import firewall
+from leasecheck.hosts.netns import NetnsHost
 from leasecheck.servers.base import NETNS_DIR, die_with_parent, popen, python_module
 
 #: the private range the member subnets come from: 10.213.N.0/24, N in 1..254
@@ -80,11 +86,6 @@ def _run(command: list[str], stdin: str | None = None) -> str:
     if done.returncode != 0:
         raise EnvironmentFailure(f"hosts: {' '.join(command)} failed (exit {done.returncode}): {done.stderr.strip()}")
     return done.stdout
-
-
-def in_netns(netns: str, command: list[str], stdin: str | None = None) -> str:
-    """Run ``command`` inside ``netns`` (``ip netns exec``)."""
-    return _run(["ip", "netns", "exec", netns, *command], stdin)
 
 
 def _alive(pid: int) -> bool:
@@ -215,10 +216,24 @@ class HostNetwork:
         """Every link whole again."""
         self.partition(())
 
+    @property
+    def run_id(self) -> str:
+        """What this network's partition rules are tagged with (``leasecheck:lc-PID-K``)."""
+        return f"lc-{self.tag}"
+
+    def shell(self, name: str) -> NetnsHost:
+        """Host ``name`` as the host interface reaches it (``netns://``): what every member command goes through."""
+        return NetnsHost(name, self.host(name).netns)
+
     def _drop_from(self, host: Host, peers: set[str]) -> None:
-        """Replace ``host``'s filter table at once: drop every packet from ``peers``' addresses."""
-        rules = "".join(f"-A INPUT -s {self.host(peer).address}/32 -j DROP\n" for peer in sorted(peers))
-        in_netns(host.netns, ["iptables-restore"], f"*filter\n:INPUT ACCEPT [0:0]\n{rules}COMMIT\n")
+        """Make ``host`` drop exactly ``peers``' packets: the rules added and removed one by one, tagged with this
+        network, by the code that cuts a team's hosts (:mod:`leasecheck.hosts.firewall`), so that a partition of a
+        cluster leasecheck starts and one of a deployment are the same commands."""
+        shell = self.shell(host.name)
+        for peer in sorted(peers - self.cut[host.name]):
+            firewall.drop_from(shell, self.host(peer).address, self.run_id)
+        for peer in sorted(self.cut[host.name] - peers):
+            firewall.undrop(shell, self.host(peer).address, self.run_id)
         self.cut[host.name] = set(peers)
 
     def links_cut(self) -> list[tuple[str, str]]:
