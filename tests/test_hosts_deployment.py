@@ -87,6 +87,20 @@ def test_a_good_file_is_read_whole_with_its_defaults(tmp_path: Path) -> None:
     assert m3.host == HostAddress("docker", "redis-3") and m3.address is None and m3.start_command is None
 
 
+def test_a_file_is_read_once_until_it_changes(tmp_path: Path) -> None:
+    """A run asks for its --hosts file three times (options, store, hosts): all three get the one deployment read; a
+    file edited in between is read again, and one that went away is refused as unreadable."""
+    path = write(tmp_path, GOOD)
+    first = load_deployment(path)
+    assert load_deployment(str(path)) is first
+    path.write_text(GOOD.replace('name = "m3"', 'name = "m33"'))  # within a clock tick of the first: its size tells
+    again = load_deployment(path)
+    assert again is not first and [m.name for m in again.members] == ["m1", "m2", "m33"]
+    path.unlink()
+    with pytest.raises(DeploymentError, match=r"deployment.toml:1: cannot read it"):
+        load_deployment(path)
+
+
 BAD = [
     # (what is changed, into what, the line the error names, what it says)
     ('user = "ops"', 'usr = "ops"', 5, "unknown key 'usr' in [ssh] (known: user, port,"),

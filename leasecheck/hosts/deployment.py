@@ -199,14 +199,30 @@ def _absolute(value: str) -> str | None:
     return None if value.startswith("/") else f"{value!r} is not an absolute path"
 
 
+#: the deployments read, by what their file is (where, inode, size, modified): a run asks for its ``--hosts`` file three
+#: times (to check the options, to choose the target's store, to open the hosts) and reads it once, so all three see
+#: one deployment; a file edited in between is another file, read again
+_READ: dict[tuple[str, int, int, int], Deployment] = {}
+
+
 def load_deployment(path: str | Path) -> Deployment:
     """Read and check the deployment file at ``path``; raise :class:`DeploymentError` (one line) at its first problem."""
     path = Path(path)
     try:
+        st = path.stat()
+        key: tuple[str, int, int, int] | None = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = None  # read below, to say why it cannot be
+    if key in _READ:
+        return _READ[key]  # type: ignore[index]
+    try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise DeploymentError(f"{path}:1: cannot read it: {getattr(e, 'strerror', None) or e}") from None
-    return parse_deployment(text, path)
+    deployment = parse_deployment(text, path)
+    if key is not None:
+        _READ[key] = deployment
+    return deployment
 
 
 def parse_deployment(text: str, path: Path) -> Deployment:
