@@ -104,6 +104,57 @@ def test_a_teams_sentinel_cluster_reached_over_ssh_alone_loses_acknowledged_writ
         cluster.cleanup()
 
 
+def test_a_teams_synchronous_postgres_standby_reached_over_ssh_alone_stays_valid_under_isolate_primary_and_failover(
+        tmp_path: Path) -> None:
+    """AUDITS.md's synchronous Postgres finding, reproduced on a deployment reached over SSH alone: the primary cut off
+    from its standby (iptables rules over ssh) and the HA manager's failover (the primary's postmaster killed by its
+    pid file, then ``pg_promote()`` through psql on the standby's host) never lose an acknowledged commit."""
+    from leasecheck.servers.postgres_standby import PostgresSyncStandbyCluster
+
+    # under /tmp, not pytest's folder: the members run as the postgres user, which cannot enter that
+    cluster = PostgresSyncStandbyCluster(Path(tempfile.mkdtemp(prefix="leasecheck-test-hostruns-")), ttl_ms=1000).start()
+    sshds: list[Sshd] = []
+    try:
+        keys = Keys.make(tmp_path / "keys")
+        for member in cluster.members.values():
+            sshds.append(start_sshd(tmp_path / "sshd", keys, member.host.address, 22, netns=member.host.netns))
+        known = keys.known_hosts(tmp_path / "known_hosts", *((m.host.address, 22) for m in cluster.members.values()))
+        members = "".join(textwrap.dedent(f"""
+            [[member]]
+            name = "{name}"
+            host = "ssh://root@{m.host.address}:22"
+            address = "{m.host.address}"
+            process = {{ pidfile = "{m.server.data_dir}/postmaster.pid" }}
+            logs = ["{m.server.log_path}"]
+            """) for name, m in cluster.members.items())
+        hosts = tmp_path / "staging.toml"
+        hosts.write_text('store = "postgres"\n' + keys.ssh_table(known) + textwrap.dedent("""\
+            [postgres]
+            client = "psql -h {address} -p 5432 -U postgres -d postgres"
+            """) + members)
+        nemesis = ("isolate-primary", "failover")
+        result = run(RunOptions(target="postgres", url=cluster.url, hosts=str(hosts), nemesis=nemesis, seed=1,
+                                time_limit=8.0, evidence_wait_s=60.0, nemesis_interval=2.0, store=str(tmp_path / "store")))
+        assert result.verdict.valid is True, (result.reason, [(a.kind, a.ops) for a in result.verdict.anomalies][:5],
+                                              result.run_dir)
+        from leasecheck.histories import read_history
+
+        _, _, reader = read_history(result.run_dir / "history.jsonl")
+        done = {(e.value["fault"], e.f) for e in reader.nemesis if isinstance(e.value, dict) and e.value.get("fault") in nemesis}
+        assert {("isolate-primary", "partition"), ("isolate-primary", "heal"), ("failover", "failover")} <= done, done
+        moved = [e.value for e in reader.nemesis if e.f == "failover" and isinstance(e.value, dict) and e.value.get("to")]
+        assert moved and moved[0]["from"] == "m1" and moved[0]["to"] == "m2", moved  # STONITH, then promote, over ssh
+        for member in cluster.members.values():
+            rules = subprocess.run(["ip", "netns", "exec", member.host.netns, "iptables", "-S", "INPUT"],
+                                   capture_output=True, text=True, check=True).stdout
+            assert "leasecheck:" not in rules, rules
+    finally:
+        for sshd in sshds:
+            sshd.stop()
+        cluster.stop()
+        cluster.cleanup()
+
+
 GOOD = """\
 store = "redis"
 [[member]]
