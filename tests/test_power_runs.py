@@ -70,3 +70,39 @@ def test_the_report_says_the_profile_and_its_settings(tmp_path: Path) -> None:
     page = (result.run_dir / "report.html").read_text()
     assert "durability.settings" in page and "PRAGMA synchronous=NORMAL" in page
     assert json.loads((result.run_dir / "test.json").read_text())["options"]["store_config"] == "fast"
+
+
+def test_a_job_queue_whose_broker_loses_its_power_on_its_shipped_config(tmp_path: Path) -> None:
+    """A queue run takes ``power-loss`` as a lease run does: its broker (RQ's Redis, as shipped: snapshots only) on
+    the power-loss layer, the profile in the history's header, each cut recorded with what it dropped, an execution
+    under way at a cut required (a power-loss run without one tested nothing), and the jobs the broker lost said."""
+    out = tmp_path / "result.json"
+    with out.open("w") as f:
+        done = subprocess.run(["python3", "-m", "leasecheck.queue_run", "rq", "--nemesis", "power-loss", "--store-config",
+                               "default", "--time-limit", "12", "--seed", "1", "--store", str(tmp_path / "store")],
+                              stdout=f, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    run_dir = Path(json.loads(out.read_text())["run_dir"])
+    results = json.loads((run_dir / "results.json").read_text())
+    header, _, reader = read_history(run_dir / "history.jsonl")
+    assert header.meta["durability"] == {"profile": "default", "settings": ["as shipped"]}
+    cuts = [e for e in reader.nemesis if e.f == "kill" and isinstance(e.value, dict) and e.value.get("fault") == "power-loss"]
+    assert cuts and all(set(e.value["dropped"]) == {"bytes", "files", "entries"} for e in cuts)
+    coverage = results["coverage"]
+    assert coverage["required"] == {"power-loss": ["granted-before-power-loss"]}
+    assert coverage["counts"]["granted-before-power-loss"] >= 1 and "granted-before-power-loss" not in coverage["missing"]
+    run = results["run"]
+    lost = [w for w in results.get("warnings", []) if "jobs enqueued never finished" in w]
+    assert bool(lost) is (run["finished"] < run["jobs"]), (run, results.get("warnings"))
+    assert not [line for line in Path("/proc/mounts").read_text().splitlines() if str(tmp_path) in line]
+
+
+@pytest.mark.parametrize("args, said", [
+    (["temporal", "--nemesis", "power-loss"], "power-loss cuts a Redis or Postgres broker's power; temporal's broker is temporal"),
+    (["rq", "--store-config", "safe"], "unknown store config 'safe' (one of durable, default, fast)"),
+])
+def test_a_queue_run_refuses_a_power_loss_it_cannot_have_in_one_line(tmp_path: Path, args: list[str], said: str) -> None:
+    done = subprocess.run(["python3", "-m", "leasecheck.queue_run", *args, "--store", str(tmp_path / "store")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and done.stderr.strip().splitlines() == [f"python -m leasecheck.queue_run: {said}"], done.stderr
+    assert not (tmp_path / "store").exists()

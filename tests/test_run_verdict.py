@@ -214,6 +214,22 @@ def test_a_worker_fault_on_a_lease_holder_counts_without_an_op_in_flight() -> No
     assert f"kill {UNMET}" in (verdict_of(idle, ("kill",))[1] or "")
 
 
+def test_a_broker_fault_in_a_queue_run_counts_on_an_execution_under_way_without_an_op_in_flight() -> None:
+    """A job queue's execution talks to its broker through the library, outside the recorded ops: a power cut of the
+    broker while an execution holds its job met the run (in a lease run only an op in flight does)."""
+    for queue in (True, False):
+        h = History()
+        if queue:
+            h.lines[0] = msgspec.json.encode({**msgspec.json.decode(h.lines[0]), "lease_expiry": "queue"})
+        h.protocol()  # process 1 holds epoch 1 on n (its claim); nothing is in flight below
+        h.nemesis("kill", {"fault": "power-loss", "victims": ["store"], "dropped": {"bytes": 0, "files": 0, "entries": 0}})
+        h.nemesis("start", {"fault": "power-loss", "victims": ["store"]})
+        evidence = evidence_of(h.lines)
+        assert evidence.queue is queue
+        assert evidence.unexercised(lookup(("power-loss",))) == ([] if queue else [f"power-loss {UNMET} (no op of a process it"
+                                                                                   f" hit was in flight while it lasted)"])
+
+
 def test_every_requested_fault_must_start_and_heal() -> None:
     h = History().protocol()
     h.nemesis("pause", {"fault": "pause", "victims": [1]})

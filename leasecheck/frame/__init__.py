@@ -7,9 +7,11 @@
   history is never valid), results.json with ``interrupted`` (null or the signal's name), anomalies.jsonl, report.html,
   and the one result type with its exit code (:mod:`leasecheck.exits`);
 * :mod:`.interrupts` — the signals that end a run, one path for both, and the shield worker processes start behind.
+* :mod:`.store_server` — the Postgres or Redis server a run starts in its folder (a lease run's store, a queue run's
+  broker), with the run's durability profile and, for a power-loss fault, on the power-loss layer.
 
 ``leasecheck.run`` (a lease run) and ``leasecheck.queue_run`` (a queue library's own workers) call it and keep only what
-differs: how workers start, what drives them, how they wind down. May import: ``report``, ``verdict``, ``rundir``, the
+differs: how workers start, what drives them, how they wind down. May import: ``report``, ``verdict``, ``rundir``, ``servers``, the
 core (``checker``, ``targets``, ``nemesis``, ``histories``), ``exits``, ``errors``. Never ``run``, ``queue_run``, ``ci``,
 ``kit`` or ``cli``.
 """

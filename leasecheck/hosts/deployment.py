@@ -214,7 +214,7 @@ def load_deployment(path: str | Path) -> Deployment:
     except OSError:
         key = None  # read below, to say why it cannot be
     if key in _READ:
-        return _READ[key]  # type: ignore[index]
+        return _READ[key]
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

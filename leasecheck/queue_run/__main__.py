@@ -10,6 +10,7 @@ from leasecheck.exits import Exit
 from leasecheck.lists import names
 from leasecheck.queue_run.runner import QueueOptions, run_queue
 from leasecheck.servers.base import EnvironmentFailure
+from leasecheck.targets.durability import DEFAULT_PROFILE, PROFILES
 from leasecheck.targets.queues.registry import QueueNotFound
 
 
@@ -24,12 +25,14 @@ def main() -> int:
     p.add_argument("--stall-rate", type=float, default=0.5)
     p.add_argument("--nemesis", default="")
     p.add_argument("--store", default="store")
+    p.add_argument("--store-config", default=DEFAULT_PROFILE,
+                   help=f"the broker's durability profile (Redis, Postgres), as leasecheck run's: {', '.join(PROFILES)}")
     p.add_argument("--fail-fast", action="store_true", help="stop the test at the first anomaly the live check proves")
     a = p.parse_args()
     try:
         faults = () if a.nemesis.strip() in ("", "none") else names(a.nemesis, "--nemesis")
         opts = QueueOptions(a.library, a.mode, a.seed, faults, a.time_limit, a.ttl, a.workers, a.stall_rate, store=a.store,
-                            fail_fast=a.fail_fast)
+                            fail_fast=a.fail_fast, store_config=a.store_config)
         result = run_queue(opts)
     except (ValueError, QueueNotFound) as e:  # bad input: one line, exit 3, before anything starts
         print(f"python -m leasecheck.queue_run: {e}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from leasecheck.targets.durability import DEFAULT_PROFILE
 from leasecheck.targets.queues.base import Mode
 
 
@@ -32,3 +33,5 @@ class QueueOptions:
     fail_fast: bool = False
     #: seconds between two checks of the history so far (0: none, the history is checked at the end only)
     live_every_s: float = 2.0
+    #: the broker's durability profile (Redis, Postgres: :mod:`leasecheck.targets.durability`), as ``run --store-config``
+    store_config: str = DEFAULT_PROFILE

@@ -27,6 +27,7 @@ from typing import Any
 from leasecheck.checker import check_source
 from leasecheck.frame.ending import RunResult, draw_report, last_word, record_anomalies, write_results
 from leasecheck.frame.folder import RunFrame
+from leasecheck.frame.store_server import store_server
 from leasecheck.histories import Header
 from leasecheck.histories.format import EffectFence
 from leasecheck.nemesis.catalogue import FaultKind, lookup
@@ -39,11 +40,12 @@ from leasecheck.queue_run.live import LiveCheck
 from leasecheck.queue_run.options import QueueOptions
 from leasecheck.queue_run.watcher import Watcher
 from leasecheck.queue_run.workers import QueueWorkers
-from leasecheck.rundir.files import remove_leftovers, server_directory
+from leasecheck.rundir.files import remove_leftovers
 from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.rundir.storedir import mark_latest
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.servers.store_network import StoreNetwork
+from leasecheck.targets.durability import check_profile, settings
 from leasecheck.targets.queues.base import QueueConfig, QueueLibrary
 from leasecheck.targets.queues.registry import load
 from leasecheck.targets.queues.resource import Resource
@@ -54,8 +56,10 @@ from leasecheck.verdict.situations import coverage_json
 
 log = logging.getLogger("leasecheck.queue_run")
 
+#: the fault that cuts the broker's power (its server on the power-loss layer)
+POWER_LOSS_FAULT = "power-loss"
 #: the faults a queue run can inflict: on the library's worker processes (with their children) and on its broker
-QUEUE_FAULTS = ("pause", "kill", "pause-store", "kill-store", "partition")
+QUEUE_FAULTS = ("pause", "kill", "pause-store", "kill-store", "partition", POWER_LOSS_FAULT)
 
 
 class QueueRun:
@@ -67,6 +71,9 @@ class QueueRun:
             raise ValueError(f"a queue run takes the faults {', '.join(QUEUE_FAULTS)}, not {', '.join(bad)}")
         self.opts = opts
         self.cls: type[QueueLibrary] = load(opts.library)
+        if POWER_LOSS_FAULT in opts.nemesis and self.cls.broker not in ("redis", "postgres"):
+            raise ValueError(f"power-loss cuts a Redis or Postgres broker's power; {opts.library}'s broker is {self.cls.broker}")
+        check_profile(opts.store_config)
         if opts.mode == "fenced" and self.cls.identity != "attempt":
             raise ValueError(f"{opts.library} hands its executions no attempt number: it has no fenced mode")
         if (problem := self.cls.ttl_problem(opts.ttl_ms)) is not None:
@@ -117,21 +124,15 @@ class QueueRun:
             return self._judge(history)
 
     def _start_broker(self) -> None:
-        directory = self.run_dir / self.cls.broker
-        if self.cls.broker == "redis":
-            from leasecheck.servers.redis import RedisServer
-
-            self.server = RedisServer(directory).start()
-        elif self.cls.broker == "temporal":
+        """The library's broker in the run folder: Redis or Postgres as a lease run's store is started (its durability
+        profile, the power-loss layer under a ``power-loss`` run), or Temporal's dev server."""
+        if self.cls.broker == "temporal":
             from leasecheck.servers.temporal import TemporalServer
 
-            self.server = TemporalServer(directory).start()
-        else:
-            from leasecheck.servers.postgres import PostgresServer
-
-            # a server running as the postgres user (we are root) may not reach a private run folder: see server_directory
-            home = server_directory(self.run_dir, "postgres", PostgresServer._server_user())
-            self.server = PostgresServer(home).start()
+            self.server = TemporalServer(self.run_dir / self.cls.broker).start()
+            return
+        self.server = store_server(self.cls.broker, self.run_dir, profile=self.opts.store_config,
+                                   power_layer=POWER_LOSS_FAULT in self.opts.nemesis).start()
 
     def _prepare(self) -> None:
         """The queue folder (plan, resource, events), the library's broker set up, the watcher and the workers made."""
@@ -317,7 +318,9 @@ class QueueRun:
         opts = self.opts
         return Header(opts.ttl_ms, 50, {"target": f"queue:{opts.library}", "library": self.cls.library,
                                         "mode": opts.mode, "seed": opts.seed, "run_id": self.run_id,
-                                        "nemesis": list(opts.nemesis), "workers": opts.workers},
+                                        "nemesis": list(opts.nemesis), "workers": opts.workers,
+                                        **({"durability": {"profile": opts.store_config, "settings": said}}
+                                           if (said := settings(self.cls.broker, opts.store_config)) else {})},
                       effect_fence=effect_fence(opts.mode), lease_expiry="queue")
 
     def _read_resources(self) -> list[ResourceRead]:
@@ -346,6 +349,9 @@ class QueueRun:
                  "reads": len(self.watcher.reads) if self.watcher else 0,
                  "faults": self.nemesis.started if self.nemesis else 0, "worker_processes": self.replaced + opts.workers,
                  **({"stopped_at_first_anomaly": True} if self.stopped_early else {})}
+        if stats["finished"] < stats["jobs"]:
+            verdict.warnings.append(f"{stats['jobs'] - stats['finished']} of {stats['jobs']} jobs enqueued never finished "
+                                    f"(the broker may have lost them: nothing of theirs is judged)")
         write_results(self.run_dir, verdict, reason, self.frame.interrupts, target=f"queue:{opts.library}",
                       library=self.cls.library, mode=opts.mode, nemesis=list(opts.nemesis), seed=opts.seed,
                       run_dir=str(self.run_dir), run=stats,
@@ -364,10 +370,17 @@ def effect_fence(mode: str) -> EffectFence:
     return "lease" if mode == "documented" else "token"
 
 
+#: what a fault must bring about in a queue run, where it differs from a lease run's: nothing timed against a ttl (a
+#: claim after a lease's expiry, a deadline in a store fault: a queue's timers are the library's own, ``lease_expiry:
+#: "queue"``); a power cut must have found an execution under way (granted before it), or it tested nothing. A claim
+#: after it is counted, not required: a broker that lost the job never hands it out again
+QUEUE_SITUATIONS: dict[str, tuple[str, ...]] = {POWER_LOSS_FAULT: ("granted-before-power-loss",)}
+
+
 def queue_kinds(nemesis: Sequence[str]) -> list[FaultKind]:
-    """The catalogue's rows of a queue run's faults, without the situations they must bring about in a lease run
-    (a claim after a lease's expiry: a queue's timers are the library's own, ``lease_expiry: "queue"``)."""
-    return [replace(k, situations=()) for k in lookup(list(nemesis))] if nemesis else []
+    """The catalogue's rows of a queue run's faults, each with what it must bring about in a queue run
+    (:data:`QUEUE_SITUATIONS`)."""
+    return [replace(k, situations=QUEUE_SITUATIONS.get(k.name, ())) for k in lookup(list(nemesis))] if nemesis else []
 
 
 def _empty() -> Any:

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leasecheck.frame.store_server import SERVER_KINDS, store_server
 from leasecheck.hosts.protocol import HostUnreachable
 from leasecheck.nemesis.catalogue import Need
 from leasecheck.run.options import RunOptions
 from leasecheck.rundir.files import MEMBERS_DIR, server_directory
 from leasecheck.servers.base import EnvironmentFailure, LocalServer
 from leasecheck.targets.base import Indeterminate, Target, TargetConfig, Unavailable
-from leasecheck.targets.durability import DEFAULT_PROFILE, check_profile
+from leasecheck.targets.durability import DEFAULT_PROFILE
 from leasecheck.targets.durability import OPTION as PROFILE_OPTION
 from leasecheck.targets.exec_target import ExecTarget
 from leasecheck.waiting import poll
@@ -179,34 +180,9 @@ def prepare(target: type[Target], run_dir: Path, url: str | None, skewable: bool
         return Environment(str(run_dir / "files"))
     if env == "docker":
         return _in_docker(kind, run_dir)
-    if kind == "postgres":
-        from leasecheck.servers.faketime import FaketimePostgresServer
-        from leasecheck.servers.postgres import PostgresServer
-
-        # in the run directory, never the temp folder: its log belongs to the run, and a killed run leaves nothing elsewhere
-        home = server_directory(run_dir, "postgres", PostgresServer._server_user())
-        server: LocalServer = FaketimePostgresServer(home) if skewable else PostgresServer(home)
-    elif kind == "redis":
-        from leasecheck.servers.faketime import FaketimeRedisServer
-        from leasecheck.servers.redis import RedisServer
-
-        server = FaketimeRedisServer(run_dir / "redis") if skewable else RedisServer(run_dir / "redis")
-    elif kind == "zookeeper":
-        from leasecheck.servers.zookeeper import ZooKeeperServer
-
-        server = ZooKeeperServer(run_dir / "zookeeper")
-    elif kind == "etcd":
-        from leasecheck.servers.etcd import EtcdServer
-
-        server = EtcdServer(run_dir / "etcd")
-    else:
+    if kind not in SERVER_KINDS:
         raise EnvironmentFailure(f"target {target.name!r} brings its own store: give its address with --url")
-    if kind in ("postgres", "redis"):
-        server.profile = check_profile(profile)  # type: ignore[attr-defined]  # RedisServer's, PostgresServer's
-    if power_layer:
-        from leasecheck.servers.powerfs_layer import on_powerfs
-
-        on_powerfs(server, names="journaled" if kind == "postgres" else "strict")  # Postgres never fsyncs a new file's folder
+    server = store_server(kind, run_dir, profile=profile, power_layer=power_layer, skewable=skewable)
     server.start()
     return Environment(server.url, server)
 

@@ -78,6 +78,8 @@ class _Span:
     #: a fault of the workers' own (a pause, a kill, a clock): a victim holding a lease is hit by it, op or not
     on_workers: bool
     exercised: bool = False
+    #: a victim holding a lease meets it, op or not: a worker's own fault, or a broker's in a queue run
+    meets_holders: bool = False
 
     def hits(self, process: int) -> bool:
         return self.everyone or process in self.victims
@@ -103,6 +105,16 @@ class Evidence:
     _holding: dict[Any, set[str]] = field(default_factory=dict)
     #: the faults started and not yet healed
     _open: list[_Span] = field(default_factory=list)
+    #: a job queue's history (header ``lease_expiry: "queue"``): an execution under way talks to its broker through
+    #: the library, outside the ops recorded, so a fault of the broker meets every execution under way while it lasts
+    queue: bool = False
+
+    def take_header(self, line: bytes) -> None:
+        """What of the history's first line the evidence depends on: is it a job queue's (``lease_expiry: "queue"``)?"""
+        try:
+            self.queue = msgspec.json.decode(line).get("lease_expiry") == "queue"
+        except (msgspec.MsgspecError, AttributeError):
+            pass  # the reader that checks the history says what is wrong with its header
 
     def feed(self, ev: Event) -> None:
         if ev.process == NEMESIS:
@@ -149,8 +161,9 @@ class Evidence:
             store_side = Need.SERVER in kind.needs and not network
             span = _Span(kind.name, victims, store_side or (network and (not victims or value.get("scope") == "all")),
                          on_workers=Need.SERVER not in kind.needs)
+            span.meets_holders = span.on_workers or (store_side and self.queue)
             busy = {p for p in self._pending if type(p) is int}
-            if span.on_workers:
+            if span.meets_holders:
                 busy |= {p for p, nodes in self._holding.items() if nodes}
             if any(span.hits(p) for p in busy):
                 span.exercised = True
@@ -172,8 +185,8 @@ class Evidence:
 
     def unexercised(self, kinds: Sequence[FaultKind]) -> list[str]:
         """The faults of ``kinds`` that started but never met the run: no op of a process they hit in flight
-        while they lasted (any process's, for a fault on everyone), nor, for a worker's own fault, a lease
-        its victim held. Such a fault tested nothing (a latency that fell between two ops), so it does
+        while they lasted (any process's, for a fault on everyone), nor, for a worker's own fault (a broker's in a
+        queue run), a lease its victim held as it began. Such a fault tested nothing (a latency that fell between two ops), so it does
         not count as exercised. Only faults whose events name them (``"fault"``) are followed."""
         started = {v.get("fault") for f, v in self.nemesis if isinstance(v.get("fault"), str)}
         return [f"{kind.name} never met an op (no op of a process it hit was in flight while it lasted)"
@@ -267,7 +280,10 @@ def evidence_of(lines: Iterable[bytes]) -> Evidence:
     decode = msgspec.json.Decoder(Event).decode
     evidence = Evidence()
     for i, line in enumerate(lines):
-        if i == 0 or not line.strip():
+        if i == 0:
+            evidence.take_header(line)
+            continue
+        if not line.strip():
             continue
         try:
             evidence.feed(decode(line))

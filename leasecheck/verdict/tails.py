@@ -64,6 +64,7 @@ class HistoryTail:
         for line in data[:end].splitlines():
             if not self._header_seen:
                 self._header_seen = True
+                self.evidence.take_header(line)
                 continue
             try:
                 event = self._decode(line)
