@@ -29,8 +29,12 @@ from leasecheck.run.flags import Finite, output_file
               help="Exit 0 when every run reached the verdict AUDITS.md publishes for it, 1 when one did not (a CI check that the library still behaves as audited).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run, one per line.")
 @click.option("--markdown", is_flag=True, help="End with a Markdown table of the runs (AUDITS.md's).")
+@click.option("--latest", is_flag=True,
+              help="Run the published audits on each library's newest release (a throwaway virtualenv) and say what "
+                   "changed: a verdict, a kind, a release that no longer installs. Exit 1 if anything did.")
 def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: tuple[str, ...], seeds: str | None,
-          time_limit: float | None, store_dir: str, as_published: bool, as_json: bool, markdown: bool) -> None:
+          time_limit: float | None, store_dir: str, as_published: bool, as_json: bool, markdown: bool,
+          latest: bool) -> None:
     """Audit a third-party lock library or job queue (or ``all``, ``queues``) with its published settings (AUDITS.md).
 
     LIBRARY is an audited library's PyPI name, an adapter's registered name,
@@ -57,6 +61,8 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
         found, broken = audits()
         print_audit_plans(console, found, broken)
         return
+    if latest:
+        _latest(library, modes, faults, seeds, time_limit, store_dir)
     try:
         repeated(modes, "--mode")
         repeated(faults, "--fault")
@@ -98,6 +104,33 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
     if as_published:
         sys.exit(Exit.INVALID if mismatches else Exit.VALID)
     sys.exit(worst(codes))
+
+
+def _latest(library: str, modes: tuple[str, ...], faults: tuple[str, ...], seeds: str | None, time_limit: float | None,
+            store_dir: str) -> None:
+    """``audit --latest``: the library's published audit on its newest release; exits with the drift's code."""
+    from leasecheck.ci.latest import exit_code, libraries_of, run_latest
+    from leasecheck.errors import EnvironmentFailure
+
+    try:
+        repeated(modes, "--mode")
+        repeated(faults, "--fault")
+        if seeds is not None:
+            _seeds(seeds)
+        libraries_of(library)
+    except BadList as e:
+        raise click.UsageError(str(e)) from None
+    except LookupError as e:
+        click.echo(f"leasecheck audit: {e.args[0]}", err=True)
+        sys.exit(Exit.BAD_INPUT)
+    args = [*(a for f in faults for a in ("--fault", f)), *(["--seeds", seeds] if seeds is not None else []),
+            *(["--time-limit", str(time_limit)] if time_limit is not None else [])]
+    try:
+        drifts = run_latest(library, args, Path(store_dir), modes, say=click.echo)
+    except EnvironmentFailure as e:
+        click.echo(f"leasecheck audit: {e}", err=True)
+        sys.exit(Exit.ENVIRONMENT)
+    sys.exit(exit_code(drifts))
 
 
 def _seeds(text: str) -> list[int]:
