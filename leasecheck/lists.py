@@ -10,7 +10,8 @@ that names the option and the item (exit 3 on the command line). Every reader of
 such a list calls :func:`names` (comma text) or :func:`distinct` (items given one by
 one), so they refuse alike and say it alike.
 
-Imports nothing: the CLI, the run, the matrix and the pytest plugin all take it.
+Imports only :mod:`leasecheck.errors` (a bad list is bad input, exit 3): the CLI, the run, the matrix and the
+pytest plugin all take it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
+from leasecheck.errors import BadInput
+
 T = TypeVar("T")
 
 
-class BadList(ValueError):
+class BadList(BadInput):
     """A list with an empty or repeated item; ``str()`` is one line: ``OPTION VALUE: why``."""
 
     def __init__(self, option: str, shown: str, why: str) -> None:

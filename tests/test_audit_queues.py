@@ -190,7 +190,7 @@ def test_sigint_keeps_the_verdict_as_a_lease_run_does_and_leaves_the_report_and_
     """The run frame: an interrupted queue run records ``"interrupted": "SIGINT"`` and keeps the verdict its history
     earns (a lease run's rule: only the reason says it was cut short), with report.html and anomalies.jsonl."""
     from leasecheck.checker import check_source
-    from leasecheck.queue_run.runner import queue_kinds
+    from leasecheck.queue_run.faults import queue_kinds
     from leasecheck.verdict.attribution import fault_victims
     from leasecheck.verdict.run_verdict import evidence_of, fault_windows, run_verdict
 

@@ -102,7 +102,8 @@ def queue_options(audited: Audited, nemesis: str, seed: int, store: Path, time_l
 
 def run_queue_audit(audited: Audited, nemesis: str, seed: int, store: Path, time_limit: float | None) -> AuditResult:
     """One run of a job queue's audit: the library's own workers (:mod:`leasecheck.queue_run`), judged as a lock's."""
-    from leasecheck.queue_run.runner import QueueRun, queue_kinds, run_queue
+    from leasecheck.queue_run.faults import queue_kinds
+    from leasecheck.queue_run.runner import QueueRun, run_queue
 
     opts = queue_options(audited, nemesis, seed, store, time_limit)
     result = run_queue(opts)

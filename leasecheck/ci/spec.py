@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from leasecheck.errors import BadInput
 from leasecheck.lists import BadList, distinct
 from leasecheck.run.flags import FLAGS, RunFlag, parse, run_options
 from leasecheck.servers.base import python_module
@@ -40,7 +41,7 @@ MATRIX_OWNED = {
 }
 
 
-class SpecError(ValueError):
+class SpecError(BadInput):
     """A spec that cannot make a matrix; ``str()`` is one line naming the file and the entry."""
 
 
@@ -185,8 +186,7 @@ def _targets(entry: dict[str, Any], where: str) -> list[str]:
 
 def _check_run(target: str, nemesis: tuple[str, ...], options: dict[str, Any], where: str) -> None:
     """Refuse what ``leasecheck run`` would refuse for this cell: its click options, then the runner's checks."""
-    from leasecheck.run.runner import BadOptions, Run
-    from leasecheck.targets.registry import TargetNotFound
+    from leasecheck.run.runner import Run
 
     probe = Cell("", target, nemesis, 0, tuple(sorted(options.items())), Expectation())
     try:
@@ -195,7 +195,7 @@ def _check_run(target: str, nemesis: tuple[str, ...], options: dict[str, Any], w
         raise SpecError(f"{where}: {_one_line(e.format_message())}") from None
     try:
         Run(opts)  # validates the options, loads the target, checks the faults against its store; starts nothing
-    except (BadOptions, TargetNotFound) as e:
+    except BadInput as e:
         raise SpecError(f"{where}: {target} under {nemesis_label(nemesis)}: {_one_line(e)}") from None
 
 

@@ -38,6 +38,7 @@ from leasecheck.cli.new_target import new_target
 from leasecheck.cli.output import last_note, one_line
 from leasecheck.cli.run_folders import heal, report
 from leasecheck.cli.running import install_toxiproxy, run
+from leasecheck.errors import BadInput
 from leasecheck.exits import Exit, interrupted
 
 
@@ -92,6 +93,9 @@ class ExitCodeGroup(click.Group):
             sys.exit(Exit.BAD_INPUT)
         except click.ClickException as e:
             click.echo(f"leasecheck: Error: {one_line(e.format_message())}", err=True)
+            sys.exit(Exit.BAD_INPUT)
+        except BadInput as e:  # a command that did not say it in its own words: still one line, exit 3
+            click.echo(f"leasecheck: {one_line(str(e))}", err=True)
             sys.exit(Exit.BAD_INPUT)
         except (click.Abort, KeyboardInterrupt):
             click.echo("aborted", err=True)

@@ -36,21 +36,21 @@ def check_hosts(file: str, nemesis: str | None, run_id: str) -> None:
     Prints one row per check. Exit 0 if every check passed, 3 for a bad FILE,
     4 for a host that cannot be reached or a permission it lacks.
     """
-    from leasecheck.errors import EnvironmentFailure
+    from leasecheck.errors import BadInput, EnvironmentFailure
     from leasecheck.hosts.checks import NEEDS, check
     from leasecheck.hosts.control import DeployedCluster
-    from leasecheck.hosts.deployment import DeploymentError, load_deployment
-    from leasecheck.lists import BadList, names
-    from leasecheck.nemesis.catalogue import UnknownFault, lookup
+    from leasecheck.hosts.deployment import load_deployment
+    from leasecheck.lists import names
+    from leasecheck.nemesis.catalogue import lookup
 
     try:
         faults = tuple(NEEDS) if nemesis is None else tuple(kind.name for kind in lookup(names(nemesis, "--nemesis")))
-    except (BadList, UnknownFault) as e:
+    except BadInput as e:
         raise click.UsageError(str(e)) from None
     try:
         deployment = load_deployment(file)
         cluster = DeployedCluster.open(deployment, run_id)
-    except (DeploymentError, ValueError) as e:
+    except BadInput as e:
         click.echo(f"leasecheck hosts check: {e}", err=True)
         sys.exit(Exit.BAD_INPUT)
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from leasecheck.cli.output import one_line
+from leasecheck.errors import BadInput
 from leasecheck.exits import Exit
 from leasecheck.histories import HistoryError
 from leasecheck.rundir.storedir import failed_start
@@ -114,11 +115,11 @@ def heal(path: str | None, hosts_file: str | None, run_id: str | None) -> None:
 def heal_hosts(file: str, run_id: str | None) -> int:
     """``heal --hosts FILE``: every member's host healed, one line per step; the exit code (0, 3 or 4)."""
     from leasecheck.hosts.control import DeployedCluster
-    from leasecheck.hosts.deployment import DeploymentError, load_deployment
+    from leasecheck.hosts.deployment import load_deployment
 
     try:
         cluster = DeployedCluster.open(load_deployment(file), run_id or "heal")
-    except (DeploymentError, ValueError) as e:
+    except BadInput as e:
         click.echo(f"leasecheck heal: {e}", err=True)
         return Exit.BAD_INPUT
     try:

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from leasecheck.cli.output import last_note, one_line, write_junit
+from leasecheck.errors import BadInput
 from leasecheck.exits import Exit
 from leasecheck.run.flags import FLAGS, run_options
 from leasecheck.rundir.runfolder import RunFolder
@@ -29,9 +30,8 @@ def run(**params: Any) -> None:
     SIGINT / SIGTERM (1 if what was recorded by then proves an anomaly).
     """
     from leasecheck.report.terminal import console_for, print_run
-    from leasecheck.run.runner import BadOptions, Run
+    from leasecheck.run.runner import Run
     from leasecheck.servers.base import EnvironmentFailure
-    from leasecheck.targets.registry import TargetNotFound
 
     as_json, coverage_counts, junit_file = params["as_json"], params["coverage_counts"], params["junit_file"]
     seed = params["seed"]
@@ -47,7 +47,7 @@ def run(**params: Any) -> None:
         with progress_for(out, opts, seed) as progress:
             test.progress = progress.update
             result = test.execute()
-    except (BadOptions, TargetNotFound) as e:
+    except BadInput as e:
         click.echo(f"leasecheck run: {e}", err=True)
         sys.exit(Exit.BAD_INPUT)
     except EnvironmentFailure as e:

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from leasecheck.errors import BadInput
+
 SCHEMES = ("ssh", "docker", "netns")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-class BadAddress(ValueError):
+class BadAddress(BadInput):
     """An address leasecheck cannot reach a host by; ``str()`` says what is wrong in one line."""
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from leasecheck.errors import BadInput
 from leasecheck.hosts.address import BadAddress, HostAddress, SshOptions, parse_address
 
 T = TypeVar("T")
@@ -56,7 +57,7 @@ STORE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-class DeploymentError(ValueError):
+class DeploymentError(BadInput):
     """A deployment file leasecheck cannot use; ``str()`` is one line, ``FILE:LINE: what is wrong`` (exit 3)."""
 
 

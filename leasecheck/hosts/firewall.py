@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from leasecheck.errors import EnvironmentFailure
+from leasecheck.errors import BadInput, EnvironmentFailure
 from leasecheck.hosts.protocol import Host
 
 #: every comment leasecheck puts on a rule starts so
@@ -33,7 +33,7 @@ IPTABLES = ("iptables", "-w", "10")
 def tag(run_id: str) -> str:
     """The comment on this run's rules; a run id is letters, digits, ``_.-`` (it goes through shells and iptables)."""
     if not _RUN_ID.match(run_id):
-        raise ValueError(f"run id {run_id!r}: letters, digits, '_', '.' and '-' only, at most 200")
+        raise BadInput(f"run id {run_id!r}: letters, digits, '_', '.' and '-' only, at most 200")
     return TAG + run_id
 
 

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from leasecheck.errors import BadInput
 from leasecheck.kit.conformance import RESTARTING, SCENARIOS
 from leasecheck.kit.scaffold_queue import render_queue
 from leasecheck.kit.scaffold_templates import ADAPTER, LOCK_ADAPTER, METHOD, TEST
@@ -78,7 +79,7 @@ SIGNATURES = {
 LOCK_SCENARIOS = ("crash-takeover", "duplicate-delivery", "epochs-increase", "heartbeat", "race")
 
 
-class ScaffoldError(ValueError):
+class ScaffoldError(BadInput):
     """The files cannot be written (a bad name, a file already there); ``str()`` says why in one line."""
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from leasecheck.errors import BadInput
 from leasecheck.histories.vocabulary import INSIDE_FUNCTIONS, inside_situation
 
 if TYPE_CHECKING:  # the fault modules are imported when a fault is made: reading the catalogue stays cheap
@@ -198,7 +199,7 @@ CATALOGUE: tuple[FaultKind, ...] = (
 FAULTS: dict[str, FaultKind] = {kind.name: kind for kind in CATALOGUE}
 
 
-class UnknownFault(ValueError):
+class UnknownFault(BadInput):
     """A fault name the catalogue does not have; ``str()`` names the known ones."""
 
 

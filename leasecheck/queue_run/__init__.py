@@ -1,6 +1,7 @@
 """The queue audit's harness: a job queue's own workers run leasecheck's task under faults, recorded, then checked.
 
-Holds the run (:mod:`.runner`), the library's worker processes (:mod:`.workers`),
+Holds the run (:mod:`.runner`), the faults it takes and what each must bring about (:mod:`.faults`), the library's
+worker processes (:mod:`.workers`),
 the watcher that reads each job's state from the library (:mod:`.watcher`), the
 check of the history so far that says each anomaly as it is proven (:mod:`.live`), the
 pure assembly of what they recorded into one history (:mod:`.assemble`), the

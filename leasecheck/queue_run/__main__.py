@@ -6,12 +6,11 @@ import argparse
 import json
 import sys
 
+from leasecheck.errors import BadInput, EnvironmentFailure
 from leasecheck.exits import Exit
 from leasecheck.lists import names
 from leasecheck.queue_run.runner import QueueOptions, run_queue
-from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.targets.durability import DEFAULT_PROFILE, PROFILES
-from leasecheck.targets.queues.registry import QueueNotFound
 
 
 def main() -> int:
@@ -34,7 +33,7 @@ def main() -> int:
         opts = QueueOptions(a.library, a.mode, a.seed, faults, a.time_limit, a.ttl, a.workers, a.stall_rate, store=a.store,
                             fail_fast=a.fail_fast, store_config=a.store_config)
         result = run_queue(opts)
-    except (ValueError, QueueNotFound) as e:  # bad input: one line, exit 3, before anything starts
+    except BadInput as e:  # bad input (a library not found among them): one line, exit 3, before anything starts
         print(f"python -m leasecheck.queue_run: {e}", file=sys.stderr)
         return int(Exit.BAD_INPUT)
     except EnvironmentFailure as e:

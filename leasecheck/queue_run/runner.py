@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.checker import check_source
+from leasecheck.errors import BadInput
 from leasecheck.frame.ending import RunResult, draw_report, last_word, record_anomalies, write_results
 from leasecheck.frame.folder import RunFrame
 from leasecheck.frame.store_server import store_server
@@ -35,6 +36,7 @@ from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.queue_run.assemble import Entry, ResourceRead, assemble
+from leasecheck.queue_run.faults import POWER_LOSS_FAULT, QUEUE_FAULTS, queue_kinds
 from leasecheck.queue_run.history import read_events, write_history
 from leasecheck.queue_run.live import LiveCheck
 from leasecheck.queue_run.options import QueueOptions
@@ -56,10 +58,6 @@ from leasecheck.verdict.situations import coverage_json
 
 log = logging.getLogger("leasecheck.queue_run")
 
-#: the fault that cuts the broker's power (its server on the power-loss layer)
-POWER_LOSS_FAULT = "power-loss"
-#: the faults a queue run can inflict: on the library's worker processes (with their children) and on its broker
-QUEUE_FAULTS = ("pause", "kill", "pause-store", "kill-store", "partition", POWER_LOSS_FAULT)
 
 
 class QueueRun:
@@ -68,16 +66,16 @@ class QueueRun:
     def __init__(self, opts: QueueOptions) -> None:
         bad = [n for n in opts.nemesis if n not in QUEUE_FAULTS]
         if bad:
-            raise ValueError(f"a queue run takes the faults {', '.join(QUEUE_FAULTS)}, not {', '.join(bad)}")
+            raise BadInput(f"a queue run takes the faults {', '.join(QUEUE_FAULTS)}, not {', '.join(bad)}")
         self.opts = opts
         self.cls: type[QueueLibrary] = load(opts.library)
         if POWER_LOSS_FAULT in opts.nemesis and self.cls.broker not in ("redis", "postgres"):
-            raise ValueError(f"power-loss cuts a Redis or Postgres broker's power; {opts.library}'s broker is {self.cls.broker}")
+            raise BadInput(f"power-loss cuts a Redis or Postgres broker's power; {opts.library}'s broker is {self.cls.broker}")
         check_profile(opts.store_config)
         if opts.mode == "fenced" and self.cls.identity != "attempt":
-            raise ValueError(f"{opts.library} hands its executions no attempt number: it has no fenced mode")
+            raise BadInput(f"{opts.library} hands its executions no attempt number: it has no fenced mode")
         if (problem := self.cls.ttl_problem(opts.ttl_ms)) is not None:
-            raise ValueError(problem)
+            raise BadInput(problem)
         self.kinds: list[FaultKind] = list(lookup(list(opts.nemesis))) if opts.nemesis else []
         #: the life cycle both run kinds share: the folder and its files, the run id, the signals, faults.json
         self.frame = RunFrame(Path(opts.store), f"queue-{opts.library}")
@@ -370,19 +368,6 @@ def effect_fence(mode: str) -> EffectFence:
     return "lease" if mode == "documented" else "token"
 
 
-#: what a fault must bring about in a queue run, where it differs from a lease run's: nothing timed against a ttl (a
-#: claim after a lease's expiry, a deadline in a store fault: a queue's timers are the library's own, ``lease_expiry:
-#: "queue"``); a power cut must have found an execution under way (granted before it), or it tested nothing. A claim
-#: after it is counted, not required: a broker that lost the job never hands it out again
-QUEUE_SITUATIONS: dict[str, tuple[str, ...]] = {POWER_LOSS_FAULT: ("granted-before-power-loss",)}
-
-
-def queue_kinds(nemesis: Sequence[str]) -> list[FaultKind]:
-    """The catalogue's rows of a queue run's faults, each with what it must bring about in a queue run
-    (:data:`QUEUE_SITUATIONS`)."""
-    return [replace(k, situations=QUEUE_SITUATIONS.get(k.name, ())) for k in lookup(list(nemesis))] if nemesis else []
-
-
 def _empty() -> Any:
     from leasecheck.checker.coverage import Coverage
 
@@ -401,8 +386,8 @@ def _python_path() -> dict[str, str]:
 
 
 def run_queue(opts: QueueOptions) -> RunResult:
-    """Run one queue audit run; raises ValueError (bad options) or EnvironmentFailure."""
+    """Run one queue audit run; raises BadInput (options it cannot take) or EnvironmentFailure."""
     return QueueRun(opts).execute()
 
 
-__all__ = ["QueueOptions", "QueueRun", "RunResult", "effect_fence", "queue_kinds", "run_queue"]
+__all__ = ["QueueOptions", "QueueRun", "RunResult", "effect_fence", "run_queue"]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from leasecheck.errors import BadInput
 from leasecheck.frame.ending import RunResult as RunResult  # the one result of a run of either kind
 from leasecheck.histories.vocabulary import SITUATIONS
 from leasecheck.lists import BadList, distinct, repeated
@@ -39,7 +40,7 @@ MIN_COUNT = 3
 MAX_TIME_LIMITS = 4.0
 
 
-class BadOptions(ValueError):
+class BadOptions(BadInput):
     """Options that cannot make a run; ``str()`` is the one-line reason."""
 
 

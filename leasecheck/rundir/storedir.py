@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from leasecheck.errors import EnvironmentFailure
+from leasecheck.errors import BadInput, EnvironmentFailure
 from leasecheck.rundir.runfolder import RunFolder, write_json
 
 
@@ -108,7 +108,7 @@ def save_faults(run_dir: Path, records: list[dict[str, Any]]) -> None:
     os.replace(tmp, RunFolder(run_dir).faults)
 
 
-class BadFaultsFile(ValueError):
+class BadFaultsFile(BadInput):
     """faults.json is not what :func:`save_faults` writes; ``str()`` names the file in one line."""
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from leasecheck.errors import BadInput
+
 #: the profiles, most durable first
 PROFILES: tuple[str, ...] = ("durable", "default", "fast")
 #: what a store runs with when nobody names a profile
@@ -56,7 +58,7 @@ SQLITE: Mapping[str, tuple[str, ...]] = {
 STORES: Mapping[str, Mapping[str, object]] = {"redis": REDIS, "postgres": POSTGRES, "sqlite": SQLITE}
 
 
-class UnknownProfile(ValueError):
+class UnknownProfile(BadInput):
     """A profile name none of :data:`PROFILES`; ``str()`` names them."""
 
 

@@ -58,6 +58,7 @@ from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
+from leasecheck.errors import BadInput
 from leasecheck.histories.format import EFFECT_FENCES, EffectFence
 from leasecheck.histories.vocabulary import FAIL_REASONS, READ_STATUSES
 from leasecheck.targets.base import (
@@ -89,7 +90,7 @@ GRACE_S = 1.0
 T = TypeVar("T")
 
 
-class BadCommand(ValueError):
+class BadCommand(BadInput):
     """``exec:COMMAND`` that cannot start anything; ``str()`` says why in one line."""
 
 

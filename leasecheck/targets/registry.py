@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from typing import Any
 
+from leasecheck.errors import BadInput
 from leasecheck.targets.base import Target, TargetConfig
 from leasecheck.targets.exec_target import EXEC_PREFIX, BadCommand, exec_target
 
@@ -54,7 +55,7 @@ EXTRA_OF_MODULE = {
 SERVER_CLIENTS: dict[str, tuple[str, str]] = {"postgres": ("psycopg", "postgres"), "redis": ("redis", "redis")}
 
 
-class TargetNotFound(Exception):
+class TargetNotFound(BadInput):
     """A ``--target`` that names nothing loadable; ``str()`` says why in one line."""
 
 

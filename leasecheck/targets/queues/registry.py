@@ -24,6 +24,7 @@ import inspect
 import sys
 from importlib.metadata import entry_points
 
+from leasecheck.errors import BadInput
 from leasecheck.targets.queues.base import QueueLibrary
 from leasecheck.targets.registry import _search_cwd
 
@@ -46,7 +47,7 @@ QUEUES: dict[str, str] = {
 }
 
 
-class QueueNotFound(Exception):
+class QueueNotFound(BadInput):
     """A queue name that names nothing loadable; ``str()`` says why in one line."""
 
 
