@@ -7,6 +7,7 @@ and names the one a queue breaks (here: huey, and huey without retries, which ne
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -59,3 +60,25 @@ def test_a_queue_that_never_runs_a_stalled_job_again_is_told_so(tmp_path: Path, 
     broken = conform("once_queue:OnceQueue", tmp_path / "store", time_limit=12.0)
     # every first execution stalls past the timeout: without a retry none is ever run again, and none succeeds
     assert set(broken) == {"stalled-redelivered", "job-executed"}, broken
+
+
+def test_the_workers_import_an_adapter_found_in_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker command that imports the adapter's own module (its task, as `taskiq worker MODULE:broker` does) finds
+    it: the workers start in the run's folder, so the folder the adapter was found in is on their PYTHONPATH."""
+    from leasecheck.queue_run.runner import _python_path
+    from leasecheck.targets.queues.huey_queue import HueyQueue
+    from leasecheck.targets.queues.registry import load_class
+
+    adapter = "from leasecheck.targets.queues.huey_queue import HueyQueue\n\n\nclass MineQueue(HueyQueue):\n    name = 'mine'\n"
+    (tmp_path / "mine_queue.py").write_text(adapter)
+    (tmp_path / "mine_pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "mine_pkg" / "__init__.py").write_text(adapter)
+    (tmp_path / "mine_pkg" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "mine_pkg" / "sub" / "deep_queue.py").write_text(adapter)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for spec in ("mine_queue:MineQueue", "mine_pkg:MineQueue", "mine_pkg.sub.deep_queue:MineQueue"):
+        paths = _python_path(load_class(spec))["PYTHONPATH"].split(os.pathsep)
+        assert str(tmp_path.resolve()) in paths, (spec, paths)
+    shipped = _python_path(HueyQueue)["PYTHONPATH"].split(os.pathsep)
+    assert shipped[0] == str(REPO) and str(tmp_path.resolve()) not in shipped, shipped

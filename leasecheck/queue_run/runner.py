@@ -152,7 +152,7 @@ class QueueRun:
         def library_for(slot: int) -> QueueLibrary:
             return self.producer if network is None else self.cls(replace(config, url=network.route(slot, config.url)))
 
-        self.workers = QueueWorkers(library_for, self.queue_dir, self.run_dir / "workers", _python_path())
+        self.workers = QueueWorkers(library_for, self.queue_dir, self.run_dir / "workers", _python_path(self.cls))
         self.start_ns = time.monotonic_ns()
         mark_latest(self.run_dir)
 
@@ -374,15 +374,24 @@ def _empty() -> Any:
     return Coverage()
 
 
-def _python_path() -> dict[str, str]:
-    """The workers import leasecheck's task as this process does (a source checkout run without installing)."""
+def _python_path(cls: type | None = None) -> dict[str, str]:
+    """The workers import leasecheck's task as this process does (a source checkout run without installing), and the
+    adapter's own module from where this process found it: a ``module:Class`` of the user's, found in the current
+    directory, whose worker command imports its task (the workers start in the run's folder, not there)."""
     import os
+    import sys
 
     import leasecheck
 
-    root = str(Path(leasecheck.__file__).resolve().parent.parent)
+    roots = [str(Path(leasecheck.__file__).resolve().parent.parent)]
+    module = sys.modules.get(cls.__module__) if cls is not None else None
+    if cls is not None and module is not None and getattr(module, "__file__", None):
+        file = Path(str(module.__file__)).resolve()
+        root = file.parents[cls.__module__.count(".") + (file.name == "__init__.py")]
+        if not {"site-packages", "dist-packages"} & set(root.parts) and str(root) not in roots:
+            roots.append(str(root))
     existing = os.environ.get("PYTHONPATH", "")
-    return {"PYTHONPATH": root + (os.pathsep + existing if existing else "")}
+    return {"PYTHONPATH": os.pathsep.join(roots) + (os.pathsep + existing if existing else "")}
 
 
 def run_queue(opts: QueueOptions) -> RunResult:
