@@ -34,6 +34,7 @@ def test_new_target_queue_writes_an_adapter_whose_test_names_each_method_to_writ
     for method in ("setup", "worker_command", "enqueue", "state"):
         assert f"test_method_is_written[{method}]" in out, out[-3000:]
         assert f"AcmeJobsQueue.{method} is not written yet" in out, out[-3000:]
+    assert "JobState('FAILED'), or None when the library does not know it" in out, out[-3000:]  # the message whole
     assert "4 failed" in out and "3 skipped" in out and "write setup, worker_command, enqueue, state first" in out, out[-3000:]
 
 
