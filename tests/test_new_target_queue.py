@@ -66,7 +66,7 @@ def test_a_queue_that_never_runs_a_stalled_job_again_is_told_so(tmp_path: Path, 
 def test_the_workers_import_an_adapter_found_in_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker command that imports the adapter's own module (its task, as `taskiq worker MODULE:broker` does) finds
     it: the workers start in the run's folder, so the folder the adapter was found in is on their PYTHONPATH."""
-    from leasecheck.queue_run.runner import _python_path
+    from leasecheck.queue_run.workers import worker_python_path
     from leasecheck.targets.queues.huey_queue import HueyQueue
     from leasecheck.targets.queues.registry import load_class
 
@@ -79,7 +79,7 @@ def test_the_workers_import_an_adapter_found_in_the_current_directory(tmp_path: 
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     for spec in ("mine_queue:MineQueue", "mine_pkg:MineQueue", "mine_pkg.sub.deep_queue:MineQueue"):
-        paths = _python_path(load_class(spec))["PYTHONPATH"].split(os.pathsep)
+        paths = worker_python_path(load_class(spec))["PYTHONPATH"].split(os.pathsep)
         assert str(tmp_path.resolve()) in paths, (spec, paths)
-    shipped = _python_path(HueyQueue)["PYTHONPATH"].split(os.pathsep)
+    shipped = worker_python_path(HueyQueue)["PYTHONPATH"].split(os.pathsep)
     assert shipped[0] == str(REPO) and str(tmp_path.resolve()) not in shipped, shipped

@@ -41,7 +41,7 @@ from leasecheck.queue_run.history import read_events, write_history
 from leasecheck.queue_run.live import LiveCheck
 from leasecheck.queue_run.options import QueueOptions
 from leasecheck.queue_run.watcher import Watcher
-from leasecheck.queue_run.workers import QueueWorkers
+from leasecheck.queue_run.workers import QueueWorkers, worker_python_path
 from leasecheck.rundir.files import remove_leftovers
 from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.rundir.storedir import mark_latest
@@ -152,7 +152,7 @@ class QueueRun:
         def library_for(slot: int) -> QueueLibrary:
             return self.producer if network is None else self.cls(replace(config, url=network.route(slot, config.url)))
 
-        self.workers = QueueWorkers(library_for, self.queue_dir, self.run_dir / "workers", _python_path(self.cls))
+        self.workers = QueueWorkers(library_for, self.queue_dir, self.run_dir / "workers", worker_python_path(self.cls))
         self.start_ns = time.monotonic_ns()
         mark_latest(self.run_dir)
 
@@ -372,26 +372,6 @@ def _empty() -> Any:
     from leasecheck.checker.coverage import Coverage
 
     return Coverage()
-
-
-def _python_path(cls: type | None = None) -> dict[str, str]:
-    """The workers import leasecheck's task as this process does (a source checkout run without installing), and the
-    adapter's own module from where this process found it: a ``module:Class`` of the user's, found in the current
-    directory, whose worker command imports its task (the workers start in the run's folder, not there)."""
-    import os
-    import sys
-
-    import leasecheck
-
-    roots = [str(Path(leasecheck.__file__).resolve().parent.parent)]
-    module = sys.modules.get(cls.__module__) if cls is not None else None
-    if cls is not None and module is not None and getattr(module, "__file__", None):
-        file = Path(str(module.__file__)).resolve()
-        root = file.parents[cls.__module__.count(".") + (file.name == "__init__.py")]
-        if not {"site-packages", "dist-packages"} & set(root.parts) and str(root) not in roots:
-            roots.append(str(root))
-    existing = os.environ.get("PYTHONPATH", "")
-    return {"PYTHONPATH": os.pathsep.join(roots) + (os.pathsep + existing if existing else "")}
 
 
 def run_queue(opts: QueueOptions) -> RunResult:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -133,3 +134,20 @@ def _group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def worker_python_path(cls: type | None = None) -> dict[str, str]:
+    """The workers import leasecheck's task as this process does (a source checkout run without installing), and the
+    adapter's own module from where this process found it: a ``module:Class`` of the user's, found in the current
+    directory, whose worker command imports its task (the workers start in the run's folder, not there)."""
+    import leasecheck
+
+    roots = [str(Path(leasecheck.__file__).resolve().parent.parent)]
+    module = sys.modules.get(cls.__module__) if cls is not None else None
+    if cls is not None and module is not None and getattr(module, "__file__", None):
+        file = Path(str(module.__file__)).resolve()
+        root = file.parents[cls.__module__.count(".") + (file.name == "__init__.py")]
+        if not {"site-packages", "dist-packages"} & set(root.parts) and str(root) not in roots:
+            roots.append(str(root))
+    existing = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": os.pathsep.join(roots) + (os.pathsep + existing if existing else "")}
