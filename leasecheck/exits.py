@@ -4,7 +4,8 @@ Exit codes are a contract (docs/contracts/exit-codes.md): a CI gate reads them, 
 each is declared once, here, and every command (``check``, ``run``, ``matrix``,
 ``summary``, ``audit``, ...) ends with one of these or with :func:`interrupted`'s.
 A command that judges several histories or runs exits with the worst of their
-codes, in the one :data:`SEVERITY` order.
+codes, in the one :data:`SEVERITY` order. A verdict's word and its code are here too
+(:func:`verdict_word`, :func:`verdict_exit`), so that every view says one run alike.
 """
 
 from __future__ import annotations
@@ -27,6 +28,26 @@ class Exit(IntEnum):
     BAD_INPUT = 3
     #: the environment failed (a server or tool would not start) or leasecheck crashed: never a verdict on the backend
     ENVIRONMENT = 4
+
+
+#: the verdicts a run or a history comes to (docs/contracts/verdict.md), as the words results.json, the tables, the
+#: JUnit files and the plugin use, and what a user may expect of a run
+VERDICTS = ("valid", "invalid", "unknown")
+
+
+def verdict_word(valid: object) -> str:
+    """results.json's ``valid`` (true, false, "unknown") as its word; ``"error"`` for anything else (a run folder whose
+    verdict cannot be read: never taken for one)."""
+    if valid is True:
+        return "valid"
+    if valid is False:
+        return "invalid"
+    return "unknown" if valid == "unknown" else "error"
+
+
+def verdict_exit(valid: object) -> Exit:
+    """A verdict's exit code: valid 0, invalid 1, unknown 2 (docs/contracts/exit-codes.md)."""
+    return Exit.VALID if valid is True else Exit.INVALID if valid is False else Exit.UNKNOWN
 
 
 #: which code wins among several: a run that could not test beats a usage error, which beats proven anomalies,

@@ -25,7 +25,8 @@ import pytest
 
 from leasecheck.ci import plugin_args
 from leasecheck.ci.plugin_args import replay_command, run_args, run_flags
-from leasecheck.ci.plugin_results import SHOWN_ANOMALIES, Anomaly, LeasecheckResult, describe_run, verdict_name
+from leasecheck.ci.plugin_results import SHOWN_ANOMALIES, Anomaly, LeasecheckResult, describe_run
+from leasecheck.exits import verdict_word
 from leasecheck.verdict.covered import covered_line
 
 pytest_plugins = ["pytester"]
@@ -139,7 +140,7 @@ def test_a_valid_run_passes_and_lands_in_the_default_store(inner: pytest.Pyteste
     assert properties["leasecheck seed 1"].endswith(line)
 
     # the message a test expecting this target to be broken would fail with, from this real run's results
-    r = LeasecheckResult(target=SQLITE, seed=1, verdict=verdict_name(results["valid"]), reason=results["reason"],
+    r = LeasecheckResult(target=SQLITE, seed=1, verdict=verdict_word(results["valid"]), reason=results["reason"],
                          anomalies=(), run_dir=run_dir, report=run_dir / "report.html", command="leasecheck run ...",
                          exit_code=0, results=results)
     assert describe_run(r, "invalid").splitlines()[0] == "seed 1: valid (expected invalid): the run found no anomaly"

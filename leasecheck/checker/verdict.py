@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from leasecheck.exits import Exit
+from leasecheck.exits import verdict_exit
 
 if TYPE_CHECKING:
     from leasecheck.checker.coverage import Coverage
@@ -102,11 +102,7 @@ class Verdict:
     @property
     def exit_code(self) -> int:
         """Valid, anomalies found or unknown (docs/contracts/exit-codes.md)."""
-        if self.valid is True:
-            return Exit.VALID
-        if self.valid is False:
-            return Exit.INVALID
-        return Exit.UNKNOWN
+        return verdict_exit(self.valid)
 
 
 class Reading(Protocol):

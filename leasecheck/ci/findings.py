@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.checker.verdict import Anomaly, Validity, Verdict
+from leasecheck.exits import verdict_word
 from leasecheck.lists import names
 from leasecheck.nemesis.catalogue import FaultKind
 
@@ -41,7 +42,7 @@ def fault_verdict(verdict: Verdict, reason: str | None, nemesis: str, history: P
     ours = {id(a) for a in mine}
     without = [a for a in verdict.anomalies if id(a) not in ours]
     if mine or not without:
-        return FaultVerdict(word(verdict.valid), reason, mine, without)
+        return FaultVerdict(verdict_word(verdict.valid), reason, mine, without)
     counted = sum(int(n) for n in verdict.stats.get("anomalies", {}).values())
     if counted > len(verdict.anomalies):
         return FaultVerdict("unknown", f"{counted - len(verdict.anomalies):,} anomalies were counted, not listed: "
@@ -55,11 +56,7 @@ def fault_verdict(verdict: Verdict, reason: str | None, nemesis: str, history: P
     checked: Validity = "unknown" if verdict.unknown_nodes else True
     rows = lookup(names(nemesis, "--fault")) if kinds is None else kinds
     valid, why = run_verdict(checked, evidence, rows, verdict.coverage or Coverage(), (), *(() if ops is None else (ops,)))
-    return FaultVerdict(word(valid), why, [], without)
-
-
-def word(valid: object) -> str:
-    return "valid" if valid is True else "invalid" if valid is False else "unknown"
+    return FaultVerdict(verdict_word(valid), why, [], without)
 
 
 def first_anomaly(history: Path, cited: dict[int, Any], anomalies: list[Any]) -> tuple[float | None, dict[str, Any] | None]:

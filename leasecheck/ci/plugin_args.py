@@ -9,7 +9,7 @@ environment. Kept apart from the fixture that runs it and from the message a
 failure shows, so the table and its checks read on their own.
 
 Imported when pytest loads the plugin (:mod:`leasecheck.ci.pytest_plugin`), so it
-imports only the standard library at the top (the run's flags, and click with them,
+imports only the standard library and :mod:`leasecheck.exits` (the same) at the top (the run's flags, and click with them,
 when a run is asked for); :data:`_STARTUP_PATH` is taken then.
 """
 
@@ -23,6 +23,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from leasecheck.exits import VERDICTS  # the standard library only, like the plugin
 
 #: the call's own parameters, which the marker may also give
 CALL_KEYS = ("target", "nemesis", "seeds", "time_limit", "expect")
@@ -39,7 +41,7 @@ def run_flags() -> dict[str, str]:
     flags = (f"--{flag.name}" for flag in FLAGS)
     return {flag[2:].replace("-", "_"): flag for flag in flags if flag not in _NOT_A_CALL_OPTION}
 #: what ``expect`` may say; "any": return the results without judging them
-EXPECTATIONS = ("valid", "invalid", "unknown", "any")
+EXPECTATIONS = (*VERDICTS, "any")
 
 DEFAULT_NEMESIS = "pause,kill"
 DEFAULT_SEEDS = 3

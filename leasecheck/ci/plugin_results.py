@@ -70,15 +70,6 @@ class LeasecheckResult:
         return list(dict.fromkeys(a.kind for a in self.anomalies))
 
 
-def verdict_name(valid: object) -> str:
-    """results.json's ``valid`` (true / false / "unknown") as the word the plugin uses."""
-    if valid is True:
-        return "valid"
-    if valid is False:
-        return "invalid"
-    return "unknown"
-
-
 def _indent(text: str, prefix: str) -> str:
     return ("\n" + prefix).join(text.splitlines() or [""])
 

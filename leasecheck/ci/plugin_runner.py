@@ -38,8 +38,8 @@ from leasecheck.ci.plugin_args import (
     run_args,
     seed_list,
 )
-from leasecheck.ci.plugin_results import Anomaly, LeasecheckError, LeasecheckResult, failure_message, verdict_name
-from leasecheck.exits import SIGNALLED, Exit  # the standard library only, like the plugin
+from leasecheck.ci.plugin_results import Anomaly, LeasecheckError, LeasecheckResult, failure_message
+from leasecheck.exits import SIGNALLED, Exit, verdict_word  # the standard library only, like the plugin
 
 #: seconds a run may take beyond its time limit and evidence wait (servers' start, final reads, the check)
 RUN_SLACK_S = 300.0
@@ -206,7 +206,7 @@ class LeasecheckRunner:
             raise LeasecheckError(f"leasecheck run (seed {seed}) exit {code} printed no results.json: {_last_line(err)}"
                                   f"\n  replay: {command}") from None
         result = LeasecheckResult(
-            target=target, seed=seed, verdict=verdict_name(results.get("valid")), reason=results.get("reason"),
+            target=target, seed=seed, verdict=verdict_word(results.get("valid")), reason=results.get("reason"),
             anomalies=tuple(Anomaly.from_json(a) for a in results.get("anomalies") or ()), run_dir=run_dir,
             report=RunFolder(run_dir).report, command=command, exit_code=code, results=results,
         )

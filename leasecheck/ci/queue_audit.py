@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.ci.audited import Audited, AuditResult, Unloadable
-from leasecheck.ci.findings import FaultVerdict, fault_verdict, first_anomaly, word
+from leasecheck.ci.findings import FaultVerdict, fault_verdict, first_anomaly
+from leasecheck.exits import verdict_word
 from leasecheck.lists import names
 from leasecheck.rundir.runfolder import RunFolder
 
@@ -110,7 +111,7 @@ def run_queue_audit(audited: Audited, nemesis: str, seed: int, store: Path, time
     history = RunFolder(result.run_dir).history
     ops = QueueRun.required_ops(opts.library)
     if nemesis == "none":  # no fault: every anomaly is the run's
-        judged = FaultVerdict(word(result.verdict.valid), result.reason, list(result.verdict.anomalies), [])
+        judged = FaultVerdict(verdict_word(result.verdict.valid), result.reason, list(result.verdict.anomalies), [])
     else:
         judged = fault_verdict(result.verdict, result.reason, nemesis, history, queue_kinds(opts.nemesis), ops)
     first_s, proof = first_anomaly(history, result.verdict.cited, judged.anomalies)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from leasecheck.exits import Exit, worst
+from leasecheck.exits import VERDICTS, Exit, verdict_word, worst
 from leasecheck.histories import HistoryError
 from leasecheck.histories.reader import file_cut
 from leasecheck.histories.vocabulary import KINDS
@@ -24,7 +24,7 @@ from leasecheck.lists import BadList, distinct
 from leasecheck.rundir.runfolder import RunFolder
 
 #: the verdicts a run can expect (docs/contracts/verdict.md's three)
-EXPECTABLE = ("valid", "invalid", "unknown")
+EXPECTABLE = VERDICTS
 
 Outcome = Literal["pass", "failure", "error", "skipped"]
 
@@ -81,15 +81,6 @@ class Judgement:
     #: 0 when it matches, else the exit code this row alone would give (see :func:`exit_code`)
     code: int
     message: str
-
-
-def verdict_word(valid: object) -> str:
-    """results.json's ``valid`` (true, false, "unknown") as the word the tables use."""
-    if valid is True:
-        return "valid"
-    if valid is False:
-        return "invalid"
-    return "unknown" if valid == "unknown" else "error"
 
 
 def nemesis_label(nemesis: tuple[str, ...]) -> str:
