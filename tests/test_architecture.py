@@ -63,6 +63,28 @@ def test_every_package_has_a_face() -> None:
     assert faceless == [], f"packages whose __init__.py does not say what they hold: {faceless}"
 
 
+def unnamed_in_face(package: Path) -> list[str]:
+    """The modules and subpackages of ``package`` its face does not name: by their name, or by a family it names in
+    double backticks (``broken_*``: every module whose name starts so; ``*_queue``: ends so)."""
+    import ast
+    import fnmatch
+    import re
+
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8"))) or ""
+    families = [f for f in re.findall(r"``([\w*]+)``", doc) if "*" in f]
+    held = sorted(p.stem for p in package.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    held += sorted(p.name for p in package.iterdir() if (p / "__init__.py").is_file())
+    return [m for m in held if not re.search(rf"(?<!\w){re.escape(m)}(?!\w)", doc)
+            and not any(fnmatch.fnmatchcase(m, f) for f in families)]
+
+
+def test_every_face_names_what_its_room_holds() -> None:
+    """A contributor finds a module from its room's face: each module and subpackage is named there (or its family)."""
+    unnamed = {init.parent.relative_to(REPO).as_posix(): missing for init in PACKAGE.rglob("__init__.py")
+               if (missing := unnamed_in_face(init.parent))}
+    assert unnamed == {}, f"modules a package's face does not name: {unnamed}"
+
+
 def test_the_core_folders_are_links_into_the_package() -> None:
     """The user's top-level names stay at the root, as relative links into the one package."""
     for name in ("checker", "histories", "nemesis", "targets"):

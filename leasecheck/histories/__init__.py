@@ -2,7 +2,8 @@
 
 A history is what a test run leaves behind: a header line and one event per line,
 each an invoke or a completion of a worker's operation, or a nemesis fault. This
-package reads (validating, streaming) and writes (append-only, flushed) that
+package reads (validating, streaming: :mod:`~leasecheck.histories.reader`, and in byte ranges side by side:
+:mod:`~leasecheck.histories.chunks`) and writes (append-only, flushed: :mod:`~leasecheck.histories.writer`) that
 format, and nothing else: it knows no checker, no backend and no fault. Its
 :mod:`~leasecheck.histories.vocabulary` declares the words everyone shares (op
 names, fail reasons, statuses, anomaly kinds).

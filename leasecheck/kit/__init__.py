@@ -4,7 +4,9 @@
   the scenarios by the promise they test (:mod:`.scenarios_ownership`, :mod:`.scenarios_zombies`,
   :mod:`.scenarios_liveness`, :mod:`.scenarios_restarts`, :mod:`.scenarios_clocks`), what they find
   (:mod:`.scenario_outcomes`) and how they drive clients (:mod:`.scenario_clients`);
-* :mod:`.scaffold` — ``leasecheck new-target NAME``: an adapter to edit and the test that holds it;
+  and the protected resource's scenario (:mod:`.scenarios_resource`);
+* :mod:`.scaffold` — ``leasecheck new-target NAME``: an adapter to edit and the test that holds it (its files as
+  templates: :mod:`.scaffold_templates`);
   :mod:`.scaffold_queue` — ``new-target --queue LIBRARY``: a job queue's adapter and its test, of
   :mod:`.queue_conformance` (one short queue run: a job executed, a stalled execution redelivered, the identity);
 * :mod:`.testing` — throwaway stores as ``leasecheck run`` starts them, and a method probe;

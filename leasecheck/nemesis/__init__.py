@@ -13,6 +13,8 @@ Modules: ``catalogue`` (the rows), ``protocol`` (what a fault is), ``context`` (
 ``worker_clocks``), ``store_clock`` (libfaketime), ``network`` (Toxiproxy
 toxics, on ``proxies`` and the ``toxiproxy`` client), ``container`` (Docker),
 ``power`` (the power cuts of the store and of a cluster's members, through ``PowerLossServer`` and ``PowerLossCluster``);
+``inside`` aims a pause or kill inside an op (the kinds of op armed, the workers holding them between round
+trips); ``host_clock`` watches the host's wall clock for a step nobody scheduled;
 ``timepatch`` bends a worker process's ``time.time`` for third-party code; ``processes``
 and ``mounts`` read /proc (the process table, and the power-loss layers mounted).
 """

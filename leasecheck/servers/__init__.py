@@ -1,7 +1,9 @@
 """Store servers leasecheck starts for tests and runs: see :mod:`leasecheck.servers.base`.
 
 * :mod:`.base` — :class:`LocalServer`, a server we start, own and stop, as a child process;
-* :mod:`.postgres`, :mod:`.redis`, :mod:`.toxiproxy` — the local servers, from the machine's binaries;
+* :mod:`.postgres`, :mod:`.redis`, :mod:`.etcd`, :mod:`.zookeeper`, :mod:`.toxiproxy` — the local servers, from the
+  machine's binaries; :mod:`.temporal` — Temporal's dev server for queue runs; :mod:`.tools` — external tools
+  leasecheck runs, found wherever it is installed;
 * :mod:`.store_network` — Toxiproxy in front of the store, one proxy per worker (a lease run's and a queue run's);
 * :mod:`.faketime` — Postgres and Redis under libfaketime, their clock skewable;
 * :mod:`.docker` — the same stores in containers (``--env docker``), with :mod:`.image`,

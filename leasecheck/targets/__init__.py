@@ -4,8 +4,11 @@
 * :mod:`.registry` — backends found by name (entry points ``leasecheck.targets``) and ``TargetSpec``;
 * the reference fenced backends (:mod:`.sqlite_lease`, :mod:`.postgres_lease`, :mod:`.redis_lease`),
   the reference unfenced one (:mod:`.redis_token_lease`), the broken variants (``broken_*``);
-* :mod:`.exec_target` — a backend in any language over the exec protocol; :mod:`.urls` — store URLs; :mod:`.durability` — each store's durability profiles, as data;
-* :mod:`.thirdparty` — third-party lock libraries, as their users use them.
+* :mod:`.exec_target` — a backend in any language over the exec protocol (its child process: :mod:`.exec_child`);
+  :mod:`.urls` — store URLs; :mod:`.redis_address` — one Redis server or the primary a Sentinel names;
+  :mod:`.pg_watchdog` — a deadline on every Postgres statement; :mod:`.durability` — each store's durability profiles, as data;
+* :mod:`.thirdparty` — third-party lock libraries, as their users use them; :mod:`.queues` — job queues and
+  durable-execution runtimes, audited with their own workers.
 
 May import ``histories`` (its types) and the stores' client libraries; never the checker that
 judges it, a fault or the front.
