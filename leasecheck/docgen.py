@@ -15,7 +15,9 @@ differs, so the docs cannot drift from the tool. The blocks:
 - ``usage COMMAND``: the command's synopsis, every option with its value, in a code block;
 - ``options COMMAND``: a table of the command's options: value, default, what it does;
 - ``faults``: the fault table, ``leasecheck nemeses --markdown`` word for word;
-- ``cli``: every command, its help, synopsis and options (the command-line reference).
+- ``cli``: every command, its help, synopsis and options (the command-line reference);
+- ``layout``: each room of the package and what its face (its ``__init__.py`` docstring) says it holds and may import,
+  so docs/layout.md's map is the rooms' own words (tests/test_architecture.py holds each face to name every module).
 """
 
 from __future__ import annotations
@@ -167,6 +169,30 @@ def cli() -> str:
     return "\n\n".join(parts)
 
 
+#: a Sphinx cross-reference in a face (``:mod:`.base```, ``:class:`~leasecheck.x.Y```): its last name, as code
+_ROLE = re.compile(r":(?:mod|class|func|data|meth|attr):`~?([\w.]+)`")
+
+
+def layout() -> str:
+    """One row per room below the package's root (whose face is the diagram of docs/layout.md's rule): its folder, and
+    its face in one paragraph (cross-references as code, ``|`` escaped)."""
+    import ast
+
+    import leasecheck
+
+    root = Path(leasecheck.__file__).parent
+    rows = ["| room | what it holds and may import (its face, `__init__.py`) |", "|---|---|"]
+    for init in sorted(root.rglob("__init__.py")):
+        if init.parent == root or "__pycache__" in init.parts:
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        doc = re.sub(r"^\* ", "• ", doc, flags=re.M)  # a face's list, as marks inside one cell
+        text = _ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1] or m.group(1)}`", " ".join(doc.split()))
+        text = text.replace("``", "`").replace("|", "\\|")
+        rows.append(f"| `leasecheck/{init.parent.relative_to(root).as_posix()}/` | {text} |")
+    return "\n".join(rows)
+
+
 def render(name: str) -> str:
     """The text of one generated block, by its marker's name (``usage run``, ``faults``, ...)."""
     what, _, arg = name.partition(" ")
@@ -180,7 +206,9 @@ def render(name: str) -> str:
         return faults("clusters")
     if what == "cli" and not arg:
         return cli()
-    raise KeyError(f"unknown generated block {name!r} (usage COMMAND, options COMMAND, faults, clusters, cli)")
+    if what == "layout" and not arg:
+        return layout()
+    raise KeyError(f"unknown generated block {name!r} (usage COMMAND, options COMMAND, faults, clusters, cli, layout)")
 
 
 def blocks(text: str) -> list[tuple[str, str]]:
