@@ -17,7 +17,8 @@ differs, so the docs cannot drift from the tool. The blocks:
 - ``faults``: the fault table, ``leasecheck nemeses --markdown`` word for word;
 - ``cli``: every command, its help, synopsis and options (the command-line reference);
 - ``layout``: each room of the package and what its face (its ``__init__.py`` docstring) says it holds and may import,
-  so docs/layout.md's map is the rooms' own words (tests/test_architecture.py holds each face to name every module).
+  so docs/layout.md's map is the rooms' own words (tests/test_architecture.py holds each face to name every module);
+- ``tests``: tests/README.md's map, each room and the test modules that import it, and what each test module holds.
 """
 
 from __future__ import annotations
@@ -193,6 +194,51 @@ def layout() -> str:
     return "\n".join(rows)
 
 
+#: the modules of the package's root, one room in the map of the tests
+_ROOT_MODULES = ("errors", "exits", "lists", "waiting", "docgen")
+
+
+def _rooms_imported(tree: object) -> set[str]:
+    """The rooms a test module imports (``leasecheck.checker.core`` -> ``checker``; the root's modules as one)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(tree):  # type: ignore[arg-type]
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    rooms = set()
+    for name in names:
+        parts = name.split(".")
+        if parts[0] == "leasecheck" and len(parts) > 1:
+            rooms.add("root" if parts[1] in _ROOT_MODULES else parts[1] + ("/" + parts[2] if parts[1] == "targets"
+                      and len(parts) > 2 and parts[2] in ("queues", "thirdparty") else ""))
+    return rooms
+
+
+def tests_map() -> str:
+    """tests/README.md's map: each room of the package and the test modules that import it, then each test module's
+    first docstring line (a source checkout's tests/; nothing when there is none)."""
+    import ast
+
+    import leasecheck
+
+    tests = Path(leasecheck.__file__).resolve().parent.parent / "tests"
+    by_room: dict[str, list[str]] = {}
+    said: list[str] = []
+    for path in sorted(tests.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for room in _rooms_imported(tree):
+            by_room.setdefault(room, []).append(path.stem)
+        first = (ast.get_docstring(tree) or "").split("\n\n")[0]
+        said.append(f"| `{path.name}` | {' '.join(first.split()).replace('|', chr(92) + '|') or '-'} |")
+    rows = ["| room | its tests (the modules that import it) |", "|---|---|"]
+    rows += [f"| `{room}` | {', '.join(f'`{t}`' for t in sorted(found))} |" for room, found in sorted(by_room.items())]
+    return "\n".join([*rows, "", "| test module | what it holds |", "|---|---|", *said])
+
+
 def render(name: str) -> str:
     """The text of one generated block, by its marker's name (``usage run``, ``faults``, ...)."""
     what, _, arg = name.partition(" ")
@@ -208,7 +254,9 @@ def render(name: str) -> str:
         return cli()
     if what == "layout" and not arg:
         return layout()
-    raise KeyError(f"unknown generated block {name!r} (usage COMMAND, options COMMAND, faults, clusters, cli, layout)")
+    if what == "tests" and not arg:
+        return tests_map()
+    raise KeyError(f"unknown generated block {name!r} (usage COMMAND, options COMMAND, faults, clusters, cli, layout, tests)")
 
 
 def blocks(text: str) -> list[tuple[str, str]]:
@@ -223,7 +271,7 @@ def regenerate(text: str) -> str:
 
 def pages(root: Path) -> list[Path]:
     """The Markdown files of the repository at ``root`` that may hold generated blocks."""
-    return sorted((root / "docs").rglob("*.md")) + [root / "README.md"]
+    return sorted((root / "docs").rglob("*.md")) + [root / "README.md", root / "tests" / "README.md"]
 
 
 def stale(paths: Iterable[Path]) -> list[Path]:
