@@ -13,7 +13,8 @@ The one import name. Its rooms, and the way the arrows point (import-linter chec
                 verdict                  what a run's history proves: run verdict, windows, outcomes
                   rundir | servers       the run folder's files | store servers leasecheck starts, external tools
                     checker | targets | nemesis
-                      hosts              a member's host (ssh, docker exec, a namespace): member faults act through it
+                      hosts | machine    a member's host (ssh, docker exec, a namespace): member faults act through it |
+                                         this machine's process table, mounts and containers' labels
                         histories | waiting | lists    history format v1 (nothing of ours below it) | the one poll |
                                                        the one reading of a list of names
                           errors | exits the two ends before a verdict (bad input: 3, a failed environment: 4) |

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from audits import assert_published
 
-from leasecheck.nemesis.processes import working_in
+from leasecheck.machine.processes import working_in
 from leasecheck.queue_run.runner import QueueOptions, QueueRun
 from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.servers.base import LocalServer

@@ -83,7 +83,7 @@ def test_reference_backend_is_valid_under_faults(tmp_path: Path, target: str, fa
     if target.endswith("@docker"):
         import docker
 
-        from leasecheck.nemesis.container import run_label
+        from leasecheck.machine.labels import run_label
 
         # this run's label only: another Docker run may be going on beside it (pytest -n 2);
         # the run id is the run directory's name, as leasecheck/run/environment.py derives it

@@ -192,8 +192,8 @@ def test_snapshots_of_the_verdict_so_far_while_the_run_goes(tmp_path: Path) -> N
 def test_a_pause_tells_the_harness_once_its_victim_is_stopped_and_before_it_is_continued() -> None:
     """What lets the history stop waiting for a paused worker: ``halted`` only once the process is really stopped
     (its pipe holds all it wrote), ``resuming`` before SIGCONT (what it sends next is stamped from then)."""
+    from leasecheck.machine.processes import stopped
     from leasecheck.nemesis.faults import PauseProcess
-    from leasecheck.nemesis.processes import stopped
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     calls: list[tuple[str, int, bool]] = []

@@ -28,4 +28,4 @@ def test_a_verdict_that_cannot_be_read_is_an_error_never_a_verdict(unreadable: o
 
 def test_what_a_user_may_expect_is_the_three_verdicts_everywhere() -> None:
     assert VERDICTS == ("valid", "invalid", "unknown") == EXPECTABLE
-    assert EXPECTATIONS == (*VERDICTS, "any")
+    assert (*VERDICTS, "any") == EXPECTATIONS

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from stores import new_node
 
-from leasecheck.nemesis.processes import working_in
+from leasecheck.machine.processes import working_in
 from leasecheck.servers.base import EnvironmentFailure
 from leasecheck.servers.postgres import PostgresServer
 from leasecheck.targets import registry

@@ -24,8 +24,8 @@ import pytest
 import redis
 from test_hosts_runs import GOOD
 
+from leasecheck.machine.mounts import powerfs_mounts
 from leasecheck.nemesis.context import FaultContext
-from leasecheck.nemesis.mounts import powerfs_mounts
 from leasecheck.nemesis.power import SETTLE_TTLS, make_power_loss_all, make_power_loss_member
 from leasecheck.servers.redis_sentinel import RedisSentinelCluster
 from leasecheck.waiting import poll, wait_for

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from leasecheck.cli import main
 from leasecheck.errors import EnvironmentFailure
-from leasecheck.nemesis.mounts import mounted, mounts, powerfs_mounts
+from leasecheck.machine.mounts import mounted, mounts, powerfs_mounts
 from leasecheck.servers import powerfs_layer
 from leasecheck.servers.base import python_module
 from leasecheck.servers.powerfs_layer import POWERFS_MODULE, PowerLayer

@@ -15,6 +15,6 @@ toxics, on ``proxies`` and the ``toxiproxy`` client), ``container`` (Docker),
 ``power`` (the power cuts of the store and of a cluster's members, through ``PowerLossServer`` and ``PowerLossCluster``);
 ``inside`` aims a pause or kill inside an op (the kinds of op armed, the workers holding them between round
 trips); ``host_clock`` watches the host's wall clock for a step nobody scheduled;
-``timepatch`` bends a worker process's ``time.time`` for third-party code; ``processes``
-and ``mounts`` read /proc (the process table, and the power-loss layers mounted).
+``timepatch`` bends a worker process's ``time.time`` for third-party code. The machine's process table,
+its mounts and its containers' labels are :mod:`leasecheck.machine`'s (below this package: the servers read them too).
 """

@@ -41,17 +41,9 @@ from docker.errors import APIError, NotFound
 from docker.models.containers import Container
 from docker.models.networks import Network
 
+from leasecheck.machine.labels import NETWORK_LABEL, RUN_LABEL, run_label
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.heal import Record, undoes
-
-#: label on every container and network of a run: its run id
-RUN_LABEL = "leasecheck.run"
-#: label on every container: the name of the run network it belongs on (what a heal reconnects)
-NETWORK_LABEL = "leasecheck.network"
-
-def run_label(run_id: str) -> str:
-    """The label filter (``key=value``) that selects one run's containers and network."""
-    return f"{RUN_LABEL}={run_id}"
 
 
 def _container(container: Container | str, client: docker.DockerClient | None) -> Container:

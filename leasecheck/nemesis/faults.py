@@ -27,10 +27,10 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from leasecheck.machine.processes import freeze, stopped
+from leasecheck.machine.processes import signal_process as _signal
 from leasecheck.nemesis.context import FaultContext, Worker
 from leasecheck.nemesis.inside import VICTIMS, Aiming, InFlight, aims_inside, choose
-from leasecheck.nemesis.processes import freeze, stopped
-from leasecheck.nemesis.processes import signal_process as _signal
 
 
 @dataclass(frozen=True)

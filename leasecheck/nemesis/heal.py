@@ -15,7 +15,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from leasecheck.nemesis.processes import descendants
+from leasecheck.machine.processes import descendants
 
 Record = dict[str, Any]
 UNDO: dict[str, Callable[[Record], str]] = {}

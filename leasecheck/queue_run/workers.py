@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from leasecheck.nemesis.processes import descendants, signal_process, start_time
+from leasecheck.machine.processes import descendants, signal_process, start_time
 from leasecheck.servers.base import start_guard, stop_guard
 from leasecheck.targets.queues.base import QueueLibrary
 from leasecheck.targets.queues.task import BUSY_DIR, ENV_DIR, ENV_SLOT

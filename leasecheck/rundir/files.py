@@ -18,8 +18,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from leasecheck.nemesis.mounts import unmount_orphans
-from leasecheck.nemesis.processes import read_process
+from leasecheck.machine.mounts import unmount_orphans
+from leasecheck.machine.processes import read_process
 
 #: the worker clocks' directory (:class:`leasecheck.nemesis.worker_clocks.ClockControl`)
 CLOCKS_DIR = "clocks"

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from leasecheck.errors import EnvironmentFailure
-from leasecheck.nemesis.processes import signal_process, working_in
+from leasecheck.machine.processes import signal_process, working_in
 from leasecheck.waiting import poll
 
 #: a path as callers give it (typeshed's name for it)

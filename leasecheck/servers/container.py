@@ -23,7 +23,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.types import Mount
 
-from leasecheck.nemesis.container import NETWORK_LABEL
+from leasecheck.machine.labels import NETWORK_LABEL
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath, log_tail
 from leasecheck.servers.image import ImageChoice, choose_image, host_mounts
 from leasecheck.servers.run_network import RunNetwork

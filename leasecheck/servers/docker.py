@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import docker
 from docker.errors import NotFound
 
-from leasecheck.nemesis.container import run_label
+from leasecheck.machine.labels import run_label
 from leasecheck.servers.base import StrPath
 from leasecheck.servers.container import ContainerServer
 from leasecheck.servers.container_stores import SERVERS, ContainerPostgresServer, ContainerRedisServer

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import NoReturn
 
-from leasecheck.nemesis.mounts import mounted, unmount
-from leasecheck.nemesis.processes import descendants, process_table, signal_process, start_time, working_in
+from leasecheck.machine.mounts import mounted, unmount
+from leasecheck.machine.processes import descendants, process_table, signal_process, start_time, working_in
 from leasecheck.servers.base import die_with_parent
 
 #: how often the guard looks at the server's tree again

@@ -20,7 +20,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from leasecheck.nemesis.processes import children, descendants, freeze, running, signal_process, working_in
+from leasecheck.machine.processes import children, descendants, freeze, running, signal_process, working_in
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath
 from leasecheck.servers.readiness import postgres_answers
 from leasecheck.targets.durability import DEFAULT_PROFILE, POSTGRES, check_profile

@@ -4,7 +4,7 @@ It mounts a FUSE file system (mfusepy, over libfuse 3) at MOUNT whose disk is th
 folder BACKING, with the rules of :class:`~leasecheck.servers.powerfs_cache.PageCache`:
 a write stays in the layer's memory until its file is fsynced, a name until its folder
 is (``--names journaled``: until any fsync, as on ext4). It is named ``leasecheck-powerfs-PID`` (PID: this process) in ``/proc/mounts``, so
-that ``leasecheck heal`` knows it for ours (:mod:`leasecheck.nemesis.mounts`).
+that ``leasecheck heal`` knows it for ours (:mod:`leasecheck.machine.mounts`).
 
 CONTROL is a unix socket the layer listens on, one JSON line in, one JSON line out:
 ``{"cmd": "power-loss", "torn": false}`` (drop everything unsynced; the answer says what:
@@ -38,7 +38,7 @@ from typing import Any
 
 import mfusepy  # type: ignore[import-untyped, unused-ignore]  # no stubs: ctypes over libfuse
 
-from leasecheck.nemesis.mounts import POWERFS_FSNAME
+from leasecheck.machine.mounts import POWERFS_FSNAME
 from leasecheck.servers.base import die_with_parent
 from leasecheck.servers.powerfs_cache import NAMES, PageCache
 from leasecheck.servers.powerfs_layer import bind_unix

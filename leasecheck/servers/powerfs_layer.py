@@ -6,7 +6,7 @@ its control socket answers, and puts a guard (:mod:`leasecheck.servers.guard`) o
 should the harness be SIGKILLed, the guard kills what works inside the mount and takes
 the mount off (and the layer, told by its parent-death signal, unmounts itself too).
 ``leasecheck heal`` takes off any layer left whose process is gone
-(:func:`leasecheck.nemesis.mounts.unmount_orphans`).
+(:func:`leasecheck.machine.mounts.unmount_orphans`).
 
 A store server runs on it through :func:`on_powerfs`: the server's directory becomes
 the mount, over a backing folder beside it (``NAME.disk``), and
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from leasecheck.errors import EnvironmentFailure
-from leasecheck.nemesis.mounts import mounted, unmount
+from leasecheck.machine.mounts import mounted, unmount
 from leasecheck.servers.base import LocalServer, log_tail, popen, python_module, start_guard, stop_guard
 from leasecheck.waiting import poll
 

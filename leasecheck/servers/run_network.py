@@ -21,7 +21,7 @@ from docker.errors import APIError, NotFound
 from docker.models.containers import Container
 from docker.models.networks import Network
 
-from leasecheck.nemesis.container import RUN_LABEL, run_label
+from leasecheck.machine.labels import RUN_LABEL, run_label
 from leasecheck.servers.base import EnvironmentFailure
 
 

@@ -21,7 +21,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
-from leasecheck.nemesis.processes import Process, read_process, signal_process
+from leasecheck.machine.processes import Process, read_process, signal_process
 
 #: the layer's mounts are named ``POWERFS_FSNAME-PID`` (PID: the layer's process)
 POWERFS_FSNAME = "leasecheck-powerfs"
