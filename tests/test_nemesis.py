@@ -585,3 +585,18 @@ def test_a_run_with_a_fault_step_that_failed_is_never_valid_and_says_which() -> 
     assert validity == "unknown" and reason is not None
     assert "what the run tested is not sure: the heal of pause-store failed (db1: the connection was lost)" in reason, reason
     assert run_verdict(False, evidence, [], Coverage(), ops=())[0] is False
+
+
+def test_every_fault_declares_its_family_and_the_verdict_reads_the_families() -> None:
+    """A fault's family is declared with its row, never derived from its event names or situations: the windows the
+    verdict and the coverage read are the families'."""
+    from leasecheck.nemesis.catalogue import FAMILIES
+    from leasecheck.verdict.run_verdict import WORKER_CLOCK_FAULTS, WORKER_STOP_FAULTS
+
+    assert {k.family for k in CATALOGUE} == set(FAMILIES)
+    by = {f: sorted(k.name for k in CATALOGUE if k.family == f) for f in FAMILIES}
+    assert by["worker"] == ["kill", "pause"] and by["worker-clock"] == ["clock-bump", "clock-strobe"]
+    assert by["power"] == ["power-loss", "power-loss-all", "power-loss-member"]
+    assert [k.name for k in WORKER_STOP_FAULTS] == ["pause", "kill"]
+    assert [k.name for k in WORKER_CLOCK_FAULTS] == ["clock-bump", "clock-strobe"]
+    assert all(k.loses_power == (k.family == "power") for k in CATALOGUE)

@@ -21,7 +21,7 @@ import importlib
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from leasecheck.errors import BadInput
 from leasecheck.histories.vocabulary import INSIDE_FUNCTIONS, inside_situation
@@ -63,6 +63,14 @@ class Lazy:
         return factory(ctx, rng)
 
 
+#: the families of faults, each one thing done to the run (Jepsen's fault packages): a worker stopped or killed, a
+#: worker's clock skewed, the store's server stopped, killed or cut off (its process or container), the store's clock
+#: skewed, the workers' traffic to the store bent (Toxiproxy), the members of a cluster cut, lost or failed over, a
+#: power cut (what was never fsynced dropped)
+Family = Literal["worker", "worker-clock", "store", "store-clock", "network", "member", "power"]
+FAMILIES: tuple[Family, ...] = get_args(Family)
+
+
 @dataclass(frozen=True)
 class FaultKind:
     """One row of the catalogue."""
@@ -84,6 +92,9 @@ class FaultKind:
     #: fault holding the same is on or still healing, since neither undoes the other's harm (a paused container
     #: cannot be paused again, a killed one cannot be paused, a restart must come after its reconnect)
     holds: str | None = None
+    #: the family of faults it belongs to (:data:`FAMILIES`), declared with the row: what the verdict, the coverage and
+    #: the report read a window of it as (a worker stopped, a worker's clock skewed, the store's power cut, ...)
+    family: Family = "store"
 
     def make(self, ctx: FaultContext, rng: random.Random) -> Fault | None:
         return self.factory(ctx, rng)
@@ -100,7 +111,7 @@ class FaultKind:
     @property
     def loses_power(self) -> bool:
         """A power loss (the store's, a member's, every member's): what was never fsynced is dropped at its start."""
-        return bool(set(POWER_LOSS) & set(self.situations))
+        return self.family == "power"
 
     @property
     def module(self) -> str:
@@ -109,9 +120,9 @@ class FaultKind:
 
 
 def _row(name: str, description: str, duration: tuple[float, float], events: tuple[str, str],
-         factory: Factory | Lazy, *needs: Need, situations: tuple[str, ...] = (), seeks: tuple[str, ...] = (),
-         holds: str | None = None) -> FaultKind:
-    return FaultKind(name, description, duration, events, frozenset(needs), factory, situations, seeks, holds)
+         factory: Factory | Lazy, *needs: Need, family: Family, situations: tuple[str, ...] = (),
+         seeks: tuple[str, ...] = (), holds: str | None = None) -> FaultKind:
+    return FaultKind(name, description, duration, events, frozenset(needs), factory, situations, seeks, holds, family)
 
 
 _FAULTS, _CLOCK, _NETWORK = "leasecheck.nemesis.faults", "leasecheck.nemesis.clock", "leasecheck.nemesis.network"
@@ -140,59 +151,59 @@ KILLED_INSIDE = tuple(inside_situation("kill", f) for f in INSIDE_FUNCTIONS)
 #: every fault, in the order ``leasecheck nemeses`` lists them; a worker pause outlasts the ttl (the seed's GC pause)
 CATALOGUE: tuple[FaultKind, ...] = (
     _row("pause", "SIGSTOP a worker (up to three, each inside an op of its own) for 1.5-3 ttl (the seed's GC pause), then SIGCONT",
-         (1.5, 3.0), ("pause", "resume"), Lazy(_FAULTS, "make_pause"), situations=EXPIRY,
+         (1.5, 3.0), ("pause", "resume"), Lazy(_FAULTS, "make_pause"), family="worker", situations=EXPIRY,
          seeks=(*LAPSED, *IN_FLIGHT, *PAUSED_INSIDE)),
     _row("kill", "SIGKILL a worker (up to three, each inside an op of its own); a replacement starts under a new process number",
-         (0.0, 0.0), ("kill", "start"), Lazy(_FAULTS, "make_kill"), situations=EXPIRY,
+         (0.0, 0.0), ("kill", "start"), Lazy(_FAULTS, "make_kill"), family="worker", situations=EXPIRY,
          seeks=(*LAPSED, *KILLED_INSIDE)),  # nothing to heal: the replacement starts at once
     _row("pause-store", "SIGSTOP the store's server (Postgres, Redis) for 0.5-1.5 ttl",
-         (0.5, 1.5), ("pause", "resume"), Lazy(_FAULTS, "make_pause_store"), S, situations=STORE_FAULT, holds=STORE),
+         (0.5, 1.5), ("pause", "resume"), Lazy(_FAULTS, "make_pause_store"), S, family="store", situations=STORE_FAULT, holds=STORE),
     _row("kill-store", "SIGKILL the store's server, start it again on the same data 0.5-1.5 ttl later",
-         (0.5, 1.5), ("kill", "start"), Lazy(_FAULTS, "make_kill_store"), S, situations=STORE_FAULT, holds=STORE),
+         (0.5, 1.5), ("kill", "start"), Lazy(_FAULTS, "make_kill_store"), S, family="store", situations=STORE_FAULT, holds=STORE),
     _row("clock-bump", "step one worker's wall clock by ±2-10 ttl for 1-3 ttl (what its backend sees as now)",
-         (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_bump"), situations=SKEWED_WORKER, seeks=LAGGING),
+         (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_bump"), family="worker-clock", situations=SKEWED_WORKER, seeks=LAGGING),
     _row("clock-strobe", "flip one worker's wall clock between 0 and ±2-10 ttl every 10-100 ms for 1-3 ttl",
-         (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_strobe"), situations=SKEWED_WORKER, seeks=LAGGING),
+         (1.0, 3.0), ("clock-skew", "clock-reset"), Lazy(_CLOCK, "make_clock_strobe"), family="worker-clock", situations=SKEWED_WORKER, seeks=LAGGING),
     _row("clock-store", "skew the store server's clock (libfaketime) by up to ±--store-skew for 1-2 ttl",
-         (1.0, 2.0), ("clock-skew", "clock-reset"), Lazy(_STORE_CLOCK, "make_clock_store"), S, F),
+         (1.0, 2.0), ("clock-skew", "clock-reset"), Lazy(_STORE_CLOCK, "make_clock_store"), S, F, family="store-clock"),
     _row("partition", "Toxiproxy: cut off one worker, a minority or everyone from the store (hang or refuse) for 1.5-3 ttl",
-         (1.5, 3.0), ("partition", "heal"), Lazy(_NETWORK, "make_partition"), S, T, situations=STORE_FAULT),
+         (1.5, 3.0), ("partition", "heal"), Lazy(_NETWORK, "make_partition"), S, T, family="network", situations=STORE_FAULT),
     _row("latency", "Toxiproxy: delay one worker's, a minority's or everyone's traffic by 0.2-1 ttl with jitter",
-         (1.0, 2.0), ("latency", "heal"), Lazy(_NETWORK, "make_latency"), S, T, seeks=IN_FLIGHT),
+         (1.0, 2.0), ("latency", "heal"), Lazy(_NETWORK, "make_latency"), S, T, family="network", seeks=IN_FLIGHT),
     _row("bandwidth", "Toxiproxy: throttle one worker's, a minority's or everyone's traffic to 1-16 KB/s",
-         (1.0, 2.0), ("bandwidth", "heal"), Lazy(_NETWORK, "make_bandwidth"), S, T),
+         (1.0, 2.0), ("bandwidth", "heal"), Lazy(_NETWORK, "make_bandwidth"), S, T, family="network"),
     _row("docker-pause", "--env docker: docker pause the store's container for 0.5-1.5 ttl",
-         (0.5, 1.5), ("pause", "resume"), Lazy(_CONTAINER, "make_docker_pause"), S, D, situations=STORE_FAULT, holds=STORE),
+         (0.5, 1.5), ("pause", "resume"), Lazy(_CONTAINER, "make_docker_pause"), S, D, family="store", situations=STORE_FAULT, holds=STORE),
     _row("docker-kill", "--env docker: docker kill the store's container, start it again on the same data",
-         (0.5, 1.5), ("kill", "start"), Lazy(_CONTAINER, "make_docker_kill"), S, D, situations=STORE_FAULT, holds=STORE),
+         (0.5, 1.5), ("kill", "start"), Lazy(_CONTAINER, "make_docker_kill"), S, D, family="store", situations=STORE_FAULT, holds=STORE),
     _row("docker-disconnect", "--env docker: take the store's container off its network for 0.5-1.5 ttl",
-         (0.5, 1.5), ("partition", "heal"), Lazy(_CONTAINER, "make_docker_disconnect"), S, D, situations=STORE_FAULT, holds=STORE),
+         (0.5, 1.5), ("partition", "heal"), Lazy(_CONTAINER, "make_docker_disconnect"), S, D, family="store", situations=STORE_FAULT, holds=STORE),
     _row("isolate-primary", "--cluster: cut every link between the primary and the other members for 1.5-3 ttl",
          (1.5, 3.0), ("partition", "heal"), Lazy(_MEMBERS, "make_isolate_primary"), S, C,
-         situations=(*PRIMARY_LOST, *MEMBER_PARTITION)),
+         family="member", situations=(*PRIMARY_LOST, *MEMBER_PARTITION)),
     _row("partition-halves", "--cluster: cut a random minority of the members from the majority for 1.5-3 ttl",
-         (1.5, 3.0), ("partition", "heal"), Lazy(_MEMBERS, "make_partition_halves"), S, C, situations=MEMBER_PARTITION),
+         (1.5, 3.0), ("partition", "heal"), Lazy(_MEMBERS, "make_partition_halves"), S, C, family="member", situations=MEMBER_PARTITION),
     _row("partition-bridge", "--cluster: two sides that cannot see each other, one member seeing both, for 1.5-3 ttl",
-         (1.5, 3.0), ("partition", "heal"), Lazy(_MEMBERS, "make_partition_bridge"), S, C, situations=MEMBER_PARTITION),
+         (1.5, 3.0), ("partition", "heal"), Lazy(_MEMBERS, "make_partition_bridge"), S, C, family="member", situations=MEMBER_PARTITION),
     _row("kill-primary", "--cluster: SIGKILL the primary's host, start it again on its data 1.5-3 ttl later",
          (1.5, 3.0), ("kill", "start"), Lazy(_MEMBERS, "make_kill_primary"), S, C,
-         situations=(*FAILED_OVER, *STORE_FAULT)),
+         family="member", situations=(*FAILED_OVER, *STORE_FAULT)),
     _row("pause-primary", "--cluster: SIGSTOP the primary's host for 1.5-3 ttl, then SIGCONT",
          (1.5, 3.0), ("pause", "resume"), Lazy(_MEMBERS, "make_pause_primary"), S, C,
-         situations=(*PRIMARY_LOST, *STORE_FAULT)),
+         family="member", situations=(*PRIMARY_LOST, *STORE_FAULT)),
     _row("failover", "--cluster: the cluster's own failover (SENTINEL FAILOVER, promote the standby, move the leader)",
-         (1.0, 2.0), ("failover", "heal"), Lazy(_MEMBERS, "make_failover"), S, C, situations=FAILED_OVER),
+         (1.0, 2.0), ("failover", "heal"), Lazy(_MEMBERS, "make_failover"), S, C, family="member", situations=FAILED_OVER),
     _row("clock-member", "--cluster: skew one member's clock (libfaketime) by up to ±--store-skew for 1-2 ttl",
-         (1.0, 2.0), ("clock-skew", "clock-reset"), Lazy(_MEMBERS, "make_clock_member"), S, F, C),
+         (1.0, 2.0), ("clock-skew", "clock-reset"), Lazy(_MEMBERS, "make_clock_member"), S, F, C, family="member"),
     _row("power-loss", "SIGKILL the store's server and drop every write it never fsynced (the page cache lost), start it "
          "again on what survived 0.5-1.5 ttl later", (0.5, 1.5), ("kill", "start"), Lazy(_POWER, "make_power_loss"), S, P,
-         situations=(*STORE_FAULT, *POWER_LOSS), holds=STORE),
+         family="power", situations=(*STORE_FAULT, *POWER_LOSS), holds=STORE),
     _row("power-loss-member", "--cluster: cut one member's power (the primary half the time): its servers SIGKILLed, every "
          "write it never fsynced dropped, started again on what survived 1.5-3 ttl later", (1.5, 3.0), ("kill", "start"),
-         Lazy(_POWER, "make_power_loss_member"), S, C, P, situations=(*STORE_FAULT, *POWER_LOSS), holds=STORE),
+         Lazy(_POWER, "make_power_loss_member"), S, C, P, family="power", situations=(*STORE_FAULT, *POWER_LOSS), holds=STORE),
     _row("power-loss-all", "--cluster: cut every member's power at once (a data centre's outage), drop what each never "
          "fsynced, start them all again on what survived 1.5-3 ttl later", (1.5, 3.0), ("kill", "start"),
-         Lazy(_POWER, "make_power_loss_all"), S, C, P, situations=(*STORE_FAULT, *POWER_LOSS), holds=STORE),
+         Lazy(_POWER, "make_power_loss_all"), S, C, P, family="power", situations=(*STORE_FAULT, *POWER_LOSS), holds=STORE),
 )
 
 #: the catalogue by name

@@ -54,9 +54,7 @@ from leasecheck.checker.windows import CLOCK_BEHIND, KILLED, MEMBER_PARTITION, P
 from leasecheck.histories import Header
 from leasecheck.histories.format import NEMESIS, Event, lease_key
 from leasecheck.histories.vocabulary import (
-    INSIDE_FAULTS,
     TIMING_KINDS,
-    inside_situation,
 )
 from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Need
 from leasecheck.nemesis.host_clock import HOST_CLOCK_STEP
@@ -297,13 +295,9 @@ def evidence_of(lines: Iterable[bytes]) -> Evidence:
 #: faults on the store's side: a lease that expires meanwhile is judged by a store that cannot answer
 STORE_FAULTS: tuple[FaultKind, ...] = tuple(kind for kind in CATALOGUE if Need.SERVER in kind.needs)
 #: faults that skew a worker's clock (not the store's)
-WORKER_CLOCK_FAULTS: tuple[FaultKind, ...] = tuple(
-    kind for kind in CATALOGUE if kind.events[0] == "clock-skew" and Need.SERVER not in kind.needs
-)
+WORKER_CLOCK_FAULTS: tuple[FaultKind, ...] = tuple(kind for kind in CATALOGUE if kind.family == "worker-clock")
 #: faults that stop or kill a worker (``pause``, ``kill``): the rows that seek a situation of landing inside an op
-WORKER_STOP_FAULTS: tuple[FaultKind, ...] = tuple(
-    kind for kind in CATALOGUE if any(inside_situation(f, "claim") in kind.seeks for f in INSIDE_FAULTS)
-)
+WORKER_STOP_FAULTS: tuple[FaultKind, ...] = tuple(kind for kind in CATALOGUE if kind.family == "worker")
 
 
 def _processes(value: dict[str, Any]) -> frozenset[int]:
@@ -332,10 +326,8 @@ def _roles(kind: FaultKind) -> frozenset[str]:
         roles.add(MEMBER_PARTITION)
     if kind.loses_power:
         roles.add(POWER_LOST)
-    if inside_situation("pause", "claim") in kind.seeks:
-        roles.add(PAUSED)
-    if inside_situation("kill", "claim") in kind.seeks:
-        roles.add(KILLED)
+    if kind.family == "worker":  # a worker stopped (``pause``) or killed (``kill``) at the window's start
+        roles.add(PAUSED if kind.events[0] == "pause" else KILLED)
     return frozenset(roles)
 
 
