@@ -84,6 +84,26 @@ def test_a_fault_names_every_execution_of_the_worker_it_hit() -> None:
     assert pause.value["workers"] == [0]
 
 
+def test_an_execution_that_goes_on_past_an_info_op_goes_on_as_a_process_of_its_own(tmp_path: Path) -> None:
+    """A heartbeat the broker's restart cut off is ``info`` (it may have reached the store); the history ends a process
+    there, so the execution's rest (its later effect and commit, the same lease) is a new process of the same worker:
+    the history reads (it failed "process 1002 is reused after an info completion" under SAQ's kill-store), a fault
+    on the worker names both, and the execution's zombie write is still judged."""
+    a = execution("a", 1, 100, slot=0, stall=2000)
+    heartbeat = [ev("a", 150, "invoke", "renew", {"epoch": 1}), ev("a", 151, "info", "renew", {"reason": "error"})]
+    a = sorted(a + heartbeat, key=lambda e: e["t"])
+    events = a + execution("b", 2, 1000, slot=1)
+    entries = assemble({"j1": 0}, events, [read(1100, "b"), read(2300, "a")],
+                       [(50 * MS, "pause", {"fault": "pause", "victims": [0]})])
+    later = [e for e in entries if e.type == "invoke" and e.f in ("effect", "commit") and e.value.get("epoch") == 1
+             and e.t > 151 * MS]
+    assert later and {e.process for e in later} == {FIRST_EXECUTION + 2}, [(e.process, e.f, e.t) for e in later]
+    (pause,) = [e for e in entries if e.process == "nemesis"]
+    assert pause.value["victims"] == [0, FIRST_EXECUTION, FIRST_EXECUTION + 2]
+    verdict = check_source(write(tmp_path, entries))  # a history the reader takes
+    assert verdict.valid is False and {"stale-effect", "stale-commit"} <= {a.kind for a in verdict.anomalies}
+
+
 def test_a_zombie_result_stored_over_the_newer_one_is_invalid_and_cited(tmp_path: Path) -> None:
     # a (epoch 1) stalls; b (epoch 2) runs the job again and its result is read; then a wakes, its effect is
     # accepted (an unfenced resource) and the library stores its result over b's

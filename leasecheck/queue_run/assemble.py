@@ -2,7 +2,8 @@
 
 Process numbers: the library's workers keep their slot numbers (0, 1, …: what
 the nemesis names), the watcher's reads are process :data:`READER`, and every
-execution is a process of its own from :data:`FIRST_EXECUTION` on, in the order
+execution is a process of its own from :data:`FIRST_EXECUTION` on (and the rest of an execution that went on past an
+op ended ``info``, one more after them all), in the order
 the executions started. A fault's events name the worker it hit and every
 execution that worker ever ran (the attribution then asks which of them the
 fault's window overlapped), so an anomaly of a paused worker's job is the
@@ -80,6 +81,8 @@ def assemble(enqueued: dict[str, int], events: Iterable[dict[str, Any]], reads: 
         by_execution[ev["x"]].append(ev)
     executions = sorted(by_execution.items(), key=lambda kv: (min(e["t"] for e in kv[1]), kv[0]))
     process_of = {key: FIRST_EXECUTION + i for i, (key, _) in enumerate(executions)}
+    #: the process numbers of executions that went on after an op of theirs ended ``info`` (see below)
+    continuations = iter(range(FIRST_EXECUTION + len(executions), 1 << 62))
     of_slot: dict[int, list[int]] = defaultdict(list)
     lease_of: dict[str, tuple[dict[str, Any], str]] = {}  # execution (its result) -> (lease, owner)
     #: per job, the executions whose commit was invoked and not refused: (invoke time, execution, process)
@@ -101,6 +104,12 @@ def assemble(enqueued: dict[str, int], events: Iterable[dict[str, Any]], reads: 
             emit(ev["t"], process, type_, f, node, value)
             if f == "commit":
                 open_commit = ev if type_ == "invoke" else None
+            if type_ == "info" and ev is not evs[-1]:
+                # the execution went on after an op whose outcome nobody knows (a heartbeat the broker's restart cut
+                # off): in the history a process ends at an info, so the rest of the execution is a process of its
+                # own, of the same worker (its faults name it) and with the same lease (its ops carry it)
+                process = next(continuations)
+                of_slot[int(evs[0]["slot"])].append(process)
         if open_commit is not None:
             returned[open_commit["node"]].append((open_commit["t"], key, process))
 
