@@ -28,7 +28,8 @@ from leasecheck.targets.queues.base import QueueConfig
 from leasecheck.targets.queues.registry import QUEUES
 from leasecheck.targets.queues.rq import RQ
 
-#: one (audit target, fault) per library: the first fault of its first plan, and huey's fenced mode (valid)
+#: one (audit target, fault) per library: the first fault of its first plan, huey's fenced mode (valid), and one
+#: broker fault (RQ's Redis killed: the producer's enqueue and the workers' reconnects across a restart)
 CASES = [
     ("queue:rq@documented", "none"),
     ("queue:huey@documented", "none"),
@@ -42,6 +43,7 @@ CASES = [
     ("queue:dbos@documented", "kill"),
     ("queue:chancy@documented", "none"),
     ("queue:temporal@documented", "none"),
+    ("queue:rq@documented", "kill-store"),  # a broker killed and started again under the library's own workers
 ]
 
 

@@ -126,6 +126,8 @@ class ArqQueue(QueueLibrary):
             faults=(
                 FaultAudit("none", "invalid", REDELIVERED_JOB),
                 FaultAudit("pause", "invalid", REDELIVERED_JOB),
+                FaultAudit("pause-store", "invalid", REDELIVERED_JOB),
+                FaultAudit("kill-store", "invalid", REDELIVERED_JOB), FaultAudit("partition", "invalid", REDELIVERED_JOB),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
@@ -135,6 +137,7 @@ class ArqQueue(QueueLibrary):
             library="arq", mode="fenced",
             faults=(
                 FaultAudit("none", "invalid", REDELIVERED_JOB),
+                FaultAudit("pause-store", "invalid", REDELIVERED_JOB),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

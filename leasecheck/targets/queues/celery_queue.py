@@ -113,6 +113,7 @@ class CeleryQueue(QueueLibrary):
             faults=(
                 FaultAudit("none", "invalid", REDELIVERED_JOB),
                 FaultAudit("pause", "invalid", REDELIVERED_JOB),
+                FaultAudit("pause-store", "invalid", REDELIVERED_JOB),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

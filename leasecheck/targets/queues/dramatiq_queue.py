@@ -114,6 +114,7 @@ class DramatiqQueue(QueueLibrary):
             faults=(
                 FaultAudit("none", "valid"),
                 FaultAudit("pause", "invalid", REDELIVERED_JOB),
+                FaultAudit("pause-store", "invalid", REDELIVERED_JOB), FaultAudit("partition", "valid"),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

@@ -87,6 +87,7 @@ class HueyQueue(QueueLibrary):
                 FaultAudit("none", "valid"),
                 FaultAudit("pause", "valid"),
                 FaultAudit("kill", "valid"),
+                FaultAudit("pause-store", "valid"), FaultAudit("kill-store", "valid"), FaultAudit("partition", "valid"),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
@@ -97,6 +98,7 @@ class HueyQueue(QueueLibrary):
             faults=(
                 FaultAudit("none", "valid"),
                 FaultAudit("pause", "valid"),
+                FaultAudit("pause-store", "valid"), FaultAudit("kill-store", "valid"), FaultAudit("partition", "valid"),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

@@ -140,6 +140,7 @@ class Pgqueuer(QueueLibrary):
             library="pgqueuer", mode="documented",
             faults=(
                 FaultAudit("none", "invalid", REDELIVERED_JOB),
+                FaultAudit("pause-store", "invalid", REDELIVERED_JOB),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

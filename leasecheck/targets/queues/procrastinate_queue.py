@@ -123,6 +123,8 @@ class Procrastinate(QueueLibrary):
             library="procrastinate", mode="documented",
             faults=(
                 FaultAudit("none", "invalid", REDELIVERED_JOB),
+                FaultAudit("pause-store", "invalid", REDELIVERED_JOB),
+                FaultAudit("kill-store", "invalid", REDELIVERED_JOB), FaultAudit("partition", "invalid", REDELIVERED_JOB),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
@@ -132,6 +134,7 @@ class Procrastinate(QueueLibrary):
             library="procrastinate", mode="fenced",
             faults=(
                 FaultAudit("none", "valid"),
+                FaultAudit("pause-store", "valid"), FaultAudit("kill-store", "valid"), FaultAudit("partition", "valid"),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

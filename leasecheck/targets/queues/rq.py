@@ -133,6 +133,7 @@ class RQ(QueueLibrary):
             faults=(
                 FaultAudit("none", "valid"),
                 FaultAudit("kill", "valid"),
+                FaultAudit("pause-store", "valid"), FaultAudit("kill-store", "valid"), FaultAudit("partition", "valid"),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,

@@ -106,6 +106,8 @@ class SaqQueue(QueueLibrary):
             library="saq", mode="documented",
             faults=(
                 FaultAudit("none", "invalid", (*REDELIVERED_JOB, "duplicate-epoch", "stale-renew")),
+                FaultAudit("pause-store", "invalid", (*REDELIVERED_JOB, "duplicate-epoch", "stale-renew")),
+                FaultAudit("kill-store", "invalid", (*REDELIVERED_JOB, "duplicate-epoch", "stale-renew")),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
@@ -115,6 +117,7 @@ class SaqQueue(QueueLibrary):
             library="saq", mode="fenced",
             faults=(
                 FaultAudit("none", "invalid", (*REDELIVERED_JOB, "duplicate-epoch", "stale-renew")),
+                FaultAudit("pause-store", "invalid", (*REDELIVERED_JOB, "duplicate-epoch", "stale-renew")),
             ),
             seeds=(1, 2, 3), time_limit=15.0,
             fix=FIX,
