@@ -59,7 +59,6 @@ from leasecheck.verdict.situations import coverage_json
 log = logging.getLogger("leasecheck.queue_run")
 
 
-
 class QueueRun:
     """One run of a queue library's audit; ``execute()`` does it all."""
 

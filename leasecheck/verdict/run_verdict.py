@@ -53,9 +53,7 @@ from leasecheck.checker.verdict import Validity
 from leasecheck.checker.windows import CLOCK_BEHIND, KILLED, MEMBER_PARTITION, PAUSED, POWER_LOST, PRIMARY_LOST, Window, skew_of
 from leasecheck.histories import Header
 from leasecheck.histories.format import NEMESIS, Event, lease_key
-from leasecheck.histories.vocabulary import (
-    TIMING_KINDS,
-)
+from leasecheck.histories.vocabulary import TIMING_KINDS
 from leasecheck.nemesis.catalogue import CATALOGUE, FAULTS, FaultKind, Need
 from leasecheck.nemesis.host_clock import HOST_CLOCK_STEP
 from leasecheck.nemesis.protocol import FAULT_FAILED
