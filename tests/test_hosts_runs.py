@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hostlab import Keys, Sshd, start_sshd
@@ -60,6 +61,23 @@ def _deployment(cluster: object, keys: Keys, known: Path, path: Path) -> Path:
     return path
 
 
+def _sshd_on_every_member(cluster: Any, tmp_path: Path, sshds: list[Sshd]) -> tuple[Keys, Path]:
+    """An sshd in each member's namespace (added to ``sshds`` as it starts, for the caller's ``finally``), with keys
+    made for the test; the keys and the known-hosts file that trusts every member."""
+    keys = Keys.make(tmp_path / "keys")
+    for member in cluster.members.values():
+        sshds.append(start_sshd(tmp_path / "sshd", keys, member.host.address, 22, netns=member.host.netns))
+    return keys, keys.known_hosts(tmp_path / "known_hosts", *((m.host.address, 22) for m in cluster.members.values()))
+
+
+def _no_rule_of_ours_left(cluster: Any) -> None:
+    """No iptables rule tagged by a run is left on any member's host."""
+    for member in cluster.members.values():
+        rules = subprocess.run(["ip", "netns", "exec", member.host.netns, "iptables", "-S", "INPUT"],
+                               capture_output=True, text=True, check=True).stdout
+        assert "leasecheck:" not in rules, rules
+
+
 def test_a_teams_sentinel_cluster_reached_over_ssh_alone_loses_acknowledged_writes_at_a_failover(tmp_path: Path) -> None:
     from leasecheck.histories import read_history
     from leasecheck.servers.redis_sentinel import RedisSentinelCluster
@@ -67,10 +85,7 @@ def test_a_teams_sentinel_cluster_reached_over_ssh_alone_loses_acknowledged_writ
     cluster = RedisSentinelCluster(Path(tempfile.mkdtemp(prefix="leasecheck-test-hostruns-")), ttl_ms=1000).start()
     sshds: list[Sshd] = []
     try:
-        keys = Keys.make(tmp_path / "keys")
-        for member in cluster.members.values():
-            sshds.append(start_sshd(tmp_path / "sshd", keys, member.host.address, 22, netns=member.host.netns))
-        known = keys.known_hosts(tmp_path / "known_hosts", *((m.host.address, 22) for m in cluster.members.values()))
+        keys, known = _sshd_on_every_member(cluster, tmp_path, sshds)
         hosts = _deployment(cluster, keys, known, tmp_path / "staging.toml")
         nemesis = ("failover", "kill-primary")
         result = run(RunOptions(target="redis", url=cluster.url, hosts=str(hosts), nemesis=nemesis, seed=1, time_limit=8.0,
@@ -90,10 +105,7 @@ def test_a_teams_sentinel_cluster_reached_over_ssh_alone_loses_acknowledged_writ
         # the members' logs came home, and no rule of the run is left on a host
         assert sorted(p.name for p in (result.run_dir / "members").iterdir()) == sorted(
             f"{name}-{m.server.log_path.name}" for name, m in cluster.members.items())
-        for member in cluster.members.values():
-            rules = subprocess.run(["ip", "netns", "exec", member.host.netns, "iptables", "-S", "INPUT"],
-                                   capture_output=True, text=True, check=True).stdout
-            assert "leasecheck:" not in rules, rules
+        _no_rule_of_ours_left(cluster)
     finally:
         for sshd in sshds:
             sshd.stop()
@@ -112,19 +124,17 @@ def test_a_teams_synchronous_postgres_standby_reached_over_ssh_alone_stays_valid
     from leasecheck.servers.postgres_standby import PostgresSyncStandbyCluster
 
     # under /tmp, not pytest's folder: the members run as the postgres user, which cannot enter that
-    cluster = PostgresSyncStandbyCluster(Path(tempfile.mkdtemp(prefix="leasecheck-test-hostruns-")), ttl_ms=1000).start()
+    cluster = PostgresSyncStandbyCluster(Path(tempfile.mkdtemp(prefix="leasecheck-test-hostruns-")), ttl_ms=1000)
+    cluster.start()
     sshds: list[Sshd] = []
     try:
-        keys = Keys.make(tmp_path / "keys")
-        for member in cluster.members.values():
-            sshds.append(start_sshd(tmp_path / "sshd", keys, member.host.address, 22, netns=member.host.netns))
-        known = keys.known_hosts(tmp_path / "known_hosts", *((m.host.address, 22) for m in cluster.members.values()))
+        keys, known = _sshd_on_every_member(cluster, tmp_path, sshds)
         members = "".join(textwrap.dedent(f"""
             [[member]]
             name = "{name}"
             host = "ssh://root@{m.host.address}:22"
             address = "{m.host.address}"
-            process = {{ pidfile = "{m.server.data_dir}/postmaster.pid" }}
+            process = {{ pidfile = "{cluster.server(name).data_dir}/postmaster.pid" }}
             logs = ["{m.server.log_path}"]
             """) for name, m in cluster.members.items())
         hosts = tmp_path / "staging.toml"
@@ -144,10 +154,7 @@ def test_a_teams_synchronous_postgres_standby_reached_over_ssh_alone_stays_valid
         assert {("isolate-primary", "partition"), ("isolate-primary", "heal"), ("failover", "failover")} <= done, done
         moved = [e.value for e in reader.nemesis if e.f == "failover" and isinstance(e.value, dict) and e.value.get("to")]
         assert moved and moved[0]["from"] == "m1" and moved[0]["to"] == "m2", moved  # STONITH, then promote, over ssh
-        for member in cluster.members.values():
-            rules = subprocess.run(["ip", "netns", "exec", member.host.netns, "iptables", "-S", "INPUT"],
-                                   capture_output=True, text=True, check=True).stdout
-            assert "leasecheck:" not in rules, rules
+        _no_rule_of_ours_left(cluster)
     finally:
         for sshd in sshds:
             sshd.stop()
