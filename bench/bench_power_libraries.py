@@ -96,7 +96,8 @@ def run_one(row: Row, seed: int, store: Path) -> dict[str, Any]:
     # the power cut's own: an anomaly no fault hit is the workload's stall (an unfenced lock shows those without any
     # fault), said apart as the audits do
     cut = [a for a in anomalies if a.get("faults")]
-    across = [a for a in cut if _across_a_cut(a, Path(result["run_dir"]))]
+    times = _op_times(Path(result["run_dir"])) if cut else None
+    across = [a for a in cut if times is not None and _across_a_cut(a, *times)]
     first = next((a for pool in (across, cut) for kind in TWO_OWNERS for a in pool if a["kind"] == kind),
                  cut[0] if cut else None)
     stats = full.get("run") or full.get("stats") or {}
@@ -106,14 +107,11 @@ def run_one(row: Row, seed: int, store: Path) -> dict[str, Any]:
             "lost_jobs": (stats["jobs"] - stats["finished"]) if "finished" in stats else None, "jobs": stats.get("jobs")}
 
 
-def _across_a_cut(anomaly: dict[str, Any], run_dir: Path) -> bool:
-    """Was the anomaly's first op (the older lease's grant) done before a power cut began and its second (the newer
-    grant) invoked after it? Then the cut is what let the second owner in, not the first owner's own lapse (an anomaly
-    a store fault "hits" only overlaps its window)."""
-    ops = anomaly.get("ops") or []
-    if len(ops) < 2:
-        return False
-    done, invoked, cuts = {}, {}, []
+def _op_times(run_dir: Path) -> tuple[dict[int, int], dict[int, int], list[int]]:
+    """The run's history read once: each op's completion and invoke time by index, and when each power cut began."""
+    done: dict[int, int] = {}
+    invoked: dict[int, int] = {}
+    cuts: list[int] = []
     pending: dict[Any, int] = {}
     for line in (run_dir / "history.jsonl").read_text().splitlines()[1:]:
         e = json.loads(line)
@@ -125,6 +123,16 @@ def _across_a_cut(anomaly: dict[str, Any], run_dir: Path) -> bool:
             invoked[e["index"]] = e["time"]
         elif e["process"] in pending:
             done[pending.pop(e["process"])] = e["time"]
+    return done, invoked, cuts
+
+
+def _across_a_cut(anomaly: dict[str, Any], done: dict[int, int], invoked: dict[int, int], cuts: list[int]) -> bool:
+    """Was the anomaly's first op (the older lease's grant) done before a power cut began and its second (the newer
+    grant) invoked after it? Then the cut is what let the second owner in, not the first owner's own lapse (an anomaly
+    a store fault "hits" only overlaps its window)."""
+    ops = anomaly.get("ops") or []
+    if len(ops) < 2:
+        return False
     older, newer = ops[0], ops[1]
     return any(done.get(older, 1 << 62) < t < invoked.get(newer, -1) for t in cuts)
 
