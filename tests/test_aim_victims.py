@@ -19,12 +19,13 @@ from typing import Any
 
 import psutil
 
+from leasecheck.frame.aiming import Aimer
+from leasecheck.machine.aim_slot import AimSlot, Arm
 from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.faults import KillProcess, PauseProcess, make_kill, make_pause
-from leasecheck.nemesis.inside import PAUSE_INSIDE_SHARE, SLOTS, VICTIMS, Aim, AimSlot, InFlight, aims_inside, choose
+from leasecheck.nemesis.inside import PAUSE_INSIDE_SHARE, SLOTS, VICTIMS, Aim, InFlight, aims_inside, choose
 from leasecheck.nemesis.schedule import HURRIED, Nemesis
-from leasecheck.run.aiming import Aimer
 from leasecheck.run.holds import Hold
 from leasecheck.waiting import wait_for
 
@@ -111,7 +112,6 @@ def test_with_a_coverage_goal_every_kind_short_of_it_is_armed_at_once(tmp_path: 
 
 
 def test_an_op_that_ends_before_its_boundary_is_held_after_its_last_reply() -> None:
-    from leasecheck.nemesis.inside import Arm
 
     notes: list[tuple[int, bool]] = []
     db = sqlite3.connect(":memory:")
@@ -141,6 +141,7 @@ class Landed:
         self.counts: dict[str, Counter[str]] = {}
         self.armed: list[Aim] = []
         self.want: int | None = None
+        self.before = False
         self.needs: frozenset[str] = frozenset()
 
     def landed(self, fault: str) -> Counter[str]:
@@ -151,6 +152,9 @@ class Landed:
 
     def boundaries(self, f: str) -> int:
         return 1
+
+    def outlast(self, op: InFlight) -> None:
+        return None
 
     def aim(self, aims: Sequence[Aim], timeout_s: float, gather_s: float) -> Iterator[InFlight]:
         self.armed = list(aims)

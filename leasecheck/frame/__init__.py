@@ -7,6 +7,8 @@
   history is never valid), results.json with ``interrupted`` (null or the signal's name), anomalies.jsonl, report.html,
   and the one result type with its exit code (:mod:`leasecheck.exits`);
 * :mod:`.interrupts` — the signals that end a run, one path for both, and the shield worker processes start behind.
+* :mod:`.aiming` — the harness's side of a pause or kill aimed at an op (the slot armed, the held workers handed to the
+  fault as they come): a lease run's workers hold an op between its round trips, a queue run's task before its write;
 * :mod:`.store_server` — the Postgres or Redis server a run starts in its folder (a lease run's store, a queue run's
   broker), with the run's durability profile and, for a power-loss fault, on the power-loss layer.
 

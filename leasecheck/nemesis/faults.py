@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import signal
+import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 from leasecheck.machine.processes import freeze, stopped
 from leasecheck.machine.processes import signal_process as _signal
 from leasecheck.nemesis.context import FaultContext, Worker
-from leasecheck.nemesis.inside import VICTIMS, Aiming, InFlight, aims_inside, choose
+from leasecheck.nemesis.inside import MIN_RUNNING, VICTIMS, Aiming, InFlight, aims_inside, choose
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,15 @@ class PauseProcess:
     more: Landings | None = None
     #: every victim stopped: (process, pid, the op it was stopped inside, if any)
     victims: list[tuple[int, int, InFlight | None]] = field(default_factory=list)
+    #: what the pause waits for past its drawn end (:meth:`Aiming.outlast`: a queue task's job run again), and until
+    #: when at most (time.monotonic()); None: its drawn duration
+    awaits: Callable[[], bool] | None = None
+    awaits_until: float = 0.0
+
+    def awaiting(self) -> bool:
+        """Does its heal, once due, wait still (:class:`~leasecheck.nemesis.protocol.Outlasting`)? While its evidence
+        has not come, within its bound."""
+        return self.paused and self.awaits is not None and time.monotonic() < self.awaits_until and self.awaits()
 
     def _stop(self, process: int, pid: int, op: InFlight | None) -> None:
         below = freeze(pid)  # the worker first, so that it starts no child we would miss
@@ -187,11 +197,15 @@ def _taken(more: Landings | None) -> Iterator[Landing]:
 
 def _value(process: int, pid: int, victims: list[tuple[int, int, InFlight | None]]) -> dict[str, Any]:
     """A worker fault's start event: its victims (the first one's pid), and the op each aimed one landed inside
-    (``"inside"``: a list, one entry per victim it stopped inside an op)."""
-    inside = [op.to_json() for _, _, op in victims if op is not None]
+    (``"inside"``: a list, one entry per victim it stopped inside an op) or just before (``"before"``: a job queue's
+    task held after its heartbeat, before its write's invoke)."""
+    aimed = [op for _, _, op in victims if op is not None]
+    inside = [op.to_json() for op in aimed if not op.before]
+    before = [op.to_json() for op in aimed if op.before]
     pids = [p for _, p, _ in victims]
     return {"victims": [v for v, _, _ in victims] or [process], "pid": pid,
-            **({"pids": pids} if len(pids) > 1 else {}), **({"inside": inside} if inside else {})}
+            **({"pids": pids} if len(pids) > 1 else {}), **({"inside": inside} if inside else {}),
+            **({"before": before} if before else {})}
 
 
 log = logging.getLogger("leasecheck.nemesis")
@@ -203,8 +217,9 @@ AIM_WAIT_TTLS = 1.0
 #: they all are, so its window in the history starts at most this much after the first stop; a kill's victims all
 #: die at its stamp, whenever the first was stopped, so it waits for the others as long as for the first
 GATHER_TTLS = {"pause": 0.25, "kill": AIM_WAIT_TTLS}
-#: an aimed fault takes further victims only while this many workers are left running, so the run still contends
-MIN_RUNNING = 2
+#: the longest a pause that waits for its evidence (:meth:`Aiming.outlast`) lasts, in ttls from its start: a job
+#: queue whose workers were all busy or stalled may take a few of its timeouts to run the job again
+OUTLAST_TTLS = 8.0
 
 
 def aimed(ctx: FaultContext, rng: random.Random, fault: str, eligible: Callable[[Worker], bool]) -> tuple[Landing, Landings] | None:
@@ -215,6 +230,8 @@ def aimed(ctx: FaultContext, rng: random.Random, fault: str, eligible: Callable[
     if aiming is None:
         return None
     running = sum(1 for w in ctx.workers() if eligible(w))
+    if aiming.before and running - 1 < MIN_RUNNING:
+        return None
     most = max(1, min(VICTIMS, running - MIN_RUNNING))
     draws = choose(aiming, fault, rng, most)
     if not draws:
@@ -222,7 +239,8 @@ def aimed(ctx: FaultContext, rng: random.Random, fault: str, eligible: Callable[
     came = aiming.aim(draws, ctx.ttl_s(AIM_WAIT_TTLS), ctx.ttl_s(GATHER_TTLS[fault]))
     landings = _landings(ctx, aiming, fault, came, eligible, most)
     first = next(landings, None)
-    log.info("%s aimed inside %s: %s", fault, ", ".join(f"a {d.f} at request {d.at}" for d in draws),
+    log.info("%s aimed %s: %s", fault, ", ".join(f"before a {d.f}" if aiming.before else f"inside a {d.f} at request {d.at}"
+                                                for d in draws),
              first.op if first is not None else "none came in time")
     return (first, landings) if first is not None else None
 
@@ -253,8 +271,11 @@ def _landings(ctx: FaultContext, aiming: Aiming, fault: str, came: Iterator[InFl
 
 def _aim_again(ctx: FaultContext, fault: str) -> bool:
     """An aim that found no op in time: wait for the next tick (no victim now) rather than fall back, while the run
-    wants ``fault``'s evidence sooner and the fault has landed before (so it has started: the run verdict needs that)."""
-    return ctx.aiming is not None and ctx.hurried(fault) and sum(ctx.aiming.landed(fault).values()) > 0
+    wants ``fault``'s evidence sooner and the fault has landed before (so it has started: the run verdict needs that);
+    always, for an aiming that holds ops before their invoke (:attr:`~leasecheck.nemesis.inside.Aiming.before`)."""
+    if ctx.aiming is None:
+        return False
+    return ctx.aiming.before or (ctx.hurried(fault) and sum(ctx.aiming.landed(fault).values()) > 0)
 
 
 def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
@@ -275,7 +296,10 @@ def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
         inside = aimed(ctx, rng, "pause", running)
         if inside is not None:
             first, more = inside
-            return PauseProcess(first.process, first.pid, halted=ctx.halted, resuming=ctx.resuming, inside=first.op, more=more)
+            assert ctx.aiming is not None
+            return PauseProcess(first.process, first.pid, halted=ctx.halted, resuming=ctx.resuming, inside=first.op,
+                                more=more, awaits=ctx.aiming.outlast(first.op),
+                                awaits_until=time.monotonic() + ctx.ttl_s(OUTLAST_TTLS))
         if _aim_again(ctx, "pause"):
             return None
     victim = ctx.pick_worker(rng, lambda w: running(w) and w.process in writing) if writing else None

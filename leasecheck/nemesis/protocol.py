@@ -8,7 +8,7 @@ which imports nothing of ours, every one of them imports it one way.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 #: the nemesis event of a fault's start or heal that lost its host (a connection dropped mid-run, an engine that
 #: stopped answering): ``{"fault": name, "step": "start" | "heal",
@@ -33,3 +33,12 @@ class Fault(Protocol):
 
     def undo_record(self) -> dict[str, Any] | None:
         """How to undo it without this object (see :mod:`leasecheck.nemesis.heal`); None if nothing outlives us."""
+
+
+@runtime_checkable
+class Outlasting(Protocol):
+    """A fault whose heal, once due, waits for evidence (a pause aimed before a queue task's write: until its job has
+    run again, within a bound); the schedule asks again every :data:`~leasecheck.nemesis.schedule.OUTLAST_POLL_S`."""
+
+    def awaiting(self) -> bool:
+        """True while the heal should wait still."""

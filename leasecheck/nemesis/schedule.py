@@ -16,13 +16,15 @@ from leasecheck.errors import EnvironmentFailure
 from leasecheck.hosts.protocol import HostUnreachable
 from leasecheck.nemesis.catalogue import FaultKind
 from leasecheck.nemesis.context import FaultContext
-from leasecheck.nemesis.protocol import FAULT_FAILED, Fault
+from leasecheck.nemesis.protocol import FAULT_FAILED, Fault, Outlasting
 
 #: the share of its drawn wait a fault waits while the run wants its evidence sooner (:attr:`Nemesis.hurry`): three
 #: tenths, so a gate's pause and kill (every 5 s) come every 1.5 s on average until their situations are reached (an
 #: eighth, from the run's start, kept two pauses on nearly always: a default gate's SQLite store locked by a paused
 #: writer most of its 40 s, 8 nodes claimed in all, and the windows after a takeover's end never reached)
 HURRIED = 0.3
+#: how often a due heal that waits for its evidence (:class:`~leasecheck.nemesis.protocol.Outlasting`) asks again, s
+OUTLAST_POLL_S = 0.05
 
 log = logging.getLogger("leasecheck.nemesis")
 
@@ -156,6 +158,9 @@ class Nemesis:
                     now = time.monotonic()
                     while self._heals and self._heals[0][0] <= now:
                         _, _, fault = heapq.heappop(self._heals)
+                        if isinstance(fault, Outlasting) and fault.awaiting():  # its evidence has not come: not yet
+                            heapq.heappush(self._heals, (now + OUTLAST_POLL_S, next(self._order), fault))
+                            continue
                         self._heal(fault)
                     due = self._heals[0][0] if self._heals else None
                 self._healed.wait(None if due is None else max(0.0, due - time.monotonic()))

@@ -2,7 +2,8 @@
 
 Holds the run (:mod:`.runner`), the faults it takes and what each must bring about (:mod:`.faults`), the library's
 worker processes (:mod:`.workers`),
-the watcher that reads each job's state from the library (:mod:`.watcher`), the
+the watcher that reads each job's state from the library (:mod:`.watcher`), its pauses aimed between a task's
+heartbeat and its write, lasting until the job ran again (:mod:`.aim_notes`), the
 check of the history so far that says each anomaly as it is proven (:mod:`.live`), the
 pure assembly of what they recorded into one history (:mod:`.assemble`), the
 files it is read from and written to (:mod:`.history`), and what a run is asked

@@ -16,6 +16,9 @@ from leasecheck.nemesis.catalogue import FaultKind, lookup
 
 #: the fault that cuts the broker's power (its server on the power-loss layer)
 POWER_LOSS_FAULT = "power-loss"
+#: the faults on a worker that are aimed, in a library whose task heartbeats, between a heartbeat and the next write
+#: (:mod:`.aim_notes`)
+AIMED_FAULTS = ("pause", "kill")
 #: the faults a queue run can inflict: on the library's worker processes (with their children) and on its broker
 QUEUE_FAULTS = ("pause", "kill", "pause-store", "kill-store", "partition", POWER_LOSS_FAULT)
 

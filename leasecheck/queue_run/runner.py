@@ -35,8 +35,9 @@ from leasecheck.nemesis.catalogue import FaultKind, Need, lookup
 from leasecheck.nemesis.context import FaultContext
 from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
+from leasecheck.queue_run.aim_notes import AimNotes
 from leasecheck.queue_run.assemble import Entry, ResourceRead, assemble
-from leasecheck.queue_run.faults import POWER_LOSS_FAULT, QUEUE_FAULTS, queue_kinds
+from leasecheck.queue_run.faults import AIMED_FAULTS, POWER_LOSS_FAULT, QUEUE_FAULTS, queue_kinds
 from leasecheck.queue_run.history import read_events, write_history
 from leasecheck.queue_run.live import LiveCheck
 from leasecheck.queue_run.options import QueueOptions
@@ -96,6 +97,8 @@ class QueueRun:
         #: the history so far, checked every few seconds (anomalies said as proven); --fail-fast stopped the test
         self.live: LiveCheck | None = None
         self.stopped_early = False
+        #: the aim of a library whose task heartbeats: its pauses and kills land between a heartbeat and a write
+        self.aim: AimNotes | None = None
 
     # ------------------------------------------------------------------ the run
 
@@ -137,8 +140,11 @@ class QueueRun:
         assert self.server is not None
         for sub in (EVENTS_DIR, BUSY_DIR):
             (self.queue_dir / sub).mkdir(parents=True, exist_ok=True)
+        if self.cls.heartbeat and any(f in AIMED_FAULTS for f in opts.nemesis):  # a pause lands between beat and write
+            self.aim = AimNotes(self.queue_dir, self.run_id, time.monotonic_ns())
         (self.queue_dir / PLAN_FILE).write_text(json.dumps(
-            {"seed": opts.seed, "mode": opts.mode, "ttl_ms": opts.ttl_ms, "stall_rate": opts.stall_rate}))
+            {"seed": opts.seed, "mode": opts.mode, "ttl_ms": opts.ttl_ms, "stall_rate": opts.stall_rate,
+             "aim": self.aim.name if self.aim is not None else None}))
         Resource(self.queue_dir / RESOURCE_FILE).create()
         config = QueueConfig(self.server.url, opts.ttl_ms, opts.mode, self.run_id, str(self.queue_dir), dict(opts.options))
         self.producer = self.cls(config)
@@ -153,6 +159,8 @@ class QueueRun:
 
         self.workers = QueueWorkers(library_for, self.queue_dir, self.run_dir / "workers", worker_python_path(self.cls))
         self.start_ns = time.monotonic_ns()
+        if self.aim is not None:
+            self.aim.start_ns = self.start_ns  # what a held task's word is stamped from (history time)
         mark_latest(self.run_dir)
 
     def _enqueue(self, n: int) -> None:
@@ -203,7 +211,8 @@ class QueueRun:
         assert self.workers is not None and self.watcher is not None
         workers = self.workers
         context = FaultContext(ttl_ms=opts.ttl_ms, workers=workers.live, holders=workers.busy, server=self.server,
-                               network=self.network.network if self.network is not None else None)
+                               network=self.network.network if self.network is not None else None,
+                               aiming=self.aim.aimer if self.aim is not None else None)
         self.nemesis = Nemesis(self.kinds, opts.nemesis_interval, context, self._record_nemesis,
                                random.Random(f"{opts.seed}/nemesis"), on_change=self.frame.save_faults,
                                first_interval_s=opts.time_limit / 4)
@@ -300,6 +309,8 @@ class QueueRun:
                     pass
         if self.network is not None:
             self.network.stop()
+        if self.aim is not None:
+            self.aim.close()
         if self.server is not None:
             self.server.resume()  # a paused server cannot shut down (the nemesis healed it; say it twice)
             self.server.stop()

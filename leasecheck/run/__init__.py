@@ -12,7 +12,8 @@
 * :mod:`.recorder`, :mod:`.deliveries`, :mod:`.races`, :mod:`.merge`, :mod:`.takeovers`, :mod:`.steering` — the recorder, the
   at-least-once queue, its duplicates raced on purpose, the merged history, what wakes a zombie, what steers the workload
   into the windows coverage counts;
-* :mod:`.holds`, :mod:`.aiming` — an op held between its round trips for a fault aimed inside it, and the harness's side;
+* :mod:`.holds` — an op held between its round trips for a fault aimed inside it (the harness's side, which a queue run
+  shares: ``frame.aiming``);
 * :mod:`.following`, :mod:`.closing` — the checker that follows the history as it is written, the nodes closed meanwhile;
 * :mod:`.final_reads` — the last reads (the proxies: ``servers.store_network``; the folder, the signals and the end a queue
   run shares: ``frame``).

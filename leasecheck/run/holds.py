@@ -29,7 +29,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from leasecheck.nemesis.inside import Arm
+from leasecheck.machine.aim_slot import Arm
 
 #: the C methods that send a request to a store, by the type of their object
 _C_REQUESTS: tuple[tuple[type, frozenset[str]], ...] = (

@@ -64,7 +64,7 @@ class Recorder:
         #: wait for its takeover does not run down while it is: nobody can take a node over from a store that is
         #: out, and how long one takes to come back is the machine's (a loaded one restarts Postgres in 3 s, not 1)
         self.store_out: Callable[[], bool] = lambda: False
-        #: told (process, serial, f, boundary, invoke time) when an aimed op is held (:class:`leasecheck.run.aiming.Aimer`)
+        #: told (process, serial, f, boundary, invoke time) when an aimed op is held (:class:`leasecheck.frame.aiming.Aimer`)
         self.on_between: Callable[[int, int, str, int, int, bool], None] = lambda *note: None
         self._ticked = time.monotonic()
         self._next_process = 0

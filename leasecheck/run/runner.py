@@ -28,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from leasecheck.frame.aiming import AIM_SLOT, Aimer
 from leasecheck.frame.folder import RunFrame
 from leasecheck.histories import HistoryWriter
 from leasecheck.histories.vocabulary import INSIDE_FAULTS
@@ -38,7 +39,6 @@ from leasecheck.nemesis.protocol import Fault
 from leasecheck.nemesis.schedule import Nemesis
 from leasecheck.nemesis.worker_clocks import ClockControl
 from leasecheck.report.inputs import recorded_replay
-from leasecheck.run.aiming import AIM_SLOT, Aimer
 from leasecheck.run.closing import Closer
 from leasecheck.run.deadline import Deadline
 from leasecheck.run.deliveries import Deliveries

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from leasecheck.nemesis.inside import AimSlot
+from leasecheck.machine.aim_slot import AimSlot
 from leasecheck.run.holds import Hold
 from leasecheck.rundir.worker_logs import WorkerLog
 

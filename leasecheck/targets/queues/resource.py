@@ -81,6 +81,11 @@ class Resource:
                        (job, execution, epoch, payload, token))
         return True
 
+    def executions(self, job: str) -> int:
+        """How many executions of the job have begun (0: none yet)."""
+        row = self._db().execute("SELECT n FROM executions WHERE job = ?", (job,)).fetchone()
+        return int(row[0]) if row is not None else 0
+
     def fence(self, job: str) -> int | None:
         """The largest attempt number the job's resource accepted (None: no fenced write yet)."""
         row = self._db().execute("SELECT fence FROM fences WHERE job = ?", (job,)).fetchone()

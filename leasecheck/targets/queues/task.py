@@ -29,6 +29,14 @@ stores is its own doing.
 
 Each process appends its events to ``events/<slot>-<pid>.jsonl``, one ``write``
 per event, so nothing is lost if the harness dies or the worker is killed.
+
+A run that aims its pauses (``plan.json``'s ``aim``: a library whose task
+heartbeats) arms the write after a heartbeat in the aim slot
+(:mod:`leasecheck.machine.aim_slot`, ``aim`` in the queue folder): the task then
+holds there a few ms, before the write's invoke is stamped, and says so on the
+run's note socket (:class:`AimNote`), so that a pause lands between its
+heartbeat and its write: woken after its next attempt started elsewhere, it
+writes first thing, as a real GC pause there would have it.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import asyncio
 import json
 import os
 import random
+import socket
 import threading
 import time
 import uuid
@@ -45,11 +54,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from leasecheck.machine.aim_slot import AimSlot
 from leasecheck.targets.queues.resource import Resource
 
 ENV_DIR = "LEASECHECK_QUEUE_DIR"
 ENV_SLOT = "LEASECHECK_QUEUE_SLOT"
-PLAN_FILE, EVENTS_DIR, BUSY_DIR, RESOURCE_FILE = "plan.json", "events", "busy", "resource.sqlite3"
+PLAN_FILE, EVENTS_DIR, BUSY_DIR, RESOURCE_FILE, AIM_FILE = "plan.json", "events", "busy", "resource.sqlite3", "aim"
+#: the kind of op a queue run's pause is aimed at: the task's write after its heartbeat
+AIMED = ("effect",)
+
+
+@dataclass(frozen=True)
+class AimNote:
+    """The word a held task sends the harness: worker ``process`` holds an op of kind ``f`` for aim ``serial`` since
+    ``t`` (CLOCK_MONOTONIC ns), in execution ``n`` of ``job``."""
+
+    process: int
+    serial: int
+    f: str
+    t: int
+    job: str
+    n: int
+
+    def encode(self) -> bytes:
+        return json.dumps(self.__dict__).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> AimNote:
+        note = json.loads(data)
+        return cls(int(note["process"]), int(note["serial"]), str(note["f"]), int(note["t"]), str(note["job"]),
+                   int(note["n"]))
 
 
 class StaleExecution(Exception):
@@ -73,6 +107,8 @@ class Plan:
     ttl_ms: int
     #: the chance that a job's first execution stalls past the library's timeout
     stall_rate: float = 0.5
+    #: the abstract Unix socket a held task tells the harness on (None: the run aims nothing)
+    aim: str | None = None
 
     @property
     def ttl_s(self) -> float:
@@ -117,6 +153,9 @@ class _Run:
         self.lock = threading.Lock()
         self.fd = -1
         self.pid = -1
+        self.aim = AimSlot(folder / AIM_FILE) if self.plan.aim else None
+        #: the aim this process last held for: once per aim (a worker is one victim of a fault at most)
+        self.held = -1
 
     def write(self, event: dict[str, Any]) -> None:
         line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
@@ -126,6 +165,24 @@ class _Run:
                 path = self.folder / EVENTS_DIR / f"{self.slot}-{self.pid}.jsonl"
                 self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.write(self.fd, line)
+
+
+    def hold_if_aimed(self, f: str, job: str, n: int) -> None:
+        """Hold here, before an op of kind ``f`` of execution ``n`` of ``job`` is invoked, if the nemesis armed that
+        kind: the harness is told, then the hold's sleep, which its pause lands in (a stopped sleep that is continued
+        past its end returns at once)."""
+        if self.aim is None or self.plan.aim is None:
+            return
+        arm = next((a for a in self.aim.armed() if a.f == f and a.serial != self.held), None)
+        if arm is None:
+            return
+        self.held = arm.serial
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notes:
+            try:
+                notes.sendto(AimNote(self.slot, arm.serial, f, time.monotonic_ns(), job, n).encode(), "\0" + self.plan.aim)
+            except OSError:  # the harness has gone (or stopped listening): no pause is coming
+                return
+        time.sleep(arm.hold_s)
 
 
 _run: _Run | None = None
@@ -154,6 +211,10 @@ class _Execution:
         self.lease: dict[str, Any] = ({"epoch": identity.epoch} if identity.epoch is not None
                                       else {"epoch": None, "token": identity.token})
         self.fenced = self.run.plan.mode == "fenced"
+        #: the library's heartbeat has answered: the next write is the one a pause is aimed before
+        self.beat = False
+        #: this execution's number among its job's (:meth:`begin`)
+        self.n = 0
         if self.fenced and identity.epoch is None:
             raise RuntimeError("the fenced mode needs the library's attempt number")
 
@@ -166,11 +227,13 @@ class _Execution:
         self.busy = self.run.folder / BUSY_DIR / self.key.replace("/", "-")
         self.busy.touch()  # the nemesis aims its pauses at workers with a job in hand
         self.event("ok", "claim", self.lease, owner=f"w{self.run.slot}")
-        n = self.run.resource.begin(self.job)
-        return steps(self.run.plan, self.job, n, heartbeat)
+        self.n = self.run.resource.begin(self.job)
+        return steps(self.run.plan, self.job, self.n, heartbeat)
 
     def effect(self, payload: str) -> None:
         payload = f"{self.key}:{payload}"  # unique: a read of the resource names the op that wrote each entry
+        if self.beat:
+            self.run.hold_if_aimed("effect", self.job, self.n)
         self.event("invoke", "effect", {**self.lease, "payload": payload})
         try:
             accepted = self.run.resource.append(self.job, self.key, self.identity.epoch, payload, self.fenced,
@@ -188,6 +251,7 @@ class _Execution:
             self.event("info", "renew", {"reason": "error", "message": f"{type(error).__name__}: {error}"})
         else:
             self.event("ok" if ok else "fail", "renew", {} if ok else {"reason": "not-owner"})
+            self.beat = self.beat or bool(ok)
 
     def commit(self) -> str:
         """The result to return (the library stores it), or :class:`StaleExecution` in the fenced mode."""

@@ -9,6 +9,14 @@ not landed yet wakes the nemesis, which stops or kills that worker while it
 holds, then waits for the next kind. It also learns, from every note, how many
 request boundaries each kind of op has shown, so the next draw of a boundary is
 among those that exist.
+
+A queue run's aimer (:meth:`Aimer.before_writes`) arms its task's write after a
+heartbeat, held before its invoke (:attr:`~leasecheck.nemesis.inside.InFlight.before`),
+and every pause aims: the library's workers are not ours, the window between a
+heartbeat and the next write is the one a pause makes a zombie in, and a pause
+that lands elsewhere meets the library's heartbeat check. Below both runners
+(:mod:`leasecheck.frame`): a lease run's recorder and a queue run's note socket
+feed the same :meth:`Aimer.note`.
 """
 
 from __future__ import annotations
@@ -16,11 +24,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from leasecheck.histories.vocabulary import INSIDE_FUNCTIONS, READ_RESOURCE, inside_situation
-from leasecheck.nemesis.inside import Aim, AimSlot, InFlight
+from leasecheck.machine.aim_slot import AimSlot
+from leasecheck.nemesis.inside import Aim, InFlight
 
 #: the slot's file, in the run's clocks folder (shared memory the nemesis writes and the workers read, removed at the end)
 AIM_SLOT = "aim"
@@ -35,11 +44,13 @@ class Aimer:
     def __init__(self, path: Path, resource_reads: bool, want: int | None = None, require: Iterable[str] = ()) -> None:
         self.path = path
         self.want = want
+        #: the ops are held before their invoke (:meth:`before_writes`), at boundary 0
+        self.before = False
         #: the ``--require``d situations: a fault aims at the op kinds of those it must land inside
         self.require = frozenset(require)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.slot = AimSlot(path, create=True)
-        self._ops = tuple(f for f in INSIDE_FUNCTIONS if resource_reads or f != READ_RESOURCE)
+        self._ops: tuple[str, ...] = tuple(f for f in INSIDE_FUNCTIONS if resource_reads or f != READ_RESOURCE)
         self._landed: dict[str, Counter[str]] = defaultdict(Counter)
         self._boundaries: dict[str, int] = {}
         self._cond = threading.Condition()
@@ -49,6 +60,20 @@ class Aimer:
         #: the armed serial and its aims by kind, and what landed on them (in the order they came)
         self._want: tuple[int, dict[str, Aim]] | None = None
         self._came: list[InFlight] = []
+        #: a lease run's pauses last their drawn duration, no more
+        self._outlast: Callable[[InFlight], Callable[[], bool] | None] = lambda op: None
+
+    @classmethod
+    def before_writes(cls, path: Path, writes: Sequence[str], outlast: Callable[[InFlight], Callable[[], bool] | None]) -> Aimer:
+        """A job queue's aimer: the kinds of op in ``writes`` held before their invoke, after the task's heartbeat
+        (:mod:`leasecheck.targets.queues.task`), every pause aimed, and a pause outlasting its drawn end as ``outlast``
+        says (see the module docstring)."""
+        aimer = cls(path, resource_reads=False)
+        aimer._ops, aimer.before, aimer._outlast = tuple(writes), True, outlast
+        return aimer
+
+    def outlast(self, op: InFlight) -> Callable[[], bool] | None:
+        return self._outlast(op)
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -62,8 +87,9 @@ class Aimer:
         return frozenset(f for f in self._ops if inside_situation(fault, f) in self.require)
 
     def boundaries(self, f: str) -> int:
-        """The most request boundaries an op of kind ``f`` has shown, else :data:`UNSEEN_BOUNDARIES`."""
-        return self._boundaries.get(f, UNSEEN_BOUNDARIES)
+        """The most request boundaries an op of kind ``f`` has shown, else :data:`UNSEEN_BOUNDARIES`; none (0) for an op
+        held before its invoke."""
+        return 0 if self.before else self._boundaries.get(f, UNSEEN_BOUNDARIES)
 
     def aim(self, aims: Sequence[Aim], timeout_s: float, gather_s: float) -> Iterator[InFlight]:
         with self._cond:
@@ -71,7 +97,7 @@ class Aimer:
             serial = self._serial
             self._want, self._came = (serial, {a.f: a for a in aims}), []
         with self._writing:
-            self.slot.arm(serial, aims)
+            self.slot.arm(serial, [(a.f, a.at, a.hold_ms) for a in aims])
         until = time.monotonic() + timeout_s
         given = 0
         try:
@@ -110,7 +136,7 @@ class Aimer:
             # that kind landed: disarmed at once, so no other worker holds an op of it for nothing
             left = [a for k, a in self._want[1].items() if all(op.f != k for op in self._came)]
             with self._writing:
-                self.slot.arm(serial, left)
+                self.slot.arm(serial, [(a.f, a.at, a.hold_ms) for a in left])
 
     def close(self) -> None:
         self.slot.close()
