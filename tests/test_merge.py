@@ -29,6 +29,7 @@ from leasecheck.histories.reader import file_cut
 from leasecheck.run import recorder as recorder_module
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.merge import Merge
+from leasecheck.run.pipe_words import ASKS, EVENTS, WORDS, Word
 from leasecheck.run.recorder import Recorder
 from leasecheck.run.worker_pipe import Hub, Recording
 from leasecheck.rundir.worker_logs import JOURNAL, WORKERS_DIR, Journal, WorkerLog, recover
@@ -342,3 +343,18 @@ def test_a_harness_sigkilled_mid_run_leaves_a_history_the_worker_logs_complete(t
     again = check_cli(run)  # and again, with nothing left to recover: the same verdict, the history unchanged
     assert again[0] == 2 and again[1]["cut"] == verdict["cut"] and "recovered" not in again[2]
     assert len(assert_well_formed(history)) == len(after)
+
+
+def test_every_word_a_worker_says_has_an_answer_and_a_word_never_declared_is_refused(tmp_path: Path) -> None:
+    """The pipe's words are declared once (run/pipe_words.py): the recorder answers each (a batch is unpacked), and a
+    message whose word is not declared fails at once rather than being dropped."""
+    recorder, _, _ = _recorder(tmp_path)
+    assert set(recorder._answers) | {Word.BATCH} == set(WORDS)
+    assert ASKS <= set(WORDS) and EVENTS <= set(WORDS)
+    ours, theirs = _worker(recorder)
+    theirs.send(("lunch", "n"))
+    with pytest.raises(KeyError):
+        recorder._handle(ours)
+    theirs.send((Word.IDLE, 10**12))  # a declared word, answered: the stream may be written past that time
+    recorder._handle(ours)
+    assert recorder.slots[ours].stream.bound == 10**12

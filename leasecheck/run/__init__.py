@@ -7,8 +7,9 @@
 * :mod:`.deadline` — when the test proper ends (the time limit, or later while evidence is missing: ``--until-covered``);
   :mod:`.judgement` — the finished run's verdict, results.json and report;
 * :mod:`.pool`, :mod:`.zygote`, :mod:`.slots`, :mod:`.workload`, :mod:`.workload_options`, :mod:`.client`,
-  :mod:`.worker_pipe` — the worker processes, their forkserver, their slots, the seed's workload and its knobs, one op
-  with its recording, a worker's end of its pipe (it stamps, logs and sends its events);
+  :mod:`.worker_pipe`, :mod:`.pipe_words` — the worker processes, their forkserver, their slots, the seed's workload and
+  its knobs, one op with its recording, a worker's end of its pipe (it stamps, logs and sends its events), and the words
+  said on that pipe (each with its fields; the recorder answers them by a table);
 * :mod:`.recorder`, :mod:`.deliveries`, :mod:`.races`, :mod:`.merge`, :mod:`.takeovers`, :mod:`.steering` — the recorder, the
   at-least-once queue, its duplicates raced on purpose, the merged history, what wakes a zombie, what steers the workload
   into the windows coverage counts;

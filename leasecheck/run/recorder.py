@@ -26,13 +26,11 @@ from typing import Any
 from leasecheck.histories import HistoryWriter
 from leasecheck.run.deliveries import Deliveries
 from leasecheck.run.merge import MAX_BUFFERED, Merge, Stream
+from leasecheck.run.pipe_words import ASKS, EVENTS, Word
 from leasecheck.run.races import Races
 from leasecheck.run.slots import SEEN_NODES, NodeCloser, Slot, Tally
 from leasecheck.run.steering import Steering, Wait
 from leasecheck.run.takeovers import Takeovers
-
-#: the messages whose worker waits for the hub's answer (see Stream.blocked)
-ASKS = frozenset({"next", "await", "renumber"})
 
 
 class Recorder:
@@ -77,6 +75,8 @@ class Recorder:
         self.closer: NodeCloser | None = None
         #: stopped workers whose pipes are to be drained before their streams halt (see :meth:`halted`)
         self._halts: queue.SimpleQueue[Slot] = queue.SimpleQueue()
+        #: what each word of a worker's pipe is answered with (:meth:`_answer_table`)
+        self._answers = self._answer_table()
 
     def new_process(self) -> int:
         with self._lock:
@@ -254,85 +254,97 @@ class Recorder:
             self._died(s)  # killed between its message and our answer
 
     def _answer(self, s: Slot, conn: Connection, msg: tuple[Any, ...]) -> None:
+        """One message of a worker's pipe (:mod:`.pipe_words`), answered by the table's method for its word."""
         kind = msg[0]
-        if kind == "batch":  # a held completion and the message after it (see worker_pipe.Hub.complete)
+        if kind == Word.BATCH:  # a held completion and the message after it (see worker_pipe.Hub.complete)
             for part in msg[1:]:
                 self._answer(s, conn, part)
             return
         if kind in ASKS:  # it waits for our answer: nothing it sends next can be stamped before we answer
             s.stream.blocked = True
-        if kind == "invoke":
-            _, f, node, value, t, wait = msg
-            self.merge.push(s.stream, t, s.process, "invoke", f, node, value)
-            s.open = (f, node)
-            self.takeovers.invoke(s.process, f, node, value)
-            if wait:  # a racing claim: goes to the store only once its rival's claim is in
-                s.stream.blocked = True
-                if f != "claim" or self.races.claim_invoked(conn, node):
-                    self._send(conn, True)
-        elif kind == "complete":
-            _, typ, value, t = msg
-            assert s.open is not None, f"process {s.process}: a completion with no op in flight"
-            f, node = s.open
-            self.merge.push(s.stream, t, s.process, typ, f, node, value)
-            s.open = None
-            if self.closer is not None:
-                self.closer.completed(node)
-            if typ == "ok" and f == "claim":
-                s.seen.append(node)  # as the worker does
-            self.tally.count(typ, value)
-            alive = self.takeovers.complete(s.process, typ, value, t)
-            if alive is not None:
-                self.deliveries.touch(alive[1])
-        elif kind == "between":  # an op held for the nemesis' aim reached a request boundary (run/holds.py)
-            _, serial, f, boundary, invoked, last = msg
-            self.on_between(s.process, serial, f, boundary, invoked, last)
-        elif kind == "idle":  # asleep until this time at least: nothing it sends next is stamped before it
-            s.stream.bound = max(s.stream.bound, msg[1])
-        elif kind == "hello":
-            s.ready = True
-        elif kind == "broken":
-            self.broken = msg[1]
-        elif kind == "await":  # a stalled worker: answered by _wake when its node reaches the phase
-            _, node, key, phase, timeout_s = msg
-            self.steering.wait(Wait(conn, node, key, s.process, phase, time.monotonic() + timeout_s, s.slot))
-        elif kind == "next":
-            s.current = None  # done with the last one
-            if not self.go.is_set() and not self.stopping.is_set():
-                self._held_back.append(conn)  # answered when every worker is up
-                return
-            if self.stopping.is_set():
-                self._send(conn, None)
-                return
-            ttl_ns = int(self.writer.header.ttl_ms * 1_000_000)
-            steered = self.steering.steered(s.slot, s.process, self.merge.now(), ttl_ns, time.monotonic())
-            if steered is not None:  # a late writer's contender, or a lagging clock's claimable node
-                self._deliver(conn, steered)
-                return
-            node = self.deliveries.next()
-            twin = self.races.twin
-            if twin is not None and node == twin[1]:  # the copy: both workers get the node at once, and race
-                self.races.twin = None
-                self.races.start(node, twin[0], conn, time.monotonic() + self.deliveries.visibility_s / 4)
-                self._deliver(twin[0], ("race", node))
-                self._deliver(conn, ("race", node))
-                return
-            if twin is None and node and self.deliveries.copy_waits(node):
-                self.races.twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
-                return
-            self._deliver(conn, self.steering.tagged(node, self.merge.now(), ttl_ns) if node else node)
-        elif kind == "late":  # granted a lease it will write late in: a contender may wait for it (run/steering.py)
-            self.steering.late(msg[1], s.process, time.monotonic(), self.writer.header.ttl_ms / 1000)
-        elif kind == "done":
-            self.deliveries.ack(msg[1])
-        elif kind == "requeue":
-            self.deliveries.requeue(msg[1])
-        elif kind == "tally":  # a worker that ran without recording reports its counts at exit
-            for typ, n in msg[1].items():
-                setattr(self.tally, typ, getattr(self.tally, typ) + n)
-        elif kind == "renumber":
-            s.process = self.new_process()
-            self._send(conn, s.process)
+        self._answers[kind](s, conn, *msg[1:])
+
+    def _on_invoke(self, s: Slot, conn: Connection, f: str, node: str, value: dict[str, Any], t: int, wait: bool) -> None:
+        self.merge.push(s.stream, t, s.process, "invoke", f, node, value)
+        s.open = (f, node)
+        self.takeovers.invoke(s.process, f, node, value)
+        if wait:  # a racing claim: goes to the store only once its rival's claim is in
+            s.stream.blocked = True
+            if f != "claim" or self.races.claim_invoked(conn, node):
+                self._send(conn, True)
+
+    def _on_complete(self, s: Slot, conn: Connection, typ: str, value: dict[str, Any], t: int) -> None:
+        assert s.open is not None, f"process {s.process}: a completion with no op in flight"
+        f, node = s.open
+        self.merge.push(s.stream, t, s.process, typ, f, node, value)
+        s.open = None
+        if self.closer is not None:
+            self.closer.completed(node)
+        if typ == "ok" and f == "claim":
+            s.seen.append(node)  # as the worker does
+        self.tally.count(typ, value)
+        alive = self.takeovers.complete(s.process, typ, value, t)
+        if alive is not None:
+            self.deliveries.touch(alive[1])
+
+    def _on_next(self, s: Slot, conn: Connection) -> None:
+        s.current = None  # done with the last one
+        if not self.go.is_set() and not self.stopping.is_set():
+            self._held_back.append(conn)  # answered when every worker is up
+            return
+        if self.stopping.is_set():
+            self._send(conn, None)
+            return
+        ttl_ns = int(self.writer.header.ttl_ms * 1_000_000)
+        steered = self.steering.steered(s.slot, s.process, self.merge.now(), ttl_ns, time.monotonic())
+        if steered is not None:  # a late writer's contender, or a lagging clock's claimable node
+            self._deliver(conn, steered)
+            return
+        node = self.deliveries.next()
+        twin = self.races.twin
+        if twin is not None and node == twin[1]:  # the copy: both workers get the node at once, and race
+            self.races.twin = None
+            self.races.start(node, twin[0], conn, time.monotonic() + self.deliveries.visibility_s / 4)
+            self._deliver(twin[0], ("race", node))
+            self._deliver(conn, ("race", node))
+            return
+        if twin is None and node and self.deliveries.copy_waits(node):
+            self.races.twin = (conn, node, time.monotonic() + self.deliveries.visibility_s / 4)
+            return
+        self._deliver(conn, self.steering.tagged(node, self.merge.now(), ttl_ns) if node else node)
+
+    def _on_tally(self, s: Slot, conn: Connection, counts: dict[str, int]) -> None:
+        for typ, n in counts.items():
+            setattr(self.tally, typ, getattr(self.tally, typ) + n)
+
+    def _on_renumber(self, s: Slot, conn: Connection) -> None:
+        s.process = self.new_process()
+        self._send(conn, s.process)
+
+    def _answer_table(self) -> dict[str, Callable[..., None]]:
+        """Each word's answer (:class:`~leasecheck.run.pipe_words.Word`); every word has one (held by a test)."""
+        ttl_s = self.writer.header.ttl_ms / 1000
+        return {
+            Word.INVOKE: self._on_invoke,
+            Word.COMPLETE: self._on_complete,
+            # an op held for the nemesis' aim reached a request boundary (run/holds.py)
+            Word.BETWEEN: lambda s, conn, *note: self.on_between(s.process, *note),
+            # asleep until this time at least: nothing it sends next is stamped before it
+            Word.IDLE: lambda s, conn, t: setattr(s.stream, "bound", max(s.stream.bound, t)),
+            Word.HELLO: lambda s, conn: setattr(s, "ready", True),
+            Word.BROKEN: lambda s, conn, message: setattr(self, "broken", message),
+            # a stalled worker: answered by _wake when its node reaches the phase
+            Word.AWAIT: lambda s, conn, node, key, phase, timeout_s: self.steering.wait(
+                Wait(conn, node, key, s.process, phase, time.monotonic() + timeout_s, s.slot)),
+            Word.NEXT: self._on_next,
+            # granted a lease it will write late in: a contender may wait for it (run/steering.py)
+            Word.LATE: lambda s, conn, node: self.steering.late(node, s.process, time.monotonic(), ttl_s),
+            Word.DONE: lambda s, conn, node: self.deliveries.ack(node),
+            Word.REQUEUE: lambda s, conn, node: self.deliveries.requeue(node),
+            # a worker that ran without recording reports its counts at exit
+            Word.TALLY: self._on_tally,
+            Word.RENUMBER: self._on_renumber,
+        }
 
     def _died(self, s: Slot) -> None:
         """A worker is gone: its open op is recorded ``info`` (stamped now, after all it sent) and its process retired."""
@@ -359,8 +371,8 @@ class Recorder:
         try:
             while s.conn.poll(0):
                 msg = s.conn.recv()
-                if msg[0] in ("invoke", "complete"):
-                    self._answer(s, s.conn, (*msg[:5], False) if msg[0] == "invoke" else msg)
+                if msg[0] in EVENTS:
+                    self._answer(s, s.conn, (*msg[:5], False) if msg[0] == Word.INVOKE else msg)
         except (EOFError, OSError):
             pass
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from leasecheck.machine.aim_slot import AimSlot
 from leasecheck.run.holds import Hold
+from leasecheck.run.pipe_words import Word
 from leasecheck.rundir.worker_logs import WorkerLog
 
 #: a worker about to sleep at least this long says so first (``idle``), so that the merge need not wait for it
@@ -68,7 +69,7 @@ class Hub:
         held, self._held = self._held, None
         if held is not None:
             line = held[0] + line
-            msg = held[1] if msg is None else ("batch", held[1], msg)
+            msg = held[1] if msg is None else (Word.BATCH, held[1], msg)
         if line:
             assert self.log is not None
             self.log.write_bytes(line)
@@ -99,7 +100,7 @@ class Hub:
         t = self.stamp()
         self._invoked = t
         assert self.log is not None
-        self._release(self.log.line(t, self.process, "invoke", f, node, value), ("invoke", f, node, value, t, wait))
+        self._release(self.log.line(t, self.process, "invoke", f, node, value), (Word.INVOKE, f, node, value, t, wait))
         if wait:
             self.conn.recv()
 
@@ -125,7 +126,7 @@ class Hub:
         serial = arm.serial
         self._aimed = {(s, k) for s, k in self._aimed if s == serial} | {(serial, f)}  # only this aim's are kept
         invoked = self._invoked
-        return Hold(arm, lambda k, last: self.conn.send(("between", serial, f, k, invoked, last)))
+        return Hold(arm, lambda k, last: self.conn.send((Word.BETWEEN, serial, f, k, invoked, last)))
 
     def complete(self, f: str, node: str, typ: str, value: dict[str, Any]) -> None:
         """Stamp the completion, after the store's reply; it is logged and sent with this worker's next message.
@@ -138,11 +139,11 @@ class Hub:
         """
         t = self.stamp()
         assert self.log is not None
-        self._held = (self.log.line(t, self.process, typ, f, node, value), ("complete", typ, value, t))
+        self._held = (self.log.line(t, self.process, typ, f, node, value), (Word.COMPLETE, typ, value, t))
 
     def renumber(self) -> None:
         """After an ``info`` op: this process number is retired, the hub hands out the next."""
-        self.process = self.ask("renumber")
+        self.process = self.ask(Word.RENUMBER)
 
     def sleep(self, seconds: float) -> None:
         """Sleep; a long sleep is announced first, so the merge can write past this worker meanwhile.
@@ -152,7 +153,7 @@ class Hub:
         next can be earlier than now + ``seconds``, and that is what it tells the hub.
         """
         if self.record and seconds >= IDLE_NOTE_S:
-            self.tell("idle", self.stamp() + int(seconds * 1e9) - 1_000)
+            self.tell(Word.IDLE, self.stamp() + int(seconds * 1e9) - 1_000)
         else:
             self.flush()
         time.sleep(seconds)

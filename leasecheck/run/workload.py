@@ -56,6 +56,7 @@ from leasecheck.histories.format import lease_key
 from leasecheck.histories.vocabulary import READ_RESOURCE
 from leasecheck.nemesis.worker_clocks import WorkerClock
 from leasecheck.run.client import Client
+from leasecheck.run.pipe_words import Word
 from leasecheck.run.takeovers import PHASES
 from leasecheck.run.worker_pipe import Hub, Recording
 from leasecheck.run.workload_options import Workload
@@ -112,7 +113,7 @@ class Worker:
 
     def run(self) -> None:
         while True:
-            delivery = self.hub.ask("next")
+            delivery = self.hub.ask(Word.NEXT)
             if delivery is None:
                 return
             if delivery == "":
@@ -124,7 +125,7 @@ class Worker:
             # is behind, the node was granted to another lately and is claimable; claim while the skew shows
             how, node = delivery if isinstance(delivery, tuple) else ("", delivery)
             if how == "contend" and self.hub.record:  # a lagging clock's skew is short: it waits less
-                self.hub.ask("await", node, None, "at-lapse", (LAGGING_CONTEND_TTLS if self.lags() else CONTEND_WAIT_TTLS) * self.ttl)
+                self.hub.ask(Word.AWAIT, node, None, "at-lapse", (LAGGING_CONTEND_TTLS if self.lags() else CONTEND_WAIT_TTLS) * self.ttl)
             if how in ("contend", "lagging"):
                 self.behind_phase()
             # a read is drawn as always, and done too while a fault seeks one (:meth:`Hub.sought`)
@@ -178,7 +179,7 @@ class Worker:
         typ, lease = self.op("claim", node, {"owner": self.owner}, lambda: t.try_claim(node, self.owner), wait=racing)
         if typ != "ok":
             if isinstance(lease, Refused) and lease.reason == "terminal":
-                self.hub.tell("done", node)
+                self.hub.tell(Word.DONE, node)
             return
         granted = time.monotonic()
         self.seen = (self.seen + [node])[-self.w.seen_nodes:]  # the recorder keeps the same list (Slot.seen)
@@ -266,11 +267,11 @@ class Worker:
         if roll < w.crash_rate + w.release_rate or self.hub.sought() == "release":
             typ, _ = self.op("release", node, dict(carried), lambda: self.client.target.release(lease))
             if typ == "ok":
-                self.hub.tell("requeue", node)  # given back: the queue hands it out again at once
+                self.hub.tell(Word.REQUEUE, node)  # given back: the queue hands it out again at once
             return
         typ, out = self.commit(node, lease, carried)
         if typ == "ok" or (isinstance(out, Refused) and out.reason == "terminal"):
-            self.hub.tell("done", node)
+            self.hub.tell(Word.DONE, node)
 
     def ends_for_claim(self) -> bool:
         """Is a claim the kind a fault seeks now (:meth:`Hub.sought`)? Then the worker is done with its node now, so
@@ -288,7 +289,7 @@ class Worker:
         if self.op("renew", node, dict(carried), lambda: target.renew(lease))[0] != "ok":
             return
         if self.op("release", node, dict(carried), lambda: target.release(lease))[0] == "ok":
-            self.hub.tell("requeue", node)
+            self.hub.tell(Word.REQUEUE, node)
 
     def late_write(self, node: str, lease: Lease, carried: dict[str, Any], since: float) -> None:
         """Write late in ``lease`` (claimed at ``since``): no heartbeat, one effect or commit sent at a seeded point of
@@ -298,11 +299,11 @@ class Worker:
         commit = rng.random() < w.late_commit_rate
         after = not commit and rng.random() < w.late_hold_after_rate
         at = since + rng.uniform(*w.late_at) * ttl
-        self.hub.tell("late", node)  # the hub hands the node to a contender, who claims the moment the lease lapses
+        self.hub.tell(Word.LATE, node)  # the hub hands the node to a contender, who claims the moment the lease lapses
         self.hub.sleep(max(0.0, at - time.monotonic()))
         if time.monotonic() > since + LATE_LAST * ttl:  # overslept (a loaded machine, a pause): not a late write now
             return
-        hold = partial(self.hub.ask, "await", node, lease_key(carried), "rival-granted", LATE_HOLD_TTLS * ttl)
+        hold = partial(self.hub.ask, Word.AWAIT, node, lease_key(carried), "rival-granted", LATE_HOLD_TTLS * ttl)
         if commit:
             result = f"result-of-{node}-by-{self.owner}"
             f, value, store = "commit", {**carried, "result": result}, partial(target.commit, lease, result)
@@ -320,7 +321,7 @@ class Worker:
 
         typ, out = self.op(f, node, value, held)
         if commit and (typ == "ok" or (isinstance(out, Refused) and out.reason == "terminal")):
-            self.hub.tell("done", node)
+            self.hub.tell(Word.DONE, node)
 
     def commit(self, node: str, lease: Lease, carried: dict[str, Any]) -> tuple[str, Any]:
         """Commit ``lease`` with this worker's result for ``node`` (a zombie's commit names the same result)."""
@@ -352,7 +353,7 @@ class Worker:
                 continue
             if self.lags():  # our clock went behind: free to claim while it shows, not a zombie any more
                 return
-            if self.hub.ask("await", node, key, phase, w.zombie_wait_ttls * self.ttl) != "reached":
+            if self.hub.ask(Word.AWAIT, node, key, phase, w.zombie_wait_ttls * self.ttl) != "reached":
                 continue
             acts = [f for f in ZOMBIE_ACTS if rng.random() < w.act_rate]
             rng.shuffle(acts)
@@ -373,12 +374,12 @@ def worker_main(conn: Connection, spec: TargetSpec, workload: Workload, seed: in
         try:
             worker = Worker(hub, spec, workload, seed, slot)
         except Exception as e:  # the backend's client cannot be made: the harness reports it, once
-            hub.tell("broken", f"{type(e).__name__}: {e}")
+            hub.tell(Word.BROKEN, f"{type(e).__name__}: {e}")
             return
-        hub.tell("hello")  # up, and from now on a pause is safe: this process dies with the harness
+        hub.tell(Word.HELLO)  # up, and from now on a pause is safe: this process dies with the harness
         worker.run()
         if not record:
-            hub.tell("tally", dict(worker.client.unrecorded))
+            hub.tell(Word.TALLY, dict(worker.client.unrecorded))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the harness went away
     finally:
