@@ -144,22 +144,8 @@ def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int, int] | None:
                 # epoch-regression and duplicate-epoch; the epoch is > 0 since max_seen ≥ 0
                 if e <= max_seen or committed:
                     return None  # (a later epoch after the commit: the decision refutes it)
-                if window is not None and lease:
-                    # overlapping-lease: the previous holder is the last claim (epochs grow in
-                    # list order), and its renews and ok releases were all listed before this
-                    # claim (a later one would be stale); an info release listed later could
-                    # only excuse it, so not counting it errs toward "not proven"
-                    if claimed_at >= done:
-                        return None
-                    if released_at is None or released_at >= done:
-                        t = claimed_at
-                        if renewed_at is not None:
-                            if renewed_at >= done:
-                                return None
-                            if renewed_at > t:
-                                t = renewed_at
-                        if done < t + window:
-                            return None
+                if window is not None and lease and _may_overlap(done, claimed_at, renewed_at, released_at, window):
+                    return None
                 max_seen = e
                 max_block = 4 * e
                 lease = e
@@ -176,40 +162,10 @@ def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int, int] | None:
             if e != lease:
                 return None
             if f == "read":
-                r = op.result
-                status = r["status"]
-                if status == RUNNING:
-                    if not lease:
-                        return None
-                    block = 4 * e + 1
-                elif status == READY and not e:
-                    block = 3
-                elif status in (READY, SUCCEEDED):
-                    # the state this epoch's end left: that end is listed before (it completed
-                    # first, else the read's block would be behind it) and must be the one
-                    # the read shows, with the result it recorded
-                    if not lease or ended != e or ended_by_commit != (status == SUCCEEDED):
-                        return None
-                    if status == SUCCEEDED:
-                        seen = r.get("result")  # absent (a queue that stores none): the full checks decide
-                        if type(seen) is not str or seen != result:
-                            return None
-                    block = 4 * e + 3
-                else:
-                    return None
-                if block < max_block:
+                block = _read_block(op.result, e, lease, ended, ended_by_commit, result, owner)
+                if block is None or block < max_block:
                     return None
                 max_block = block
-                if status != READY and owner is not None:
-                    # agrees(owner_of(claim), seen); equal values freeze equal
-                    if "owner" not in r:  # not given: the full checks decide
-                        return None
-                    seen = r["owner"]
-                    if seen != owner and (type(owner) is str or not agrees(freeze(owner), seen)):
-                        return None
-                # lost-commit: a read invoked after the commit completed is listed after it, so
-                # its block is at least the commit's: it can only be a SUCCEEDED read of the
-                # committed epoch with its result, checked above
                 continue
             if not lease or e < max_seen:
                 return None  # no claim granted it; stale-renew, stale-commit (a release behind it)
@@ -249,21 +205,13 @@ def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int, int] | None:
             if f == "claim" and slack is not None and op.result["reason"] == "held":
                 # stuck-lease: an info claim or renew invoked before the refusal completed, or
                 # a grant invoked before it whose lease had not surely expired by its invoke
-                if maybe_from is not None and maybe_from < done:
-                    continue
-                if granted_done is None or op.invoke_time > granted_done + slack:
+                if (maybe_from is None or maybe_from >= done) and (
+                        granted_done is None or op.invoke_time > granted_done + slack):
                     return None
-            elif window is not None and (f == "renew" or f == "commit" or f == "release") and op.result["reason"] == "expired":
-                # premature-expiry: the grants of its epoch completed before its invoke are all listed
-                # before it, so the latest invoke among this lease's claim and ok renews listed so far
-                # bounds the reference's T from above; an older (or unknown) epoch is the reference's
-                e = op.epoch
-                if type(e) is int:
-                    if e != lease or not lease:
-                        return None
-                    t = claimed_at if renewed_at is None or renewed_at < claimed_at else renewed_at
-                    if done < t + window:
-                        return None
+            elif (window is not None and (f == "renew" or f == "commit" or f == "release")
+                  and op.result["reason"] == "expired"
+                  and _maybe_premature(op.epoch, done, lease, claimed_at, renewed_at, window)):
+                return None
         elif typ == "info":
             infos += 1
             if f == "claim" or f == "renew":
@@ -284,3 +232,69 @@ def _scan(ops: list[Op], rules: Rules) -> tuple[int, int, int, int] | None:
     if ok == resource_reads:
         return None  # no ok op names an epoch: is it fenced at all? The reference knows
     return ok, fails, infos, resource_reads
+
+
+def _may_overlap(done: int, claimed_at: int, renewed_at: int | None, released_at: int | None, window: float) -> bool:
+    """``overlapping-lease`` not disproven for a claim completed at ``done`` over the current lease (claimed, last
+    renewed, released at those invokes). The previous holder is the last claim (epochs grow in list order), and its
+    renews and ok releases were all listed before this claim (a later one would be stale); an info release listed
+    later could only excuse it, so not counting it errs toward "not proven"."""
+    if claimed_at >= done:
+        return True
+    if released_at is not None and released_at < done:
+        return False
+    t = claimed_at
+    if renewed_at is not None:
+        if renewed_at >= done:
+            return True
+        if renewed_at > t:
+            t = renewed_at
+    return done < t + window
+
+
+def _read_block(r: Any, e: int, lease: int, ended: int, ended_by_commit: bool, result: Any, owner: Any) -> int | None:
+    """The block ``4·epoch + phase`` of an ok read of the current lease's epoch ``e`` that agrees with what the pass
+    has seen (its owner, the end and result it shows); None: not proven."""
+    status = r["status"]
+    if status == RUNNING:
+        if not lease:
+            return None
+        block = 4 * e + 1
+    elif status == READY and not e:
+        return 3
+    elif status in (READY, SUCCEEDED):
+        # the state this epoch's end left: that end is listed before (it completed
+        # first, else the read's block would be behind it) and must be the one
+        # the read shows, with the result it recorded
+        if not lease or ended != e or ended_by_commit != (status == SUCCEEDED):
+            return None
+        if status == SUCCEEDED:
+            seen = r.get("result")  # absent (a queue that stores none): the full checks decide
+            if type(seen) is not str or seen != result:
+                return None
+        block = 4 * e + 3
+    else:
+        return None
+    if status != READY and owner is not None:
+        # agrees(owner_of(claim), seen); equal values freeze equal
+        if "owner" not in r:  # not given: the full checks decide
+            return None
+        seen = r["owner"]
+        if seen != owner and (type(owner) is str or not agrees(freeze(owner), seen)):
+            return None
+    # lost-commit: a read invoked after the commit completed is listed after it, so
+    # its block is at least the commit's: it can only be a SUCCEEDED read of the
+    # committed epoch with its result, checked above
+    return block
+
+
+def _maybe_premature(e: Any, done: int, lease: int, claimed_at: int, renewed_at: int | None, window: float) -> bool:
+    """``premature-expiry`` not disproven for a renew, commit or release refused ``expired`` at ``done``: the grants
+    of its epoch completed before its invoke are all listed before it, so the latest invoke among this lease's claim
+    and ok renews listed so far bounds the reference's T from above; an older (or unknown) epoch is the reference's."""
+    if type(e) is not int:
+        return False
+    if e != lease or not lease:
+        return True
+    t = claimed_at if renewed_at is None or renewed_at < claimed_at else renewed_at
+    return done < t + window
