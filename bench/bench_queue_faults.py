@@ -25,7 +25,7 @@ from typing import Any
 
 from leasecheck.ci.audited import Audited
 from leasecheck.ci.queue_audit import queue_audits, queue_name, run_queue_audit
-from leasecheck.targets.thirdparty.audit import FaultAudit
+from leasecheck.targets.audits import FaultAudit
 
 #: the broker's faults a queue run takes
 BROKER_FAULTS = ("pause-store", "kill-store", "partition")

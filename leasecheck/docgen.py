@@ -214,7 +214,7 @@ def _rooms_imported(tree: object) -> set[str]:
         parts = name.split(".")
         if parts[0] == "leasecheck" and len(parts) > 1:
             rooms.add("root" if parts[1] in _ROOT_MODULES else parts[1] + ("/" + parts[2] if parts[1] == "targets"
-                      and len(parts) > 2 and parts[2] in ("queues", "thirdparty") else ""))
+                      and len(parts) > 2 and parts[2] in ("queues", "locks") else ""))
     return rooms
 
 

@@ -1,4 +1,4 @@
-"""The contract every ``Records`` store of the audited adapters keeps (``targets/thirdparty/lockbase.py``).
+"""The contract every ``Records`` store of the audited adapters keeps (``targets/locks/lockbase.py``).
 
 One copy of the assertions, called by each store's test module with a fresh
 node on a real server: a fenced write is applied iff no larger fence wrote
@@ -9,7 +9,7 @@ resource reads back (``resource``) with the record's fence, in one snapshot.
 
 from __future__ import annotations
 
-from leasecheck.targets.thirdparty.lockbase import Record, Records
+from leasecheck.targets.locks.lockbase import Record, Records
 
 
 def fenced_put_is_refused_below_the_stored_fence_and_applied_at_or_above(records: Records, node: str) -> None:

@@ -557,7 +557,7 @@ def test_an_audit_result_reports_the_workloads_own_stalls_apart(tmp_path: Path) 
 
     from leasecheck.ci.audit import AuditResult
     from leasecheck.report.terminal import print_audit_result
-    from leasecheck.targets.thirdparty.audit import FaultAudit
+    from leasecheck.targets.audits import FaultAudit
 
     proof = {"kind": "stale-commit", "node": B, "ops": [11, 16]}
     r = AuditResult("etcd3-lock", "etcd3", "0.12.0", "documented", "kill", 1, "valid", (), None, tmp_path,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from leasecheck.ci.audit import audits, select
-from leasecheck.targets.thirdparty.audit import AuditPlan
+from leasecheck.targets.audits import AuditPlan
 
 CLI = [sys.executable, "-m", "leasecheck"]
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def test_list_shows_each_library_mode_and_published_verdict() -> None:
     (("audit", "filelock", "--time-limit", "0"), "--time-limit"),
     (("audit", "no_such_module:Lock"), "cannot import no_such_module"),
     (("audit", "leasecheck.targets.sqlite_lease:SqliteLease"), "has no audit plan: give the class one"),
-    (("audit", "leasecheck.targets.thirdparty.redis_py:RedisPyLock", "--mode", "telepathy"), "has no mode telepathy"),
+    (("audit", "leasecheck.targets.locks.redis_py:RedisPyLock", "--mode", "telepathy"), "has no mode telepathy"),
 ])
 def test_bad_audit_options_exit_3_in_one_line(args: tuple[str, ...], message: str) -> None:
     done = _cli(*args)
@@ -74,7 +74,7 @@ def test_bad_audit_options_exit_3_in_one_line(args: tuple[str, ...], message: st
 
 def test_an_adapter_of_ones_own_is_audited_by_module_class_with_the_plan_its_class_carries() -> None:
     """Seen on main: `audit sherlock_lease:SherlockRedisLock` was refused, "no audit of" (exit 3)."""
-    spec = "leasecheck.targets.thirdparty.redis_py:RedisPyLock"  # by its class, not its registered name
+    spec = "leasecheck.targets.locks.redis_py:RedisPyLock"  # by its class, not its registered name
     (audited,) = select(spec)
     assert audited.target == spec and audited.plan.library == "redis"
     assert select(spec, (audited.plan.mode,)) == [audited]
@@ -147,3 +147,22 @@ def test_listing_the_audits_loads_no_library_that_breaks_another() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_an_adapter_written_before_the_rename_still_imports_with_a_warning() -> None:
+    """``new-target --lock`` once wrote ``from leasecheck.targets.thirdparty.audit import AuditPlan`` (and lockbase,
+    redis_records): the old names are the new modules themselves, in a fresh interpreter, and say where they went."""
+    probe = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+             "try:\n    import leasecheck.targets.thirdparty\nexcept DeprecationWarning as w:\n    print('warned:', w)\n"
+             "warnings.simplefilter('ignore')\n"
+             "from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit\n"
+             "from leasecheck.targets.thirdparty.lockbase import LockLease\n"
+             "from leasecheck.targets.thirdparty.redis_records import RedisRecords\n"
+             "from leasecheck.targets.thirdparty.files import FileLockLease\n"
+             "import leasecheck.targets.audits as a, leasecheck.targets.locks.lockbase as l\n"
+             "import leasecheck.targets.locks.redis_records as r, leasecheck.targets.locks.files as f\n"
+             "print(AuditPlan is a.AuditPlan and FaultAudit is a.FaultAudit and LockLease is l.LockLease\n"
+             "      and RedisRecords is r.RedisRecords and FileLockLease is f.FileLockLease)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=REPO).stdout.splitlines()
+    assert out[0].startswith("warned: leasecheck.targets.thirdparty is now leasecheck.targets.locks") and out[1] == "True"

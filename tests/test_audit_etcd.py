@@ -23,9 +23,9 @@ from stores import serve
 from leasecheck.servers.base import free_port
 from leasecheck.servers.etcd import EtcdServer, etcd_healthy
 from leasecheck.targets.base import Indeterminate, Lease, Refused, TargetConfig, Unavailable
-from leasecheck.targets.thirdparty.etcd3_lock import Etcd3Lock, RevisionEtcd3Lock
-from leasecheck.targets.thirdparty.etcd_records import Connection, EtcdRecords
-from leasecheck.targets.thirdparty.lockbase import Record
+from leasecheck.targets.locks.etcd3_lock import Etcd3Lock, RevisionEtcd3Lock
+from leasecheck.targets.locks.etcd_records import Connection, EtcdRecords
+from leasecheck.targets.locks.lockbase import Record
 from leasecheck.waiting import poll, wait_for
 
 AUDITED = ("etcd3-lock", "etcd3-lock-revision")

@@ -21,9 +21,9 @@ from stores import serve
 
 from leasecheck.servers.zookeeper import ZooKeeperServer, four_letter_word
 from leasecheck.targets.base import Lease, Refused, Target, TargetConfig, Unavailable
-from leasecheck.targets.thirdparty.kazoo_lock import KazooLock, ZxidKazooLock
-from leasecheck.targets.thirdparty.lockbase import Record
-from leasecheck.targets.thirdparty.zk_records import ZkConnection, ZkRecords, znode_name
+from leasecheck.targets.locks.kazoo_lock import KazooLock, ZxidKazooLock
+from leasecheck.targets.locks.lockbase import Record
+from leasecheck.targets.locks.zk_records import ZkConnection, ZkRecords, znode_name
 from leasecheck.targets.urls import store_endpoint
 from leasecheck.waiting import wait_for
 

@@ -24,9 +24,9 @@ from audits import assert_published, published_cases
 
 from leasecheck.servers.base import LocalServer
 from leasecheck.targets.base import Lease, Refused, TargetConfig
-from leasecheck.targets.thirdparty.files import FileLockLease, FileRecords, SoftFileLockLease, file_name
-from leasecheck.targets.thirdparty.lockbase import Record
-from leasecheck.targets.thirdparty.pg_advisory import Connections, SqlalchemyDlock, SqlRecords
+from leasecheck.targets.locks.files import FileLockLease, FileRecords, SoftFileLockLease, file_name
+from leasecheck.targets.locks.lockbase import Record
+from leasecheck.targets.locks.pg_advisory import Connections, SqlalchemyDlock, SqlRecords
 from leasecheck.waiting import wait_for
 
 AUDITED = ("filelock", "filelock-soft", "sqlalchemy-dlock")

@@ -20,10 +20,10 @@ from stores import serve
 from leasecheck.servers.base import free_port
 from leasecheck.servers.redis import RedisServer
 from leasecheck.targets.base import Indeterminate, Lease, Refused, TargetConfig, Unavailable
-from leasecheck.targets.thirdparty.portalocker_redis import FencedPortalockerRedisLock, PortalockerRedisLock
-from leasecheck.targets.thirdparty.python_redis_lock import PythonRedisLock
-from leasecheck.targets.thirdparty.redis_py import RedisPyLock
-from leasecheck.targets.thirdparty.redis_records import RedisRecords, redis_client
+from leasecheck.targets.locks.portalocker_redis import FencedPortalockerRedisLock, PortalockerRedisLock
+from leasecheck.targets.locks.python_redis_lock import PythonRedisLock
+from leasecheck.targets.locks.redis_py import RedisPyLock
+from leasecheck.targets.locks.redis_records import RedisRecords, redis_client
 
 AUDITED = ("redis-py-lock", "python-redis-lock", "portalocker-redis", "portalocker-redis-fenced")
 

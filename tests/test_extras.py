@@ -73,7 +73,7 @@ def test_targets_json_lists_every_backend_and_loads_no_client_library() -> None:
     assert rc == 0, err
     rows = rows_of(out)
     assert set(rows) == set(available())
-    assert "leasecheck.targets.postgres_lease" in modules and "leasecheck.targets.thirdparty.etcd3_lock" in modules
+    assert "leasecheck.targets.postgres_lease" in modules and "leasecheck.targets.locks.etcd3_lock" in modules
     assert clients_in(modules) == []
     for name, row in rows.items():
         assert "error" not in row, row

@@ -24,7 +24,7 @@ from test_new_target import _failed, _passed
 
 from leasecheck.kit.queue_conformance import PROMISES
 from leasecheck.kit.scaffold_queue import QUEUE_DUTIES
-from leasecheck.targets.thirdparty.audit import REDELIVERED_JOB
+from leasecheck.targets.audits import REDELIVERED_JOB
 
 #: the versions the page audits (pyproject.toml's test dependencies pin them)
 PINNED = {"taskiq": "0.13.0", "taskiq-redis": "1.2.4"}

@@ -350,7 +350,7 @@ def test_every_word_a_worker_says_has_an_answer_and_a_word_never_declared_is_ref
     message whose word is not declared fails at once rather than being dropped."""
     recorder, _, _ = _recorder(tmp_path)
     assert set(recorder._answers) | {Word.BATCH} == set(WORDS)
-    assert ASKS <= set(WORDS) and EVENTS <= set(WORDS)
+    assert set(WORDS) >= ASKS and set(WORDS) >= EVENTS
     ours, theirs = _worker(recorder)
     theirs.send(("lunch", "n"))
     with pytest.raises(KeyError):

@@ -25,7 +25,7 @@ from leasecheck.cli import main
 ADAPTER = textwrap.dedent('''
     """A queue of the team's own (huey under another name), with its published plan."""
     from leasecheck.targets.queues.huey_queue import HueyQueue
-    from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
+    from leasecheck.targets.audits import AuditPlan, FaultAudit
 
 
     class TeamQueue(HueyQueue):

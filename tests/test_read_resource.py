@@ -34,10 +34,10 @@ from leasecheck.kit.scaffold import DUTIES, Names, render
 from leasecheck.kit.simstore import SimStore
 from leasecheck.targets.base import Accepted, Indeterminate, Lease, ResourceState, Target, TargetConfig, reads_resource
 from leasecheck.targets.exec_target import Hello, exec_target
+from leasecheck.targets.locks.lockbase import Held, LockLease, Record
 from leasecheck.targets.queues.resource import Resource
 from leasecheck.targets.registry import TargetSpec, available, load
 from leasecheck.targets.sqlite_lease import SqliteLease
-from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Record
 
 TTL_MS = 300
 Make = Callable[[str], Target]

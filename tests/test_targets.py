@@ -17,9 +17,9 @@ from leasecheck.cli import main
 from leasecheck.histories.vocabulary import KINDS
 from leasecheck.nemesis.catalogue import FAULTS, Need
 from leasecheck.run.options import RunOptions, check_store, validate
+from leasecheck.targets.audits import AuditPlan
 from leasecheck.targets.base import WORKLOAD_CONDITIONS, Lease, OffsetClock, Target, TargetConfig
 from leasecheck.targets.registry import TargetNotFound, TargetSpec, available, load
-from leasecheck.targets.thirdparty.audit import AuditPlan
 
 REFERENCES = {"sqlite", "postgres", "redis", "redis-token"}
 #: the reference backends without a fencing token (epoch null, an opaque token per lease)
@@ -31,7 +31,7 @@ BROKEN = {
     "postgres-grace-after-failover", "sqlite-renew-worker-clock", "sqlite-check-then-write-effect",
     "sqlite-fence-follows-writes", "sqlite-write-behind-effects", "sqlite-stamped-by-node", "sqlite-live-lease-guard",
 }
-#: adapters of third-party lock libraries, each with its published audit (targets/thirdparty, AUDITS.md)
+#: adapters of third-party lock libraries, each with its published audit (targets/locks, AUDITS.md)
 AUDITED = {
     "redis-py-lock", "python-redis-lock", "portalocker-redis", "portalocker-redis-fenced", "kazoo-lock",
     "kazoo-lock-zxid", "etcd3-lock", "etcd3-lock-revision", "sqlalchemy-dlock", "filelock", "filelock-soft",

@@ -36,8 +36,8 @@ from leasecheck.lists import names
 from leasecheck.run.options import RunOptions
 from leasecheck.run.workload_options import Workload
 from leasecheck.rundir.runfolder import RunFolder
+from leasecheck.targets.audits import AuditPlan, faults_of
 from leasecheck.targets.registry import TargetNotFound, load, not_installed, registered
-from leasecheck.targets.thirdparty.audit import AuditPlan, faults_of
 
 
 def audits() -> tuple[list[Audited], list[Unloadable]]:
@@ -46,7 +46,7 @@ def audits() -> tuple[list[Audited], list[Unloadable]]:
     found, broken = queue_audits()
     for name, where, cls in registered():
         if isinstance(cls, TargetNotFound):
-            if ".thirdparty." in where:  # only ours are known to be audits without importing them
+            if ".targets.locks." in where:  # only ours are known to be audits without importing them
                 broken.append(Unloadable(name, str(cls)))
             continue
         plan = getattr(cls, "audit", None)

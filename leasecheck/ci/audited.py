@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from leasecheck.exits import Exit
+from leasecheck.targets.audits import AuditPlan, FaultAudit
 from leasecheck.targets.registry import available
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ adapter's ``store`` started as ``leasecheck run`` starts it
 runs it under faults.
 
 ``leasecheck new-target --lock LIBRARY``: the same for a lock library under
-audit, an adapter on :class:`~leasecheck.targets.thirdparty.lockbase.LockLease`
+audit, an adapter on :class:`~leasecheck.targets.locks.lockbase.LockLease`
 (only the library's acquire / extend / unlock to write, the jobs' records in
-Redis) with its :class:`~leasecheck.targets.thirdparty.audit.AuditPlan`, so
+Redis) with its :class:`~leasecheck.targets.audits.AuditPlan`, so
 that ``leasecheck audit acme_lock:AcmeLock`` audits it. ``--queue LIBRARY``: a job queue's
 adapter and its test of the queue conformance (:mod:`leasecheck.kit.scaffold_queue`).
 """
@@ -178,7 +178,7 @@ def write(name: str | None, directory: Path, force: bool = False, store: str | N
     elif lock is not None:
         if store not in (None, "redis"):
             raise ScaffoldError(f"a --lock adapter keeps its locks' records in Redis (RedisRecords), not {store}: "
-                                "for another store, write a Records of your own (see leasecheck/targets/thirdparty/lockbase.py)")
+                                "for another store, write a Records of your own (see leasecheck/targets/locks/lockbase.py)")
         files = render_lock(names, lock)
     else:
         files = render(names, store)

@@ -48,7 +48,7 @@ from typing import ClassVar
 
 from leasecheck.targets.queues import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
+from leasecheck.targets.audits import AuditPlan, FaultAudit
 
 # import $import_name  # the library under audit, imported where it is used (its import name may differ)
 

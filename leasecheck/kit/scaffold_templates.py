@@ -71,7 +71,7 @@ $methods
 LOCK_ADAPTER = Template('''"""$title (written by `leasecheck new-target --lock $library`).
 
 A lock library grants a lock over a name and, at best, a deadline; it knows
-nothing of jobs, commits or fencing. LockLease (leasecheck.targets.thirdparty.lockbase)
+nothing of jobs, commits or fencing. LockLease (leasecheck.targets.locks.lockbase)
 is how its users protect work with it, written once: take the lock without
 waiting, check the job is not done, write under it, mark the job done, let go.
 What is left to write here is the three calls into the library: acquire,
@@ -92,7 +92,7 @@ and audit the library under faults with the plan below:
 Put each call into the library inside `with mapped_errors(self.client, "what"):`
 so a Redis that cannot be reached is Unavailable and one that went silent after
 a command was sent is Indeterminate (an `info` op), as in leasecheck's own
-adapters (leasecheck/targets/thirdparty/redis_py.py, python_redis_lock.py).
+adapters (leasecheck/targets/locks/redis_py.py, python_redis_lock.py).
 """
 
 from __future__ import annotations
@@ -100,9 +100,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from leasecheck.targets.base import TargetConfig
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
-from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Records
-from leasecheck.targets.thirdparty.redis_records import RedisRecords, mapped_errors, redis_client  # noqa: F401
+from leasecheck.targets.audits import AuditPlan, FaultAudit
+from leasecheck.targets.locks.lockbase import Held, LockLease, Records
+from leasecheck.targets.locks.redis_records import RedisRecords, mapped_errors, redis_client  # noqa: F401
 
 # import $import_name  # the library under audit (its import name may differ from its PyPI name)
 

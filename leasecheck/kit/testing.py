@@ -34,8 +34,8 @@ from leasecheck.errors import EnvironmentFailure
 from leasecheck.run.environment import Environment, prepare
 from leasecheck.rundir.files import remove_leftovers
 from leasecheck.targets.base import Lease, NodeState, Refused, ResourceState, Target, reads_resource
+from leasecheck.targets.locks.lockbase import Held, LockLease
 from leasecheck.targets.registry import TargetSpec, load, server_not_installed
-from leasecheck.targets.thirdparty.lockbase import Held, LockLease
 
 #: the store to use instead of starting one (also what ``--target exec:`` children are given)
 URL_VARIABLE = "LEASECHECK_URL"

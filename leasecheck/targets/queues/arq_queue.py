@@ -51,9 +51,9 @@ import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from leasecheck.targets.audits import REDELIVERED_JOB, AuditPlan, FaultAudit
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute_async
-from leasecheck.targets.thirdparty.audit import REDELIVERED_JOB, AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from arq.connections import ArqRedis

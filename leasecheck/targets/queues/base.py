@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from leasecheck.histories.vocabulary import Status
-from leasecheck.targets.thirdparty.audit import AuditPlan
+from leasecheck.targets.audits import AuditPlan
 
 #: how a task uses the library: as documented, or with its effects and completion fenced by the library's number
 Mode = Literal["documented", "fenced"]

@@ -45,8 +45,8 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from leasecheck.targets.audits import REDELIVERED_JOB, AuditPlan, FaultAudit
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
-from leasecheck.targets.thirdparty.audit import REDELIVERED_JOB, AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from chancy import Chancy

@@ -53,9 +53,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from leasecheck.targets.audits import AuditPlan, FaultAudit
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from dbos import DBOSClient

@@ -39,9 +39,9 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
+from leasecheck.targets.audits import AuditPlan, FaultAudit
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 #: the environment the consumer's Huey is made from (:mod:`.huey_tasks`)
 ENV_NAME, ENV_URL = "LEASECHECK_HUEY_NAME", "LEASECHECK_HUEY_URL"

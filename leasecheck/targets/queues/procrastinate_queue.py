@@ -53,8 +53,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from leasecheck.histories.vocabulary import Status
+from leasecheck.targets.audits import REDELIVERED_JOB, AuditPlan, FaultAudit
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
-from leasecheck.targets.thirdparty.audit import REDELIVERED_JOB, AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     import procrastinate

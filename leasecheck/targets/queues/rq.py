@@ -63,9 +63,9 @@ import re
 import sys
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from leasecheck.targets.audits import AuditPlan, FaultAudit
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
 from leasecheck.targets.queues.task import Identity, execute
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from redis import Redis

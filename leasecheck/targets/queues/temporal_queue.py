@@ -56,8 +56,8 @@ import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from leasecheck.targets.audits import AuditPlan, FaultAudit
 from leasecheck.targets.queues.base import JobState, QueueConfig, QueueLibrary
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
 
 if TYPE_CHECKING:
     from temporalio.client import Client

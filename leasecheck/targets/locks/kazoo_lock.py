@@ -41,7 +41,7 @@ How the audit runs (``AUDIT_OPTIONS``), and why it differs from the defaults:
   the server ends a lease up to ttl/3 + 100 ms after the history's reckoning.
 * a fault every 2 s, so that an 8 s run pauses a holder several times.
 
-The records live in the same ZooKeeper (:mod:`leasecheck.targets.thirdparty.zk_records`),
+The records live in the same ZooKeeper (:mod:`leasecheck.targets.locks.zk_records`),
 reached through the one kazoo client of the process. On an ensemble
 (``zookeeper://H1:2181,H2:2181,H3:2181``, the ``zookeeper-ensemble`` kind) that
 client is given every server, as kazoo's docs show (``hosts="h1:p,h2:p,h3:p"``),
@@ -57,11 +57,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from leasecheck.targets.audits import AuditPlan, FaultAudit
+
 # kazoo is imported where it is used (listing the backends must not load it)
 from leasecheck.targets.base import Indeterminate, Lease, Refused, Unavailable
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
-from leasecheck.targets.thirdparty.lockbase import Held, LockLease
-from leasecheck.targets.thirdparty.zk_records import ZkConnection, ZkRecords, zk_errors
+from leasecheck.targets.locks.lockbase import Held, LockLease
+from leasecheck.targets.locks.zk_records import ZkConnection, ZkRecords, zk_errors
 
 #: the audits' settings (see the module docstring, "How the audit runs")
 AUDIT_OPTIONS: dict[str, Any] = {

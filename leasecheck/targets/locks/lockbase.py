@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from leasecheck.histories.vocabulary import READY, RUNNING, SUCCEEDED, Status
+from leasecheck.targets.audits import AuditPlan
 from leasecheck.targets.base import (
     Accepted,
     Indeterminate,
@@ -51,7 +52,6 @@ from leasecheck.targets.base import (
     Target,
     TargetConfig,
 )
-from leasecheck.targets.thirdparty.audit import AuditPlan
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from leasecheck.histories.vocabulary import READY, AnomalyKind
+from leasecheck.targets.audits import AuditPlan, FaultAudit
 from leasecheck.targets.base import Indeterminate, TargetConfig, Unavailable
+from leasecheck.targets.locks.lockbase import Held, LockLease, Record, Records
 from leasecheck.targets.pg_watchdog import Watchdog, still_open
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
-from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Record, Records
 
 if TYPE_CHECKING:  # psycopg and SQLAlchemy are imported where they are used: listing the backends must not load them
     import psycopg

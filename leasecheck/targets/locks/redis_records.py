@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, Unavailable
+from leasecheck.targets.locks.lockbase import Record
 from leasecheck.targets.redis_address import RedisAddress, close_client
-from leasecheck.targets.thirdparty.lockbase import Record
 
 if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
     import redis

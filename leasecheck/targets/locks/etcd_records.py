@@ -35,7 +35,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, Unavailable
-from leasecheck.targets.thirdparty.lockbase import Record
+from leasecheck.targets.locks.lockbase import Record
 from leasecheck.targets.urls import hosts_of
 
 if TYPE_CHECKING:

@@ -39,10 +39,10 @@ import uuid
 from typing import Any
 
 from leasecheck.histories.vocabulary import AnomalyKind
+from leasecheck.targets.audits import AuditPlan, FaultAudit
 from leasecheck.targets.base import TargetConfig
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
-from leasecheck.targets.thirdparty.etcd_records import PREFIX, Connection, EtcdRecords, etcd_errors
-from leasecheck.targets.thirdparty.lockbase import Held, LockLease
+from leasecheck.targets.locks.etcd_records import PREFIX, Connection, EtcdRecords, etcd_errors
+from leasecheck.targets.locks.lockbase import Held, LockLease
 
 #: what a zombie holder's plain writes show as (each invalid run shows some of these)
 ZOMBIE_WRITES: tuple[AnomalyKind, ...] = ("duplicate-commit", "lost-commit", "stale-commit", "stale-effect")

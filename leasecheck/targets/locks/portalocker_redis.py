@@ -41,10 +41,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from leasecheck.targets.audits import AuditPlan, FaultAudit
 from leasecheck.targets.base import TargetConfig, Unavailable
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
-from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Records
-from leasecheck.targets.thirdparty.redis_records import RedisRecords, mapped_errors, redis_client
+from leasecheck.targets.locks.lockbase import Held, LockLease, Records
+from leasecheck.targets.locks.redis_records import RedisRecords, mapped_errors, redis_client
 
 
 class PortalockerRedisLock(LockLease):

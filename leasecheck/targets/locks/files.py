@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 
 # filelock is imported where it is used (listing the backends must not load it)
 from leasecheck.histories.vocabulary import READY
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
-from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Record, Records
+from leasecheck.targets.audits import AuditPlan, FaultAudit
+from leasecheck.targets.locks.lockbase import Held, LockLease, Record, Records
 
 
 def file_name(node: str) -> str:

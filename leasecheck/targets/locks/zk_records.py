@@ -1,10 +1,10 @@
 """ZooKeeper as kazoo's lock audits use it: one kazoo client per process, and the jobs' records in znodes.
 
-Why apart from the lock (:mod:`leasecheck.targets.thirdparty.kazoo_lock`): how
+Why apart from the lock (:mod:`leasecheck.targets.locks.kazoo_lock`): how
 a request reaches ZooKeeper, and what kazoo's errors mean for the protocol
 (:func:`zk_errors`), is the same whichever way the lock is fenced; and the
 records are the job's, not the library's, as the Redis records are
-(:mod:`leasecheck.targets.thirdparty.redis_records`).
+(:mod:`leasecheck.targets.locks.redis_records`).
 
 The records (:class:`ZkRecords`): a JSON znode per node under
 ``/leasecheck/records/`` and one sequential znode per effect under
@@ -26,7 +26,7 @@ from typing import Any
 # kazoo is imported where it is used (listing the backends must not load it)
 from leasecheck.histories.vocabulary import READY
 from leasecheck.targets.base import Indeterminate, TargetConfig, Unavailable
-from leasecheck.targets.thirdparty.lockbase import Record
+from leasecheck.targets.locks.lockbase import Record
 from leasecheck.targets.urls import hosts_of, store_endpoint
 
 ROOT = "/leasecheck"

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from leasecheck.targets.audits import AuditPlan, FaultAudit
 from leasecheck.targets.base import TargetConfig
-from leasecheck.targets.thirdparty.audit import AuditPlan, FaultAudit
-from leasecheck.targets.thirdparty.lockbase import Held, LockLease, Records
-from leasecheck.targets.thirdparty.redis_records import RedisRecords, mapped_errors, redis_client
+from leasecheck.targets.locks.lockbase import Held, LockLease, Records
+from leasecheck.targets.locks.redis_records import RedisRecords, mapped_errors, redis_client
 
 if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
     from redis.lock import Lock
