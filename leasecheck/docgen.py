@@ -228,15 +228,29 @@ def tests_map() -> str:
     tests = Path(leasecheck.__file__).resolve().parent.parent / "tests"
     by_room: dict[str, list[str]] = {}
     said: list[str] = []
+    pure = _pure_tier(tests / "tiers.py")
     for path in sorted(tests.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for room in _rooms_imported(tree):
             by_room.setdefault(room, []).append(path.stem)
         first = (ast.get_docstring(tree) or "").split("\n\n")[0]
-        said.append(f"| `{path.name}` | {' '.join(first.split()).replace('|', chr(92) + '|') or '-'} |")
+        tier = "pure" if path.name in pure else "rest" if path.name.startswith("test_") else "helper"
+        said.append(f"| `{path.name}` | {tier} | {' '.join(first.split()).replace('|', chr(92) + '|') or '-'} |")
     rows = ["| room | its tests (the modules that import it) |", "|---|---|"]
     rows += [f"| `{room}` | {', '.join(f'`{t}`' for t in sorted(found))} |" for room, found in sorted(by_room.items())]
-    return "\n".join([*rows, "", "| test module | what it holds |", "|---|---|", *said])
+    return "\n".join([*rows, "", "| test module | tier | what it holds |", "|---|---|---|", *said])
+
+
+def _pure_tier(tiers: Path) -> frozenset[str]:
+    """The pure tier's modules, as tests/tiers.py lists them (``PURE``), read without importing the tests."""
+    import ast
+
+    if not tiers.exists():
+        return frozenset()
+    for node in ast.parse(tiers.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PURE" for t in node.targets):
+            return frozenset(ast.literal_eval(node.value))
+    return frozenset()
 
 
 def render(name: str) -> str:

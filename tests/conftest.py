@@ -43,6 +43,9 @@ from clock_steps import pytest_runtest_call  # noqa: E402,F401
 # The order tests are handed to xdist's workers in: the longest modules first (tests/schedule.py).
 from schedule import DurationStore, known_durations, longest_modules_first  # noqa: E402
 
+# The tiers by cost: --tier pure runs the modules that start nothing, guarded (tests/tiers.py).
+from tiers import TIERS, in_tier, starts_nothing  # noqa: E402,F401
+
 # Real store servers, shared by every test module of a session.
 from stores import etcd_server, postgres_server, redis_server, store_for, zookeeper_server  # noqa: E402,F401
 
@@ -50,6 +53,8 @@ from stores import etcd_server, postgres_server, redis_server, store_for, zookee
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--store-durations", action="store_true",
                      help="write each test's seconds to tests/durations.json (the suite's order reads it)")
+    parser.addoption("--tier", choices=TIERS, default=None,
+                     help="only the pure tier (modules that start nothing, each test guarded) or the rest (tests/tiers.py)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -57,7 +62,15 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(DurationStore(), "leasecheck-durations")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tier = config.getoption("--tier")
+    if tier is not None:
+        chosen = [item for item in items if in_tier(str(item.path), tier)]
+        config.hook.pytest_deselected(items=[item for item in items if not in_tier(str(item.path), tier)])
+        items[:] = chosen
+        if tier == "pure":
+            for item in items:
+                item.fixturenames.insert(0, "starts_nothing")  # type: ignore[attr-defined]
     items[:] = longest_modules_first(items, known_durations())
 
 

@@ -1,12 +1,17 @@
-"""The suite's own order (tests/schedule.py): longest modules first, each module whole and in its own order."""
+"""The suite's own order (tests/schedule.py): longest modules first, each module whole and in its own order; the
+pure tier (tests/tiers.py) first in CI, guarded."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from schedule import DURATIONS, known_durations, longest_modules_first, module_of
+from tiers import PURE, in_tier
 
 
 @dataclass
@@ -30,3 +35,20 @@ def test_the_stored_durations_name_this_suite_s_modules() -> None:
     assert all((root / module_of(nodeid)).exists() for nodeid in known), "durations of modules gone"
     assert known_durations(root / "no-such-file.json") == {}
     assert json.loads(DURATIONS.read_text()) == dict(sorted(known.items()))
+
+
+def test_the_tiers_split_the_suite_and_the_pure_tier_names_real_modules() -> None:
+    tests = Path(__file__).resolve().parent
+    modules = sorted(p.name for p in tests.glob("test_*.py"))
+    assert set(PURE) <= set(modules) and len(set(PURE)) == len(PURE)
+    for name in modules:  # every module in exactly one tier
+        assert in_tier(str(tests / name), "pure") != in_tier(str(tests / name), "rest")
+    assert in_tier(__file__, "pure") and not in_tier(str(tests / "test_run.py"), "pure")
+
+
+def test_a_pure_tier_test_that_starts_a_process_fails(starts_nothing: None) -> None:
+    """The guard every pure-tier test runs under (``--tier pure``): a process start is the test's failure."""
+    with pytest.raises(AssertionError, match="pure tier started a process"):
+        subprocess.run(["true"], check=False)
+    with pytest.raises(AssertionError, match="pure tier started a process"):
+        os.fork()
