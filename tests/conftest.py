@@ -43,11 +43,11 @@ from clock_steps import pytest_runtest_call  # noqa: E402,F401
 # The order tests are handed to xdist's workers in: the longest modules first (tests/schedule.py).
 from schedule import DurationStore, known_durations, longest_modules_first  # noqa: E402
 
-# The tiers by cost: --tier pure runs the modules that start nothing, guarded (tests/tiers.py).
-from tiers import TIERS, in_tier, starts_nothing  # noqa: E402,F401
-
 # Real store servers, shared by every test module of a session.
 from stores import etcd_server, postgres_server, redis_server, store_for, zookeeper_server  # noqa: E402,F401
+
+# The tiers by cost: --tier pure runs the modules that start nothing, guarded (tests/tiers.py).
+from tiers import TIERS, in_tier, starts_nothing  # noqa: E402,F401
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
