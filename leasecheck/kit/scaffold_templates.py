@@ -77,8 +77,8 @@ waiting, check the job is not done, write under it, mark the job done, let go.
 What is left to write here is the three calls into the library: acquire,
 extend and unlock (and holds, if the library can say "is it still mine?" other
 than by extending it). The jobs' records and their protected resource live in
-the same Redis (RedisRecords), written plainly, trusting the lock, as the
-library's README does.
+the same Redis (RedisRecords, which the base class RedisLockLease makes with its
+client), written plainly, trusting the lock, as the library's README does.
 
 Fill in each method, then run the test beside this file (it starts a
 throwaway Redis, as `leasecheck run` does, or uses LEASECHECK_URL when set):
@@ -99,10 +99,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from leasecheck.targets.base import TargetConfig
 from leasecheck.targets.audits import AuditPlan, FaultAudit
-from leasecheck.targets.locks.lockbase import Held, LockLease, Records
-from leasecheck.targets.locks.redis_records import RedisRecords, mapped_errors, redis_client  # noqa: F401
+from leasecheck.targets.locks.lockbase import Held
+from leasecheck.targets.locks.redis_records import RedisLockLease, mapped_errors  # noqa: F401
 
 # import $import_name  # the library under audit (its import name may differ from its PyPI name)
 
@@ -111,7 +110,7 @@ class NotWritten(NotImplementedError):
     """A method of the adapter still to be written; the test names each one."""
 
 
-class $cls(LockLease):
+class $cls(RedisLockLease):
     """$library's lock as its README uses it, unfenced (one line for `leasecheck targets` and `leasecheck audit`)."""
 
     name = "$name"
@@ -141,15 +140,9 @@ class $cls(LockLease):
         options={"ttl_ms": 1000, "nemesis_interval": 2.0, "workload": {"stall_rate": 0.0, "zombie_rate": 1.0}},
     )
 
-    #: the key prefix of the records (use it for the locks' keys too): no other adapter reads these nodes
+    #: the key prefix of the records (use it for the locks' keys too): no other adapter reads these nodes. The base
+    #: class makes self.client (decoded replies, no retries of its own) and the records; self.ttl_ms is the lock's length
     PREFIX: ClassVar[str] = "lc-$name"
-
-    def __init__(self, config: TargetConfig) -> None:
-        self.client = redis_client(config.url, config.timeout_s)  # decoded replies, no retries of its own
-        super().__init__(config)  # self.ttl_ms: the lock's length
-
-    def make_records(self) -> Records:
-        return RedisRecords(self.client, self.PREFIX)
 
 $methods
 ''')

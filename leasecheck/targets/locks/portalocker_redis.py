@@ -42,12 +42,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 from leasecheck.targets.audits import AuditPlan, FaultAudit
-from leasecheck.targets.base import TargetConfig, Unavailable
-from leasecheck.targets.locks.lockbase import Held, LockLease, Records
-from leasecheck.targets.locks.redis_records import RedisRecords, mapped_errors, redis_client
+from leasecheck.targets.base import Unavailable
+from leasecheck.targets.locks.lockbase import Held
+from leasecheck.targets.locks.redis_records import RedisLockLease, mapped_errors
 
 
-class PortalockerRedisLock(LockLease):
+class PortalockerRedisLock(RedisLockLease):
     """portalocker.RedisLock (a pub/sub subscription holds the lock, silent holders are reaped), unfenced, as documented."""
 
     renews_itself = True  # its own thread keeps the lock: the workload neither stalls nor writes late for it
@@ -79,13 +79,6 @@ class PortalockerRedisLock(LockLease):
 
     #: the records' key prefix and the channels' prefix: no other adapter reads these nodes
     PREFIX: ClassVar[str] = "lc-portalocker"
-
-    def __init__(self, config: TargetConfig) -> None:
-        self.client = redis_client(config.url, config.timeout_s)
-        super().__init__(config)
-
-    def make_records(self) -> Records:
-        return RedisRecords(self.client, self.PREFIX)
 
     def acquire(self, node: str, owner: str) -> Held | None:
         import portalocker

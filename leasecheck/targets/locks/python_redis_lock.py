@@ -31,11 +31,11 @@ from typing import ClassVar
 
 from leasecheck.targets.audits import AuditPlan, FaultAudit
 from leasecheck.targets.base import TargetConfig
-from leasecheck.targets.locks.lockbase import Held, LockLease, Records
-from leasecheck.targets.locks.redis_records import RedisRecords, mapped_errors, redis_client
+from leasecheck.targets.locks.lockbase import Held
+from leasecheck.targets.locks.redis_records import RedisLockLease, mapped_errors
 
 
-class PythonRedisLock(LockLease):
+class PythonRedisLock(RedisLockLease):
     """python-redis-lock with auto_renewal (a daemon thread extends the lock), unfenced, as its README shows."""
 
     renews_itself = True  # its own thread keeps the lock: the workload neither stalls nor writes late for it
@@ -74,11 +74,7 @@ class PythonRedisLock(LockLease):
     def __init__(self, config: TargetConfig) -> None:
         if (problem := self.ttl_problem(config.ttl_ms)) is not None:
             raise ValueError(problem)
-        self.client = redis_client(config.url, config.timeout_s)
         super().__init__(config)
-
-    def make_records(self) -> Records:
-        return RedisRecords(self.client, self.PREFIX)
 
     def acquire(self, node: str, owner: str) -> Held | None:
         import redis_lock

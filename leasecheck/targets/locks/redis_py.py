@@ -14,15 +14,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from leasecheck.targets.audits import AuditPlan, FaultAudit
-from leasecheck.targets.base import TargetConfig
-from leasecheck.targets.locks.lockbase import Held, LockLease, Records
-from leasecheck.targets.locks.redis_records import RedisRecords, mapped_errors, redis_client
+from leasecheck.targets.locks.lockbase import Held
+from leasecheck.targets.locks.redis_records import RedisLockLease, mapped_errors
 
 if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
     from redis.lock import Lock
 
 
-class RedisPyLock(LockLease):
+class RedisPyLock(RedisLockLease):
     """redis-py's Lock (SET NX PX, extend as the heartbeat), unfenced, as documented."""
 
     name = "redis-py-lock"
@@ -47,13 +46,6 @@ class RedisPyLock(LockLease):
 
     #: the records' key prefix: no other adapter reads these nodes
     PREFIX: ClassVar[str] = "lc-redispy"
-
-    def __init__(self, config: TargetConfig) -> None:
-        self.client = redis_client(config.url, config.timeout_s)
-        super().__init__(config)
-
-    def make_records(self) -> Records:
-        return RedisRecords(self.client, self.PREFIX)
 
     def acquire(self, node: str, owner: str) -> Held | None:
         lock = self.client.lock(f"{self.PREFIX}:lock:{node}", timeout=self.ttl_ms / 1000, blocking=False)

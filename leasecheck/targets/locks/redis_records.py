@@ -25,11 +25,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from leasecheck.histories.vocabulary import READY
-from leasecheck.targets.base import Indeterminate, Unavailable
-from leasecheck.targets.locks.lockbase import Record
+from leasecheck.targets.base import Indeterminate, TargetConfig, Unavailable
+from leasecheck.targets.locks.lockbase import LockLease, Record, Records
 from leasecheck.targets.redis_address import RedisAddress, close_client
 
 if TYPE_CHECKING:  # redis is imported where it is used: listing the backends must not load it
@@ -178,3 +178,19 @@ class RedisRecords:
 
     def close(self) -> None:
         close_client(self.client)
+
+
+class RedisLockLease(LockLease):
+    """A lock library on one Redis: the adapter's client (:func:`redis_client`) and its jobs' records under
+    :attr:`PREFIX` (:class:`RedisRecords`), made once here for every such adapter; it writes only what its library
+    does (``acquire``, ``extend``, ``unlock``)."""
+
+    #: the records' key prefix (the locks' keys use it too): no other adapter reads these nodes
+    PREFIX: ClassVar[str]
+
+    def __init__(self, config: TargetConfig) -> None:
+        self.client = redis_client(config.url, config.timeout_s)  # decoded replies, no retries of its own
+        super().__init__(config)  # self.ttl_ms: the lock's length
+
+    def make_records(self) -> Records:
+        return RedisRecords(self.client, self.PREFIX)
