@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from leasecheck.ci.audit import run_audit, select
+from leasecheck.auditing.audit import run_audit, select
 
 
 def _seeds(text: str) -> list[int]:

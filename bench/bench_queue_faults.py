@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from leasecheck.ci.audited import Audited
-from leasecheck.ci.queue_audit import queue_audits, queue_name, run_queue_audit
+from leasecheck.auditing.audited import Audited
+from leasecheck.auditing.queue_audit import queue_audits, queue_name, run_queue_audit
 from leasecheck.targets.audits import FaultAudit
 
 #: the broker's faults a queue run takes

@@ -4,7 +4,8 @@ The one import name. Its rooms, and the way the arrows point (import-linter chec
 ``[tool.importlinter]`` in ``pyproject.toml``)::
 
     docgen, cli                          the docs' generated parts, the command line
-      ci                                 matrix, summary, audit, pytest plugin
+      ci | auditing                      matrix, summary, pytest plugin | a third-party library's audit, judged
+                                         against what leasecheck publishes (AUDITS.md)
         kit                              conformance scenarios, new-target scaffold, simulated store
           run | queue_run                a lease run (options, store, workers, recorder, final reads) | a job
                                          queue's run, its own workers running leasecheck's task

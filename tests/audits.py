@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leasecheck.ci.audit import AuditResult, audited_target, run_audit
+from leasecheck.auditing.audit import AuditResult, audited_target, run_audit
 
 
 def plan_faults(target: str) -> list[str]:

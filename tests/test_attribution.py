@@ -438,7 +438,7 @@ def audit_history(path: Path, zombie_paused: bool) -> Path:
 
 @pytest.mark.parametrize("zombie_paused", [True, False], ids=["victim", "own-stall"])
 def test_an_audit_publishes_per_fault_only_what_the_faults_victims_did(tmp_path: Path, zombie_paused: bool) -> None:
-    from leasecheck.ci.audit import fault_verdict
+    from leasecheck.auditing.audit import fault_verdict
     from leasecheck.verdict.run_verdict import fault_windows
 
     history = audit_history(tmp_path / "h.jsonl", zombie_paused)
@@ -454,7 +454,7 @@ def test_an_audit_publishes_per_fault_only_what_the_faults_victims_did(tmp_path:
 
 def test_an_audit_whose_only_anomalies_stalled_on_their_own_is_judged_like_a_run_without_them(tmp_path: Path) -> None:
     """Nothing of the pause's own (it never healed): unknown with the run verdict's reason, not invalid, not valid."""
-    from leasecheck.ci.audit import fault_verdict
+    from leasecheck.auditing.audit import fault_verdict
     from leasecheck.verdict.run_verdict import fault_windows
 
     history = audit_history(tmp_path / "h.jsonl", zombie_paused=False)
@@ -555,7 +555,7 @@ def test_an_audit_result_reports_the_workloads_own_stalls_apart(tmp_path: Path) 
     """JSON, AUDITS.md's row and the terminal line: valid under the fault, invalid without it, with the first proof."""
     from rich.console import Console
 
-    from leasecheck.ci.audit import AuditResult
+    from leasecheck.auditing.audit import AuditResult
     from leasecheck.report.terminal import print_audit_result
     from leasecheck.targets.audits import FaultAudit
 

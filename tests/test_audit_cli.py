@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from leasecheck.ci.audit import audits, select
+from leasecheck.auditing.audit import audits, select
 from leasecheck.targets.audits import AuditPlan
 
 CLI = [sys.executable, "-m", "leasecheck"]
@@ -142,7 +142,7 @@ def test_listing_the_audits_loads_no_library_that_breaks_another() -> None:
     Selecting an audit listed every queue's too, which imported temporalio, whose protobuf runtime python-etcd3's
     generated modules cannot load in; the queue registry now finds a library without importing it.
     """
-    probe = ("import sys; from leasecheck.ci.audit import select; select('etcd3');"
+    probe = ("import sys; from leasecheck.auditing.audit import select; select('etcd3');"
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('temporalio', 'google')))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

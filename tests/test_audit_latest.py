@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from leasecheck.ci.latest import Drift, canonical, exit_code, libraries_of, published_versions
+from leasecheck.auditing.latest import Drift, canonical, exit_code, libraries_of, published_versions
 
 ROOT = Path(__file__).resolve().parent.parent
 

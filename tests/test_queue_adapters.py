@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import leasecheck.targets.queues.registry as queues
 import leasecheck.targets.registry as targets
-from leasecheck.ci.audit import audits, select
+from leasecheck.auditing.audit import audits, select
 from leasecheck.cli import main
 
 ADAPTER = textwrap.dedent('''

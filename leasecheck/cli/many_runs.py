@@ -51,7 +51,7 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
     the ops that prove it. Exit code: docs/contracts/exit-codes.md's, for the worst run (1 if any
     run found anomalies); with --as-published, 0 iff every run is as published.
     """
-    from leasecheck.ci.audit import MARKDOWN_HEADER, AuditResult, audits, run_audit, select
+    from leasecheck.auditing.audit import MARKDOWN_HEADER, AuditResult, audits, run_audit, select
     from leasecheck.report.terminal import console_for, print_audit_plans, print_audit_result
 
     console = console_for(stderr=as_json)
@@ -109,7 +109,7 @@ def audit(library: str | None, list_only: bool, modes: tuple[str, ...], faults: 
 def _latest(library: str, modes: tuple[str, ...], faults: tuple[str, ...], seeds: str | None, time_limit: float | None,
             store_dir: str) -> None:
     """``audit --latest``: the library's published audit on its newest release; exits with the drift's code."""
-    from leasecheck.ci.latest import exit_code, libraries_of, run_latest
+    from leasecheck.auditing.latest import exit_code, libraries_of, run_latest
     from leasecheck.errors import EnvironmentFailure
 
     try:

@@ -21,9 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from leasecheck.ci.audited import MARKDOWN_HEADER, Audited, AuditResult, Unloadable, is_class_path
-from leasecheck.ci.findings import FaultVerdict, fault_verdict, first_anomaly
-from leasecheck.ci.queue_audit import (
+from leasecheck.auditing.audited import MARKDOWN_HEADER, Audited, AuditResult, Unloadable, is_class_path
+from leasecheck.auditing.findings import FaultVerdict, fault_verdict, first_anomaly
+from leasecheck.auditing.queue_audit import (
     QUEUE_PREFIX,
     is_queue_class,
     queue_audit,

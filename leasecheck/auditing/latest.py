@@ -25,8 +25,8 @@ from importlib.metadata import PackageNotFoundError, requires
 from pathlib import Path
 from typing import Any
 
-from leasecheck.ci.audit import audits
-from leasecheck.ci.queue_audit import QUEUE_PREFIX, queue_name
+from leasecheck.auditing.audit import audits
+from leasecheck.auditing.queue_audit import QUEUE_PREFIX, queue_name
 from leasecheck.errors import EnvironmentFailure
 from leasecheck.exits import Exit
 

@@ -12,8 +12,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from leasecheck.ci.audited import Audited, AuditResult, Unloadable
-from leasecheck.ci.findings import FaultVerdict, fault_verdict, first_anomaly
+from leasecheck.auditing.audited import Audited, AuditResult, Unloadable
+from leasecheck.auditing.findings import FaultVerdict, fault_verdict, first_anomaly
 from leasecheck.exits import verdict_word
 from leasecheck.lists import names
 from leasecheck.rundir.runfolder import RunFolder
