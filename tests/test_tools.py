@@ -89,7 +89,7 @@ def test_install_builds_the_pinned_version_once_under_a_lock(tmp_path: Path) -> 
     binary = tmp_path / "xdg" / "leasecheck" / "bin" / TOXIPROXY_BINARY
     assert [out.strip().splitlines()[-1] for out, _ in outputs] == [str(binary)] * 2
     assert sum(err.count("building") for _, err in outputs) == 1, outputs  # the other one waited and found it
-    assert tools.built_version(go, binary) == TOXIPROXY_VERSION
+    assert tools.built_version(go, binary, tools.TOXIPROXY_MODULE) == TOXIPROXY_VERSION
 
     script = subprocess.run(["bash", str(ROOT / "scripts" / "install-toxiproxy.sh")], capture_output=True, text=True, env=env, timeout=600)
     assert script.returncode == 0 and script.stdout.strip().splitlines()[-1] == str(binary)

@@ -130,11 +130,15 @@ def stop_guard(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait()
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(besides: int | None = None) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now, other than ``besides`` (a second port of a server:
+    two asks of the kernel may hand back the same free port)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port != besides:
+            return port
 
 
 def log_tail(path: Path, lines: int = 15) -> str:

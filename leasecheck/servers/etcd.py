@@ -60,9 +60,7 @@ class EtcdServer(LocalServer):
     ) -> None:
         self.binary = find_etcd(binary)
         super().__init__(directory, port)
-        self.peer_port = peer_port or free_port()
-        while self.peer_port == self.port:  # two asks of the kernel may hand back the same free port
-            self.peer_port = free_port()
+        self.peer_port = peer_port or free_port(besides=self.port)
 
     @property
     def url(self) -> str:

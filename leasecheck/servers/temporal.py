@@ -19,18 +19,15 @@ not mean the namespace is registered yet).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
-import subprocess
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from leasecheck.servers.base import EnvironmentFailure, LocalServer, StrPath, free_port
-from leasecheck.servers.tools import cache_bin_dir, find_go
+from leasecheck.servers.tools import GoBuild, cache_bin_dir
 
 #: the CLI release that embeds the server (Temporal Server 1.29.1): the newest that ``go install`` builds
 TEMPORAL_VERSION = "v1.5.1"
@@ -64,48 +61,14 @@ def find_temporal(binary: StrPath | None = None) -> str:
     )
 
 
-def built_version(go: str, binary: Path) -> str | None:
-    """The CLI module version recorded in ``binary``'s build info (None: absent, or not ours)."""
-    if not os.access(binary, os.X_OK):
-        return None
-    done = subprocess.run([go, "version", "-m", str(binary)], capture_output=True, text=True, check=False)
-    for line in done.stdout.splitlines():
-        fields = line.split()
-        if len(fields) >= 3 and fields[0] == "mod" and fields[1] == TEMPORAL_MODULE:
-            return fields[2]
-    return None
+#: the temporal CLI, built as toxiproxy is (:class:`~leasecheck.servers.tools.GoBuild`)
+TEMPORAL = GoBuild(TEMPORAL_BINARY, TEMPORAL_MODULE, TEMPORAL_VERSION, f"{TEMPORAL_MODULE}/cmd/temporal", INSTALL_COMMAND)
 
 
 def install_temporal(bin_dir: Path | None = None) -> Path:
-    """Build the temporal CLI at :data:`TEMPORAL_VERSION` into ``bin_dir`` (the per-user cache); idempotent.
-
-    As :func:`leasecheck.servers.tools.install_toxiproxy`: serialised on a file
-    lock, built into a temporary folder beside the target and moved into place
-    whole, ``GOTOOLCHAIN=local``. A cold module cache takes about 6.5 min (2 cores)."""
-    go = find_go()
-    bin_dir = bin_dir or cache_bin_dir()
-    target = bin_dir / TEMPORAL_BINARY
-    try:
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(bin_dir / ".temporal-install.lock", "w")  # noqa: SIM115 - held for the whole build
-    except OSError as e:
-        raise EnvironmentFailure(f"{INSTALL_COMMAND}: cannot write {bin_dir}: {e.strerror or e}") from None
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if built_version(go, target) == TEMPORAL_VERSION:
-            return target
-        with tempfile.TemporaryDirectory(prefix=".build.", dir=bin_dir) as build:
-            env = {**os.environ, "GOBIN": build, "GOTOOLCHAIN": "local",
-                   "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -buildvcs=false".strip()}
-            command = [go, "install", "-trimpath", f"{TEMPORAL_MODULE}/cmd/temporal@{TEMPORAL_VERSION}"]
-            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                detail = done.stderr.strip().splitlines()[-5:]
-                raise EnvironmentFailure(f"{INSTALL_COMMAND}: go install failed: " + " / ".join(detail))
-            os.replace(Path(build) / TEMPORAL_BINARY, target)
-        if built_version(go, target) != TEMPORAL_VERSION:
-            raise EnvironmentFailure(f"{INSTALL_COMMAND}: {target} does not report {TEMPORAL_MODULE} {TEMPORAL_VERSION}")
-    return target
+    """Build the temporal CLI at :data:`TEMPORAL_VERSION` into ``bin_dir`` (the per-user cache); idempotent. A cold
+    module cache takes about 6.5 min (2 cores)."""
+    return TEMPORAL.install(bin_dir)
 
 
 def namespace_served(http_url: str, namespace: str = NAMESPACE, timeout_s: float = 1.0) -> bool:
@@ -126,9 +89,7 @@ class TemporalServer(LocalServer):
                  binary: StrPath | None = None) -> None:
         self.binary = find_temporal(binary)
         super().__init__(directory, port)
-        self.http_port = http_port or free_port()
-        while self.http_port == self.port:  # two asks of the kernel may hand back the same free port
-            self.http_port = free_port()
+        self.http_port = http_port or free_port(besides=self.port)
 
     @property
     def url(self) -> str:

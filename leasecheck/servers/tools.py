@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from leasecheck.servers.base import EnvironmentFailure
@@ -63,67 +64,85 @@ def require_toxiproxy() -> str:
     return found
 
 
-def find_go() -> str:
+def find_go(install_command: str = INSTALL_COMMAND) -> str:
     """The Go toolchain: ``go`` on PATH, else the official tarball's ``/usr/local/go/bin/go``."""
     found = shutil.which("go") or shutil.which("/usr/local/go/bin/go")
     if found is None:
-        raise EnvironmentFailure(
-            f"{INSTALL_COMMAND}: no Go toolchain (go on PATH or /usr/local/go/bin/go);"
-            f" toxiproxy {TOXIPROXY_VERSION} needs Go >= 1.23"
-        )
+        raise EnvironmentFailure(f"{install_command}: no Go toolchain (go on PATH or /usr/local/go/bin/go); Go >= 1.23 builds it")
     return found
 
 
-def built_version(go: str, binary: Path) -> str | None:
-    """The toxiproxy module version recorded in ``binary``'s build info (None: absent, or not ours)."""
+def built_version(go: str, binary: Path, module: str) -> str | None:
+    """The version of ``module`` recorded in ``binary``'s build info (None: absent, or not ours)."""
     if not os.access(binary, os.X_OK):
         return None
     done = subprocess.run([go, "version", "-m", str(binary)], capture_output=True, text=True, check=False)
     for line in done.stdout.splitlines():
         fields = line.split()
-        if len(fields) >= 3 and fields[0] == "mod" and fields[1] == TOXIPROXY_MODULE:
+        if len(fields) >= 3 and fields[0] == "mod" and fields[1] == module:
             return fields[2]
     return None
 
 
-def install_toxiproxy(bin_dir: Path | None = None, say: Callable[[str], None] = lambda _: None) -> Path:
-    """Build toxiproxy-server at :data:`TOXIPROXY_VERSION` into ``bin_dir`` (the per-user cache).
+@dataclass(frozen=True)
+class GoBuild:
+    """A Go program leasecheck builds at a pinned version into the per-user cache (toxiproxy-server, the temporal CLI),
+    written once: :meth:`install`."""
 
-    Idempotent: a binary that already is this version is kept. Two callers at
-    once (pytest-xdist workers, parallel CI jobs) serialise on a file lock: one
-    builds, the other finds it built. The binary is moved into place from a
-    temporary folder beside it, so it appears whole or not at all.
-    ``GOTOOLCHAIN=local`` forbids Go to download another toolchain; the
-    ``-X`` ldflag sets what ``GET /version`` answers.
-    """
-    go = find_go()
-    bin_dir = bin_dir or cache_bin_dir()
-    target = bin_dir / TOXIPROXY_BINARY
-    try:
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(bin_dir / ".toxiproxy-install.lock", "w")  # noqa: SIM115 - held for the whole build
-    except OSError as e:
-        raise EnvironmentFailure(f"{INSTALL_COMMAND}: cannot write {bin_dir}: {e.strerror or e}") from None
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if built_version(go, target) == TOXIPROXY_VERSION:
-            return target
-        go_version = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout.strip()
-        say(f"building {TOXIPROXY_MODULE}/cmd/server@{TOXIPROXY_VERSION} with {go_version} into {bin_dir}")
-        with tempfile.TemporaryDirectory(prefix=".build.", dir=bin_dir) as build:
-            env = {
-                **os.environ, "GOBIN": build, "GOTOOLCHAIN": "local",
-                "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -buildvcs=false".strip(),
-            }
-            command = [
-                go, "install", "-trimpath", "-ldflags", f"-X {TOXIPROXY_MODULE}.Version={TOXIPROXY_VERSION[1:]}",
-                f"{TOXIPROXY_MODULE}/cmd/server@{TOXIPROXY_VERSION}",
-            ]
-            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                detail = done.stderr.strip().splitlines()[-5:]
-                raise EnvironmentFailure(f"{INSTALL_COMMAND}: go install failed: " + " / ".join(detail))
-            os.replace(Path(build) / "server", target)
-        if built_version(go, target) != TOXIPROXY_VERSION:
-            raise EnvironmentFailure(f"{INSTALL_COMMAND}: {target} does not report {TOXIPROXY_MODULE} {TOXIPROXY_VERSION}")
-    return target
+    #: its file name in the cache
+    binary: str
+    #: the Go module whose version its build info records, and that version
+    module: str
+    version: str
+    #: what ``go install`` builds, without the version (the file it writes is named for its last element)
+    package: str
+    #: what a user runs to build it (said in every refusal)
+    install_command: str
+    ldflags: str = ""
+
+    def install(self, bin_dir: Path | None = None, say: Callable[[str], None] = lambda _: None) -> Path:
+        """Build it at :attr:`version` into ``bin_dir`` (the per-user cache).
+
+        Idempotent: a binary that already is this version is kept. Two callers at
+        once (pytest-xdist workers, parallel CI jobs) serialise on a file lock: one
+        builds, the other finds it built. The binary is moved into place from a
+        temporary folder beside it, so it appears whole or not at all.
+        ``GOTOOLCHAIN=local`` forbids Go to download another toolchain.
+        """
+        go = find_go(self.install_command)
+        bin_dir = bin_dir or cache_bin_dir()
+        target = bin_dir / self.binary
+        try:
+            bin_dir.mkdir(parents=True, exist_ok=True)
+            lock = open(bin_dir / f".{self.binary}-install.lock", "w")  # noqa: SIM115 - held for the whole build
+        except OSError as e:
+            raise EnvironmentFailure(f"{self.install_command}: cannot write {bin_dir}: {e.strerror or e}") from None
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if built_version(go, target, self.module) == self.version:
+                return target
+            go_version = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout.strip()
+            say(f"building {self.package}@{self.version} with {go_version} into {bin_dir}")
+            with tempfile.TemporaryDirectory(prefix=".build.", dir=bin_dir) as build:
+                env = {**os.environ, "GOBIN": build, "GOTOOLCHAIN": "local",
+                       "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -buildvcs=false".strip()}
+                command = [go, "install", "-trimpath", *(["-ldflags", self.ldflags] if self.ldflags else []),
+                           f"{self.package}@{self.version}"]
+                done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+                if done.returncode != 0:
+                    detail = done.stderr.strip().splitlines()[-5:]
+                    raise EnvironmentFailure(f"{self.install_command}: go install failed: " + " / ".join(detail))
+                os.replace(Path(build) / self.package.rsplit("/", 1)[-1], target)
+            if built_version(go, target, self.module) != self.version:
+                raise EnvironmentFailure(f"{self.install_command}: {target} does not report {self.module} {self.version}")
+        return target
+
+
+#: toxiproxy-server; the ``-X`` ldflag sets what ``GET /version`` answers
+TOXIPROXY = GoBuild(TOXIPROXY_BINARY, TOXIPROXY_MODULE, TOXIPROXY_VERSION, f"{TOXIPROXY_MODULE}/cmd/server",
+                    INSTALL_COMMAND, ldflags=f"-X {TOXIPROXY_MODULE}.Version={TOXIPROXY_VERSION[1:]}")
+
+
+def install_toxiproxy(bin_dir: Path | None = None, say: Callable[[str], None] = lambda _: None) -> Path:
+    """Build toxiproxy-server at :data:`TOXIPROXY_VERSION` into ``bin_dir`` (the per-user cache): :meth:`GoBuild.install`."""
+    return TOXIPROXY.install(bin_dir, say)
