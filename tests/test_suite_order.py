@@ -1,5 +1,5 @@
 """The suite's own order (tests/schedule.py): longest modules first, each module whole and in its own order; the
-pure tier (tests/tiers.py) first in CI, guarded."""
+pure tier (tests/tiers.py) beside the rest in CI, guarded, failing the suite fast."""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
-"""The suite's tiers by cost: the pure tier runs first, so a broken core fails in a minute, not after twenty.
+"""The suite's tiers by cost: the pure tier fails a broken core in a minute or two, not after twenty.
 
 A *pure* test module starts nothing: no server, no run, no child process, no
 second interpreter; it judges histories, builds values and reads files. Its
 tests are listed here, and ``--tier pure`` runs only them with a guard that
 makes any process start fail the test (``subprocess`` and :func:`os.fork`), so
 the list cannot drift into something that starts a server. ``--tier rest`` runs
-every other module. ``.ci/run`` runs ``pure`` with ``-x``, then ``rest``; a plain
-``pytest`` runs both at once, longest first (tests/schedule.py).
+every other module. ``.ci/run`` runs ``pure`` with ``-x`` in a pytest of its own beside
+``rest``, and stops the suite when it fails; a plain ``pytest`` runs both in one session,
+longest first (tests/schedule.py).
 
 Where a new test goes: into a module of the room it tests (tests/README.md's
 map); a module that starts nothing belongs in :data:`PURE` (the guard says at
