@@ -202,6 +202,46 @@ def test_kazoo_adapters_follow_the_ensemble_across_a_failover(tmp_path: Path) ->
         assert_stopped(ensemble)
 
 
+def test_a_records_read_on_a_follower_cut_off_from_its_leader_is_never_stale(tmp_path: Path) -> None:
+    """ZooKeeper serves a read from the member a client is on, and a follower cut off from its leader goes on serving
+    until it notices (``syncLimit`` ticks): without a ``sync`` first, the history's read of a commit another client had
+    acknowledged came back stale, and the checker proved a ``lost-commit`` the lock never made (ci, partition-halves).
+    The records' read is fresh or fails: it never shows what the ensemble had already replaced."""
+    from leasecheck.targets.base import Indeterminate, Unavailable
+    from leasecheck.targets.locks.zk_records import ZkConnection, ZkRecords
+
+    ensemble = ZooKeeperEnsemble(tmp_path / "zk")
+    try:
+        started(ensemble)
+        leader = ensemble.primary()
+        assert leader is not None
+        follower = next(name for name in ensemble.members if name != leader)
+
+        def records(name: str) -> ZkRecords:
+            url = f"zookeeper://{ensemble.server(name).host.address}:2181"  # this member only
+            return ZkRecords(ZkConnection.of(TargetConfig(url=url, ttl_ms=1000, timeout_s=3.0)))
+
+        on_leader, on_follower = records(leader), records(follower)
+        try:
+            on_leader.setup()
+            on_leader.add_nodes(["n"])
+            assert on_leader.put("n", {"status": "RUNNING", "token": "t"})
+            wait_for(lambda: (got := on_follower.get("n")) is not None and got.status == "RUNNING", 5.0, every=0.05,
+                     what="the follower's first read")
+            ensemble.partition([(follower, other) for other in ensemble.members if other != follower])
+            assert on_leader.put("n", {"status": "SUCCEEDED", "result": "r"})  # acknowledged by the two others
+            try:
+                seen = on_follower.get("n")
+            except (Indeterminate, Unavailable):
+                seen = None  # the follower could not reach the leader: no answer, which is no stale answer
+            assert seen is None or seen.status == "SUCCEEDED", seen
+        finally:
+            on_leader.close()
+            on_follower.close()
+    finally:
+        assert_stopped(ensemble)
+
+
 class _Watched:
     """A client whose failed ``setup()`` is an event the test waits on (then it lets the ensemble settle)."""
 

@@ -11,6 +11,13 @@ The records (:class:`ZkRecords`): a JSON znode per node under
 ``/leasecheck/effects/NODE/``; the locks under ``/leasecheck/locks/``. A fenced
 write is a compare-and-swap on the record znode's ``version`` (a ``check`` in a
 transaction for an effect), retried until it applies or a larger fence is seen.
+
+Every read of the records (:meth:`ZkRecords.get`, the resource) is a ``sync``
+then a read: ZooKeeper serves a read from whichever member the client is on,
+and a member may lag the leader (its guarantee is sequential consistency, "up
+to date within tens of seconds"). Without it the history's read of another
+client's acknowledged commit came back stale 10 s later, under
+``partition-halves``, and was proven a ``lost-commit`` of the lock's.
 """
 
 from __future__ import annotations
@@ -199,7 +206,13 @@ class ZkRecords:
                 return None, -1
         return json.loads(data), stat.version
 
+    def _sync(self, node: str) -> None:
+        """Bring our member up to the leader's last commit before a read (ZooKeeper's own recipe for a fresh read)."""
+        with zk_errors("sync"):
+            self.conn.request("sync", self.record_path(node))
+
     def get(self, node: str) -> Record | None:
+        self._sync(node)
         fields, _ = self._load(node)
         return None if fields is None else Record(**fields)
 
@@ -266,6 +279,7 @@ class ZkRecords:
     def effects(self, node: str) -> list[dict[str, Any]]:
         """The node's resource: every accepted effect, in the order ZooKeeper accepted them."""
         folder = self.effects_path(node)
+        self._sync(node)
         with zk_errors("effects", single=False):
             names = sorted(self.conn.request("get_children", folder))
             return [json.loads(self.conn.request("get", f"{folder}/{name}")[0]) for name in names]
@@ -279,6 +293,7 @@ class ZkRecords:
         folder held these entries (which never change once made) at one moment.
         """
         folder = self.effects_path(node)
+        self._sync(node)
         for _ in range(RESOURCE_TRIES):
             before = self._resource_versions(node, folder)
             with zk_errors("resource", single=False):
