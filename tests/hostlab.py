@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from leasecheck.machine.processes import descendants, read_process
 from leasecheck.servers.base import die_with_parent, popen
 from leasecheck.servers.hosts import HostNetwork
 from leasecheck.waiting import poll
@@ -108,6 +109,25 @@ class Sshd:
     address: str
     port: int
     log: Path
+    #: the network namespace it listens in (None: the machine's own)
+    netns: str | None = None
+
+    def idle(self) -> bool:
+        """Has this sshd done all a client sent it: no command running below it, each of its processes asleep, no byte
+        waiting on its connections either way? A command a frozen client sent before it froze still runs on its host;
+        once this is true, what the host shows stays as it is until the client sends more."""
+        for pid in descendants(self.process.pid):
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:  # exiting: busy a moment more
+                return False
+            process = read_process(pid)
+            if not comm.startswith("sshd") or process is None or process.state != "S":
+                return False
+        ss = ["ss", "-tnH", "state", "established", f"( sport = :{self.port} )"]
+        listed = subprocess.run(ss if self.netns is None else ["ip", "netns", "exec", self.netns, *ss],
+                                capture_output=True, text=True, check=True, timeout=30).stdout
+        return all(line.split()[:2] == ["0", "0"] for line in listed.splitlines() if line.strip())
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -134,7 +154,7 @@ def start_sshd(directory: Path, keys: Keys, address: str = "127.0.0.1", port: in
     with open(log, "wb") as out:
         process = popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                         preexec_fn=lambda: die_with_parent(signal.SIGTERM))
-    sshd = Sshd(process, address, port, log)
+    sshd = Sshd(process, address, port, log, netns)
 
     def answers() -> bool:
         try:

@@ -61,6 +61,8 @@ PROOF_SEEDS = (1, 2, 3)
 KILLED_RUN = " --nemesis-interval 1"
 #: how long the killed run may take to have a member isolated and a member stopped at once
 FAULTS_ON_S = 120.0
+#: how long the hosts may take to finish what a harness sent them before it froze
+QUIET_S = 10.0
 REDIS_PORT, SENTINEL_PORT = 6379, 26379
 
 
@@ -119,6 +121,10 @@ class StandIn:
                 pattern = f"redis-server {self.address(name)}:{port}"
                 found += map(int, subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split())
         return found
+
+    def idle(self) -> bool:
+        """Has every host done all the harness sent it (:meth:`hostlab.Sshd.idle`)?"""
+        return all(sshd.idle() for sshd in self.sshds)
 
     def stopped(self) -> list[int]:
         return [pid for pid in self.pids() if state(pid) == "T"]
@@ -282,7 +288,9 @@ def test_a_teams_staging_cluster_is_faulted_over_ssh_caught_losing_writes_and_he
             if not isolated(lab):
                 return False
             os.kill(harness.pid, signal.SIGSTOP)
-            if isolated(lab) and lab.stopped():
+            # what it sent before it froze (a heal's rule removal, a kill -STOP) still runs on the hosts: look once done
+            assert poll(lab.idle, QUIET_S, every=0.01), f"the hosts' sshds still busy {QUIET_S:g} s after the freeze"
+            if isolated(lab) and lab.stopped() and lab.idle():
                 return True
             os.kill(harness.pid, signal.SIGCONT)
             return False
