@@ -71,31 +71,40 @@ class ZooKeeperServer(LocalServer):
         super().__init__(directory, port)
 
     @property
+    def address(self) -> str:
+        """Where clients reach it (and the only address it listens on)."""
+        return "127.0.0.1"
+
+    @property
     def url(self) -> str:
-        return f"zookeeper://127.0.0.1:{self.port}"
+        return f"zookeeper://{self.address}:{self.port}"
 
     @property
     def config_path(self) -> Path:
         return self.directory / "zoo.cfg"
 
+    @property
+    def data_directory(self) -> Path:
+        return self.directory / "data"
+
+    def config(self) -> list[str]:
+        """``zoo.cfg``'s lines (the module docstring says why these); a quorum peer adds its own."""
+        return [
+            f"tickTime={TICK_MS}",
+            f"dataDir={self.data_directory}",
+            f"clientPort={self.port}",
+            f"clientPortAddress={self.address}",
+            f"minSessionTimeout={2 * TICK_MS}",
+            f"maxSessionTimeout={MAX_SESSION_TICKS * TICK_MS}",
+            "forceSync=yes",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=srvr,ruok,stat,mntr,cons",
+            "maxClientCnxns=0",
+        ]
+
     def _prepare(self) -> None:
-        data = self.directory / "data"
-        data.mkdir(exist_ok=True)
-        self.config_path.write_text(
-            "\n".join([
-                f"tickTime={TICK_MS}",
-                f"dataDir={data}",
-                f"clientPort={self.port}",
-                "clientPortAddress=127.0.0.1",
-                f"minSessionTimeout={2 * TICK_MS}",
-                f"maxSessionTimeout={MAX_SESSION_TICKS * TICK_MS}",
-                "forceSync=yes",
-                "admin.enableServer=false",
-                "4lw.commands.whitelist=srvr,ruok,stat,mntr,cons",
-                "maxClientCnxns=0",
-                "",
-            ])
-        )
+        self.data_directory.mkdir(exist_ok=True)
+        self.config_path.write_text("\n".join([*self.config(), ""]))
 
     def _command(self) -> list[str]:
         classpath = [str(ZOOKEEPER_JAR)] + ([str(SLF4J_BINDING)] if SLF4J_BINDING.exists() else [])

@@ -29,7 +29,7 @@ from typing import Any
 from leasecheck.errors import EnvironmentFailure
 from leasecheck.servers.cluster import Cluster, Member
 from leasecheck.servers.hosts import Host
-from leasecheck.servers.zookeeper import MAX_SESSION_TICKS, TICK_MS, ZooKeeperServer, four_letter_word
+from leasecheck.servers.zookeeper import ZooKeeperServer, four_letter_word
 from leasecheck.waiting import poll
 
 CLIENT_PORT = 2181
@@ -70,31 +70,22 @@ class EnsembleServer(ZooKeeperServer):
         self.peers = peers
 
     @property
-    def url(self) -> str:
-        return f"zookeeper://{self.host.address}:{self.port}"
+    def address(self) -> str:
+        return self.host.address
 
-    def _prepare(self) -> None:
-        data = self.directory / "data"
-        data.mkdir(exist_ok=True)
-        (data / "myid").write_text(f"{self.number}\n")
-        self.config_path.write_text("\n".join([
-            f"tickTime={TICK_MS}",
+    def config(self) -> list[str]:
+        return [
+            *super().config(),
             f"initLimit={INIT_LIMIT}",
             f"syncLimit={SYNC_LIMIT}",
-            f"dataDir={data}",
-            f"clientPort={self.port}",
-            f"clientPortAddress={self.host.address}",
-            f"minSessionTimeout={2 * TICK_MS}",
-            f"maxSessionTimeout={MAX_SESSION_TICKS * TICK_MS}",
-            "forceSync=yes",
-            "admin.enableServer=false",
-            "4lw.commands.whitelist=srvr,ruok,stat,mntr,cons",
-            "maxClientCnxns=0",
             "standaloneEnabled=false",
             "reconfigEnabled=false",
             *(f"server.{i}={peer.address}:{QUORUM_PORT}:{ELECTION_PORT}" for i, peer in enumerate(self.peers, 1)),
-            "",
-        ]))
+        ]
+
+    def _prepare(self) -> None:
+        super()._prepare()
+        (self.data_directory / "myid").write_text(f"{self.number}\n")
 
     def _command(self) -> list[str]:
         command = super()._command()
