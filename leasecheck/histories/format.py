@@ -102,16 +102,22 @@ class Header(msgspec.Struct, frozen=True):
         }
 
 
-class Event(msgspec.Struct, gc=False):
-    """One line after the header, as decoded (types checked by msgspec, in C)."""
+class Stamped(msgspec.Struct, gc=False):
+    """An event as the process that made it stamped it, before the history gave it a place (``index``): a line of a
+    worker's log (:mod:`leasecheck.rundir.worker_logs`), which the merge turns into a history line."""
 
-    index: int
     time: int
     process: int | str
     type: str
     f: str
     node: str | None = None
     value: Any = None
+
+
+class Event(Stamped, gc=False, kw_only=True):
+    """One line after the header, as decoded (types checked by msgspec, in C): a stamped event and its place."""
+
+    index: int
 
 
 class Op(msgspec.Struct, gc=False, array_like=True):

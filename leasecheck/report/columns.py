@@ -165,7 +165,7 @@ def read_columns(path: str | os.PathLike[str]) -> Columns:
                                                             "(that event ends a history: it is its last line)")
                     break
                 fault = _decode_nemesis(raw).value
-                nemesis.append(Event(ev.index, ev.time, NEMESIS, ev.type, ev.f, None, fault))
+                nemesis.append(Event(index=ev.index, time=ev.time, process=NEMESIS, type=ev.type, f=ev.f, value=fault))
                 continue
             if type(p) is not int:
                 raise HistoryError(name, line_no, f"process must be an integer or \"nemesis\", not {p!r}")

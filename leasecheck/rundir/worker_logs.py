@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from leasecheck.histories.format import HISTORY_END, NEMESIS
+from leasecheck.histories.format import HISTORY_END, NEMESIS, Stamped
 from leasecheck.rundir.runfolder import RunFolder
 
 #: the run folder's subfolder of worker logs
@@ -46,17 +46,6 @@ JOURNAL = "harness.jsonl"
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
-
-
-class LogLine(msgspec.Struct):
-    """One event of a worker log or the harness journal (history time, ns)."""
-
-    time: int
-    process: int | str
-    type: str
-    f: str
-    node: str | None = None
-    value: Any = None
 
 
 class _Seen(msgspec.Struct):
@@ -82,7 +71,7 @@ class WorkerLog:
     @staticmethod
     def line(time: int, process: int, type_: str, f: str, node: str, value: Any) -> bytes:
         """One event as its log line."""
-        return _encode(LogLine(time, process, type_, f, node, value)) + b"\n"
+        return _encode(Stamped(time, process, type_, f, node, value)) + b"\n"
 
     def write_bytes(self, lines: bytes) -> None:
         """Whole lines made by :meth:`line`, in one write."""
@@ -104,7 +93,7 @@ class Journal:
         fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     def nemesis(self, time: int, f: str, value: Any) -> None:
-        os.write(self._fd, _encode(LogLine(time, NEMESIS, "info", f, None, value)) + b"\n")
+        os.write(self._fd, _encode(Stamped(time, NEMESIS, "info", f, None, value)) + b"\n")
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -117,10 +106,10 @@ class Journal:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _lines(path: Path) -> list[LogLine]:
+def _lines(path: Path) -> list[Stamped]:
     """A log's whole lines (a line cut short by a kill mid-write is dropped)."""
-    out: list[LogLine] = []
-    decode = msgspec.json.Decoder(LogLine).decode
+    out: list[Stamped] = []
+    decode = msgspec.json.Decoder(Stamped).decode
     with open(path, "rb") as f:
         for raw in f:
             if not raw.endswith(b"\n"):
@@ -178,7 +167,7 @@ def recover(run_dir: str | os.PathLike[str]) -> int | None:
             return None  # finished by its writer: nothing to add, and nothing may follow its end
         seen[ev.process] += 1
         index, last = ev.index + 1, max(last, ev.time)
-    added: list[tuple[int, int, LogLine]] = []
+    added: list[tuple[int, int, Stamped]] = []
     for n, path in enumerate(sorted(folder.glob("*.jsonl"))):
         per_process: Counter[int | str] = Counter()
         for k, line in enumerate(_lines(path)):

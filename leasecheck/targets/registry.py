@@ -65,10 +65,14 @@ class NotInstalled(TargetNotFound):
 
 def missing(cls: type[Target]) -> tuple[str, ...]:
     """The modules of ``cls.requires`` that are not installed: looked up, not imported (cheap)."""
-    return tuple(name for name in cls.requires if not _installed(name))
+    return tuple(name for name in cls.requires if not installed(name))
 
 
-def _installed(module: str) -> bool:
+def installed(module: str) -> bool:
+    """Can ``module`` be imported? Found, not imported; one already loaded counts (find_spec refuses a loaded
+    module whose ``__spec__`` is None: kombu, once celery has loaded it). Both registries ask this."""
+    if module in sys.modules:
+        return True
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package missing, or a module made unimportable
@@ -96,7 +100,7 @@ def server_not_installed(store: str | None) -> str | None:
     if store not in SERVER_CLIENTS:
         return None
     module, extra = SERVER_CLIENTS[store]
-    if _installed(module):
+    if installed(module):
         return None
     return f"starting a {store} server needs {module}, which is not installed: pip install 'leasecheck[{extra}]'"
 

@@ -19,14 +19,12 @@ missing fails in one line that says what to install (:func:`load`).
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
-import sys
 from importlib.metadata import entry_points
 
 from leasecheck.errors import BadInput
 from leasecheck.targets.queues.base import QueueLibrary
-from leasecheck.targets.registry import _search_cwd
+from leasecheck.targets.registry import _search_cwd, installed
 
 #: the entry point group a package declares its queue adapters in (``name = "module:Class"``)
 ENTRY_POINT_GROUP = "leasecheck.queues"
@@ -98,7 +96,7 @@ def lacking(cls: type[QueueLibrary], name: str) -> str | None:
     for needed in cls.requires:
         # found, not imported: listing the audits must not load a library (temporalio loads protobuf's C runtime,
         # after which python-etcd3's generated modules no longer load in the same process)
-        if not _installed(needed):
+        if not installed(needed):
             ours = cls.__module__.startswith("leasecheck.")
             return f"queue {name!r} needs {needed}: pip install " + (f"'leasecheck[{cls.extra}]'" if ours else needed)
     return None
@@ -113,12 +111,3 @@ def load(name: str) -> type[QueueLibrary]:
     return found
 
 
-def _installed(module: str) -> bool:
-    """Can ``module`` be imported? Found, not imported; one already loaded counts (find_spec refuses a loaded
-    module whose ``__spec__`` is None: kombu, once celery has loaded it)."""
-    if module in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
