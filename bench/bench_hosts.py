@@ -8,7 +8,7 @@ holds on the host, so this measures exactly that, on two members per transport:
 
 * ``netns://``: two network namespaces of a :class:`~leasecheck.servers.hosts.HostNetwork` (what ``--cluster``
   makes), each command ``ip netns exec NS ...``;
-* ``ssh://``: the same namespaces, an sshd in each (as tests/hostlab.py starts one: OpenSSH, a key made for the
+* ``ssh://``: the same namespaces, an sshd in each (as tests/support/hostlab.py starts one: OpenSSH, a key made for the
   run), each command a channel on one asyncssh connection per host;
 * ``docker://``: two containers of the host-root image (``leasecheck.servers.image``) on a run's bridge network,
   NET_ADMIN granted so that iptables may be called in them, each command the engine's ``exec``. Left out, saying
@@ -165,7 +165,7 @@ def pattern(tag: str, name: str) -> str:
 @contextlib.contextmanager
 def namespaces(work: Path, tag: str) -> Iterator[tuple[Transport, Transport]]:
     """Two members in network namespaces, reached as netns:// and as ssh:// (an sshd in each namespace)."""
-    from tests.hostlab import Keys, start_sshd
+    from tests.support.hostlab import Keys, start_sshd
 
     network = HostNetwork.open(2)
     sshds, servers = [], []

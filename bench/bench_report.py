@@ -14,7 +14,7 @@ run, 1 % crashed; valid by construction) the script:
 2. runs ``leasecheck report RUN_DIR -o FILE`` in a fresh interpreter,
    ``--repeat`` times: the median wall time (start-up, reading, plots and
    writing included) and the largest peak RSS;
-3. loads the report from disk in headless Chromium (``tests/browser.py``: a
+3. loads the report from disk in headless Chromium (``tests/support/browser.py``: a
    fresh browser per load, so no cache is warm), ``--loads`` times, and takes
    the median of ``lcReport.firstPaintMs`` (milliseconds since navigation
    start when the first frame was drawn) and of the load event's time;
@@ -46,7 +46,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from bench.gen import Config
 from bench.harness import OUT, Measured, cached_history, machine_note, run_measured, seconds, table
-from tests.browser import headless_chromium
+from tests.support.browser import headless_chromium
 
 BUDGET_OPS = 1_000_000
 BUDGET_REPORT_S = 10.0

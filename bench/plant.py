@@ -2,7 +2,7 @@
 
 ``bench_porcupine`` compares the tools on invalid histories too. Each is a
 ``bench.gen`` history (valid by construction) with a few ops appended after its
-end, as ``tests/sim.py``'s planters do for the property tests, whose scripts
+end, as ``tests/support/sim.py``'s planters do for the property tests, whose scripts
 these follow one for one (the tests hold the checker to them: the planted kind
 is reported on the planted node, citing the planted op). The appended ops start
 more than 2 ttl + clock uncertainty after the last event, so every lease of the

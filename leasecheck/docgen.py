@@ -9,7 +9,7 @@ A page marks a generated block with two HTML comments (invisible once rendered):
 and ``python -m leasecheck.docgen`` rewrites every block of the docs from the CLI
 (click's own parameters, so an option added to ``leasecheck run`` is in the docs
 the next time this runs) and the fault catalogue (``leasecheck nemeses
---markdown``). ``tests/test_docs.py`` regenerates them and fails when a page
+--markdown``). ``tests/local/test_docs.py`` regenerates them and fails when a page
 differs, so the docs cannot drift from the tool. The blocks:
 
 - ``usage COMMAND``: the command's synopsis, every option with its value, in a code block;
@@ -17,7 +17,7 @@ differs, so the docs cannot drift from the tool. The blocks:
 - ``faults``: the fault table, ``leasecheck nemeses --markdown`` word for word;
 - ``cli``: every command, its help, synopsis and options (the command-line reference);
 - ``layout``: each room of the package and what its face (its ``__init__.py`` docstring) says it holds and may import,
-  so docs/layout.md's map is the rooms' own words (tests/test_architecture.py holds each face to name every module);
+  so docs/layout.md's map is the rooms' own words (tests/local/test_architecture.py holds each face to name every module);
 - ``tests``: tests/README.md's map, each room and the test modules that import it, and what each test module holds.
 """
 
@@ -220,7 +220,8 @@ def _rooms_imported(tree: object) -> set[str]:
 
 def tests_map() -> str:
     """tests/README.md's map: each room of the package and the test modules that import it, then each test module's
-    first docstring line (a source checkout's tests/; nothing when there is none)."""
+    tier (its folder: tests/support/tiers.py) and first docstring line (a source checkout's tests/; nothing when there
+    is none)."""
     import ast
 
     import leasecheck
@@ -228,29 +229,17 @@ def tests_map() -> str:
     tests = Path(leasecheck.__file__).resolve().parent.parent / "tests"
     by_room: dict[str, list[str]] = {}
     said: list[str] = []
-    pure = _pure_tier(tests / "tiers.py")
-    for path in sorted(tests.glob("*.py")):
+    for path in sorted(tests.rglob("*.py"), key=lambda p: p.relative_to(tests).parts):
+        name = path.relative_to(tests).as_posix()
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for room in _rooms_imported(tree):
-            by_room.setdefault(room, []).append(path.stem)
+            by_room.setdefault(room, []).append(name.removesuffix(".py"))
         first = (ast.get_docstring(tree) or "").split("\n\n")[0]
-        tier = "pure" if path.name in pure else "rest" if path.name.startswith("test_") else "helper"
-        said.append(f"| `{path.name}` | {tier} | {' '.join(first.split()).replace('|', chr(92) + '|') or '-'} |")
+        tier = name.split("/")[0] if path.name.startswith("test_") else "helper"
+        said.append(f"| `{name}` | {tier} | {' '.join(first.split()).replace('|', chr(92) + '|') or '-'} |")
     rows = ["| room | its tests (the modules that import it) |", "|---|---|"]
     rows += [f"| `{room}` | {', '.join(f'`{t}`' for t in sorted(found))} |" for room, found in sorted(by_room.items())]
     return "\n".join([*rows, "", "| test module | tier | what it holds |", "|---|---|---|", *said])
-
-
-def _pure_tier(tiers: Path) -> frozenset[str]:
-    """The pure tier's modules, as tests/tiers.py lists them (``PURE``), read without importing the tests."""
-    import ast
-
-    if not tiers.exists():
-        return frozenset()
-    for node in ast.parse(tiers.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PURE" for t in node.targets):
-            return frozenset(ast.literal_eval(node.value))
-    return frozenset()
 
 
 def render(name: str) -> str:

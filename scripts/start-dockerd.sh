@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make a Docker engine answer on this machine, for `leasecheck run --env docker` and
-# tests/test_docker.py; `--stop` stops the engine this script started, and no other.
+# tests/servers/test_docker.py; `--stop` stops the engine this script started, and no other.
 #
 # Why a script: the CI machines and fresh developer machines have no engine running
 # and no systemd to start one, so whoever needs Docker starts dockerd by hand. Doing

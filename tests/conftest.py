@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# The suite's helpers (tests/support/) are imported by name from every tier folder: sim, stores, hostlab, ...
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 settings.register_profile(
     "dev",
@@ -37,16 +42,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # as well, and fails when that verdict differs from the online checker's (leasecheck/run/judgement.py).
 os.environ.setdefault("LEASECHECK_CROSSCHECK", "1")
 
-# A failed test whose runs saw the host's wall clock step is said to be so, and run again (tests/clock_steps.py).
+# A failed test whose runs saw the host's wall clock step is said to be so, and run again (tests/support/clock_steps.py).
 from clock_steps import pytest_runtest_call  # noqa: E402,F401
 
-# The order tests are handed to xdist's workers in: the longest modules first (tests/schedule.py).
+# The order tests are handed to xdist's workers in: the longest modules first (tests/support/schedule.py).
 from schedule import DurationStore, known_durations, longest_modules_first  # noqa: E402
 
 # Real store servers, shared by every test module of a session.
 from stores import etcd_server, postgres_server, redis_server, store_for, zookeeper_server  # noqa: E402,F401
 
-# The tiers by cost: --tier pure runs the modules that start nothing, guarded (tests/tiers.py).
+# The tiers by cost, a folder each: --tier pure runs the modules that start nothing, guarded (tests/support/tiers.py).
 from tiers import TIERS, in_tier, starts_nothing  # noqa: E402,F401
 
 
@@ -54,7 +59,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--store-durations", action="store_true",
                      help="write each test's seconds to tests/durations.json (the suite's order reads it)")
     parser.addoption("--tier", choices=TIERS, default=None,
-                     help="only the pure tier (modules that start nothing, each test guarded) or the rest (tests/tiers.py)")
+                     help="one tier folder (pure: the modules that start nothing, each test guarded), or rest: all but pure "
+                          "(tests/support/tiers.py)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -20,7 +20,7 @@ of the doubt), through the same rows. What a probe finds is proven whatever
 follows: the history so far is a prefix in time (the merge writes in time order),
 linearizability is prefix-closed, and each named kind is proven by ops already
 complete. A probe reports a finding only once, and only a kind whose finding no
-later op can reword (:data:`STABLE_KINDS`; ``tests/test_online.py`` holds every
+later op can reword (:data:`STABLE_KINDS`; ``tests/pure/checker/test_online.py`` holds every
 reported finding to appear in the final verdict, over simulated, planted, mutated
 and corpus histories in every order the merge can write them).
 """
@@ -53,7 +53,7 @@ STABLE_KINDS: frozenset[str] = frozenset(KINDS) - {"non-linearizable"}
 
 #: per kind, the ops that, still in flight (invoked before the finding's proof was complete), may yet make the
 #: whole history's finding another one of the same kind (an earlier witness, a lease that started earlier, an owner
-#: named): the probe holds such a finding back until they complete. Found by tests/test_online.py's searches
+#: named): the probe holds such a finding back until they complete. Found by tests/pure/checker/test_online.py's searches
 REWORDED_BY: dict[str, frozenset[str]] = {
     "duplicate-epoch": frozenset({"claim"}),
     "duplicate-commit": frozenset({"commit"}),

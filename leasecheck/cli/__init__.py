@@ -7,7 +7,7 @@ failed or leasecheck crashed. click's own usage errors exit 2, which would read 
 
 The commands live by family, each module importing only what every one of its
 commands needs (``leasecheck check --json`` must start fast and never load rich,
-networkx or a database client: tests/test_startup.py); the rest is imported by
+networkx or a database client: tests/local/test_startup.py); the rest is imported by
 the command that needs it:
 
 * :mod:`.checking` — ``check``, ``targets``, ``nemeses``, ``clusters``: histories and the catalogues, nothing run;

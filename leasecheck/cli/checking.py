@@ -3,7 +3,7 @@
 Nothing here runs a backend. ``check`` is what a CI gate calls many times over
 small histories, so this module imports at load time only what ``check``
 needs (the checker, the history reader), never rich, networkx or a database
-client (tests/test_startup.py).
+client (tests/local/test_startup.py).
 """
 
 from __future__ import annotations

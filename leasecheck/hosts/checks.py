@@ -11,7 +11,7 @@ command, ``iptables -S INPUT`` (installed, and ours to call), each log readable,
 the faketime file writable, and who is primary.
 
 Which fault needs what is :data:`NEEDS`, by the catalogue's fault names
-(tests/test_hosts_checks.py holds it to ``leasecheck.nemesis.catalogue``).
+(tests/local/test_hosts_deployment.py holds it to ``leasecheck.nemesis.catalogue``).
 """
 
 from __future__ import annotations

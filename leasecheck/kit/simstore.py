@@ -1,6 +1,6 @@
 """A simulated *correct* lease store: the ground truth of every generated history.
 
-The property tests (``tests/sim.py``) and the benchmarks (``bench/gen.py``) both need
+The property tests (``tests/support/sim.py``) and the benchmarks (``bench/gen.py``) both need
 histories whose verdict is known without a checker. Both get them from a
 discrete-event simulation whose store is this one class: every operation takes
 effect at one linearization point strictly inside its (invoke, completion), and

@@ -8,7 +8,7 @@ plugin passes ``leasecheck_run(**options)`` on as them. The report's replay
 command is built from the same table (:func:`replay_flags`).
 
 Loading this module loads click and nothing of a run: ``leasecheck check --json``
-starts without the run's modules (tests/test_startup.py), so :func:`run_options`
+starts without the run's modules (tests/local/test_startup.py), so :func:`run_options`
 imports :mod:`.options` only when it builds one.
 """
 

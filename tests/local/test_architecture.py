@@ -1,0 +1,94 @@
+"""The shape of the code, held by tools: the arrows of docs/layout.md, no import circle, short modules.
+
+The arrows are import-linter's contracts (``[tool.importlinter]`` in ``pyproject.toml``,
+also run by ``.ci/run``); the circles and the module sizes have no such tool, so they
+are asserted here on the import graph grimp builds (the one import-linter reads), which
+counts imports inside functions too: an import moved into a function to dodge a circle
+is still a circle.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import networkx as nx
+from paths import REPO
+
+PACKAGE = REPO / "leasecheck"
+#: the most lines a product module may have (issue 21): a longer one holds two concepts
+MAX_LINES = 400
+
+
+def _graph() -> nx.DiGraph:
+    g = grimp.build_graph("leasecheck")
+    graph = nx.DiGraph()
+    for module in g.modules:
+        for imported in g.find_modules_directly_imported_by(module):
+            graph.add_edge(module, imported)
+    return graph
+
+
+def test_the_import_contracts_hold() -> None:
+    """The arrows: each room imports only the rooms below it (the contracts name the rules)."""
+    lint = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    done = subprocess.run([lint], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_no_import_circle_in_product_code() -> None:
+    circles = [sorted(c) for c in nx.strongly_connected_components(_graph()) if len(c) > 1]
+    assert circles == [], "modules that import each other, directly or round a circle: " + "; ".join(
+        " <-> ".join(c) for c in circles)
+
+
+def test_no_product_module_over_the_limit() -> None:
+    long = {p.relative_to(REPO).as_posix(): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert long == {}, f"modules over {MAX_LINES} lines (split them by concept): {long}"
+
+
+def test_every_package_has_a_face() -> None:
+    """Each room says in its ``__init__.py`` docstring what it holds and what it may import."""
+    import ast
+
+    faceless = []
+    for init in PACKAGE.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        if len(doc.split()) < 12:
+            faceless.append(init.relative_to(REPO).as_posix())
+    assert faceless == [], f"packages whose __init__.py does not say what they hold: {faceless}"
+
+
+def unnamed_in_face(package: Path) -> list[str]:
+    """The modules and subpackages of ``package`` its face does not name: by their name, or by a family it names in
+    double backticks (``broken_*``: every module whose name starts so; ``*_queue``: ends so)."""
+    import ast
+    import fnmatch
+    import re
+
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8"))) or ""
+    families = [f for f in re.findall(r"``([\w*]+)``", doc) if "*" in f]
+    held = sorted(p.stem for p in package.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    held += sorted(p.name for p in package.iterdir() if (p / "__init__.py").is_file())
+    return [m for m in held if not re.search(rf"(?<!\w){re.escape(m)}(?!\w)", doc)
+            and not any(fnmatch.fnmatchcase(m, f) for f in families)]
+
+
+def test_every_face_names_what_its_room_holds() -> None:
+    """A contributor finds a module from its room's face: each module and subpackage is named there (or its family)."""
+    unnamed = {init.parent.relative_to(REPO).as_posix(): missing for init in PACKAGE.rglob("__init__.py")
+               if (missing := unnamed_in_face(init.parent))}
+    assert unnamed == {}, f"modules a package's face does not name: {unnamed}"
+
+
+def test_the_core_folders_are_links_into_the_package() -> None:
+    """The user's top-level names stay at the root, as relative links into the one package."""
+    for name in ("checker", "histories", "nemesis", "targets"):
+        link = REPO / name
+        assert link.is_symlink(), f"{name} is not a link"
+        assert Path(link.readlink()) == Path("leasecheck") / name, link.readlink()
+        assert (PACKAGE / name / "__init__.py").is_file()
