@@ -70,9 +70,10 @@ def missing(cls: type[Target]) -> tuple[str, ...]:
 
 def installed(module: str) -> bool:
     """Can ``module`` be imported? Found, not imported; one already loaded counts (find_spec refuses a loaded
-    module whose ``__spec__`` is None: kombu, once celery has loaded it). Both registries ask this."""
+    module whose ``__spec__`` is None: kombu, once celery has loaded it), one blocked (``sys.modules[name] = None``,
+    as a test hides a library) does not. Both registries ask this."""
     if module in sys.modules:
-        return True
+        return sys.modules[module] is not None
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package missing, or a module made unimportable
