@@ -98,7 +98,11 @@ class KazooLock(LockLease):
             # restarts every session's timer). A holder whose call failed (ConnectionLoss) when the leader was cut
             # off gives the job up; its lock znode lives on with its session until the client lets it go
             FaultAudit("isolate-primary", "invalid", ("stuck-lease",), cluster="zookeeper-ensemble"),
-            FaultAudit("partition-halves", "invalid", ("stuck-lease",), cluster="zookeeper-ensemble"),
+            # and, in 2 of the loaded suite's runs, an acknowledged write lost: ZooKeeper 3.8.0's, not the lock's (the
+            # members elected a leader whose log ended before transactions the old one had committed, the pattern of
+            # ZOOKEEPER-4712; AUDITS.md gives the ops and the servers' own log lines)
+            FaultAudit("partition-halves", "invalid", ("stuck-lease", "lost-effect", "lost-commit"),
+                       cluster="zookeeper-ensemble"),
         ),
         seeds=(1, 2, 3, 4, 5),
         fix=(
