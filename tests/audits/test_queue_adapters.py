@@ -40,8 +40,8 @@ ADAPTER = textwrap.dedent('''
 @pytest.fixture()
 def no_extras(monkeypatch: pytest.MonkeyPatch) -> None:
     """An install without the audit and queue extras: no library module is found."""
-    monkeypatch.setattr(queues, "_installed", lambda module: False)
-    monkeypatch.setattr(targets, "_installed", lambda module: module == "msgspec")
+    monkeypatch.setattr(queues, "installed", lambda module: False)
+    monkeypatch.setattr(targets, "installed", lambda module: module == "msgspec")
 
 
 def test_without_the_extras_every_queue_keeps_its_published_plans_and_says_what_to_install(no_extras: None) -> None:

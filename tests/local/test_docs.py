@@ -218,7 +218,9 @@ def test_every_output_sample_is_marked_and_has_a_source() -> None:
 def test_the_shape_of_a_line() -> None:
     assert shape("refusals    held 18, stale 62, terminal 3") == shape("refusals    stale 7, expired 1") == "refusals WS"
     assert shape("store       /tmp/x/store/sqlite/20261201T203212.590359Z") == "store PATH"
-    assert shape("  stale-commit on node bb3579b4e906/run-2/node-1, ops [258, 264]:") == "WS on node H/run-N/node-N, ops [N, N]:"
+    assert shape("  stale-commit on node bb3579b4e906/run-2/node-1, ops [258, 264]:") == "WS on node H/run-N/node-N, ops [N]:"
+    # a proof's ops, two or three: which kind of anomaly a run proves first varies with the run
+    assert shape("first anomaly: duplicate-commit, ops [206, 234]") == shape("first anomaly: stale-commit, ops [188, 333, 375]")
     assert shape("┏━━━━┳━━━━━━━━┓") == "┏━┳━┓"
     assert shape("ops         1,123 (1,069 ok, 54 fail, 0 info)") != shape("ops       743")
 

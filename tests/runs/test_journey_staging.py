@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 from hostlab import Keys, Sshd, start_sshd
-from journey import KEEP_OUTPUTS, TIMEOUT_S, Page, environment, same_shape
+from journey import Page, environment, run_script, same_shape
 from lost_writes import LOST, MEMBER_FAULTS
 
 from leasecheck.servers.cluster import Member
@@ -205,16 +205,7 @@ def run(page: Page, lab: StandIn, name: str, cwd: Path, env: dict[str, str], exp
     if seed is not None:
         assert " --seed 1 " in f"{script} ", script
         script = f"{script} ".replace(" --seed 1 ", f" --seed {seed} ").rstrip(" ")
-    done = subprocess.run(["bash", "-e", "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
-    out = done.stdout + done.stderr
-    if keep := os.environ.get(KEEP_OUTPUTS):  # re-taking the page's samples: every command's real output
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        with (Path(keep) / f"{page.path.stem}.{name}.txt").open("a") as f:
-            f.write(f"$ {script}\n{out}\n")
-    assert expect is None or done.returncode == expect, (
-        f"{page}: block {name!r} exited {done.returncode}, not {expect}:\n{script}\n{out}")
-    return out, done.returncode
+    return run_script(page, name, script, cwd, env, expect)
 
 
 def test_a_teams_staging_cluster_is_faulted_over_ssh_caught_losing_writes_and_healed_after_a_killed_harness(

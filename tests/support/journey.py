@@ -112,9 +112,9 @@ def shortened(script: str) -> str:
     return "\n".join(lines)
 
 
-def run(page: Page, name: str, cwd: Path, env: dict[str, str], expect: int = 0, extra: str = "") -> str:
-    """Run the page's bash block ``name`` (shortened; ``extra`` appended to its last line); its stdout and stderr."""
-    script = shortened(page.block(name, "bash")).rstrip("\n") + extra
+def run_script(page: Page, name: str, script: str, cwd: Path, env: dict[str, str], expect: int | None = 0) -> tuple[str, int]:
+    """Run ``script``, the page's bash block ``name`` as the test made it (one ``bash -e``): its stdout and stderr,
+    and its exit code, which must be ``expect`` (None: any). With LEASECHECK_JOURNEY_OUTPUTS=DIR, its output is kept."""
     done = subprocess.run(["bash", "-e", "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
     out = done.stdout + done.stderr
@@ -122,8 +122,14 @@ def run(page: Page, name: str, cwd: Path, env: dict[str, str], expect: int = 0, 
         Path(keep).mkdir(parents=True, exist_ok=True)
         with (Path(keep) / f"{page.path.stem}.{name}.txt").open("a") as f:
             f.write(f"$ {script}\n{out}\n")
-    assert done.returncode == expect, f"{page}: block {name!r} exited {done.returncode}, not {expect}:\n{script}\n{out}"
-    return out
+    assert expect is None or done.returncode == expect, (
+        f"{page}: block {name!r} exited {done.returncode}, not {expect}:\n{script}\n{out}")
+    return out, done.returncode
+
+
+def run(page: Page, name: str, cwd: Path, env: dict[str, str], expect: int = 0, extra: str = "") -> str:
+    """Run the page's bash block ``name`` (shortened; ``extra`` appended to its last line); its stdout and stderr."""
+    return run_script(page, name, shortened(page.block(name, "bash")).rstrip("\n") + extra, cwd, env, expect)[0]
 
 #: the seeds an audit step that must prove a finding may take: an invalid verdict is a proof, a valid one only says
 #: that this seed's pauses missed the window (a paused holder that wakes after its successor is done writes nothing

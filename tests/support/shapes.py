@@ -18,6 +18,7 @@ _PATH = re.compile(r"(?<![\w.~])/[^\s'\")\]]+")
 _HEX = re.compile(r"\b[0-9a-f]{8,}\b")
 _NUM = re.compile(r"\d+(?:[.,]\d+)*")
 _LIST = re.compile(r"W(?: x?N)?(?:,\s?W(?: x?N)?)*")
+_NUMS = re.compile(r"\bN(?:,\s?N)+\b")
 _REPEAT = re.compile(r"([^\w\s])\1+")
 
 
@@ -28,7 +29,8 @@ _NEVER = re.compile(r"; never: .*$")
 def shape(line: str) -> str:
     """A line with what varies from run to run made generic.
 
-    Absolute paths become ``PATH``, run ids ``H``, numbers ``N``; the names of
+    Absolute paths become ``PATH``, run ids ``H``, numbers ``N`` (a list of them, as a
+    proof's ops, one ``N``: a duplicate commit is proven by two ops, a stale one by three); the names of
     anomaly kinds, fail reasons, faults and situations (and ``none``), and lists of
     them with their counts, become ``WS``; a run of one punctuation character (a
     table's border, pytest's ``____``) becomes one; spaces are collapsed. What
@@ -38,7 +40,7 @@ def shape(line: str) -> str:
     s = _PATH.sub("PATH", _NEVER.sub("", line.rstrip()))
     s = _HEX.sub("H", s)
     s = _WORD.sub("W", s)
-    s = _NUM.sub("N", s)
+    s = _NUMS.sub("N", _NUM.sub("N", s))
     s = _LIST.sub("WS", s)
     s = _REPEAT.sub(r"\1", s)
     return " ".join(s.split())
