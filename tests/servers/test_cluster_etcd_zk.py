@@ -205,8 +205,8 @@ def test_kazoo_adapters_follow_the_ensemble_across_a_failover(tmp_path: Path) ->
 def test_a_records_read_on_a_follower_cut_off_from_its_leader_is_never_stale(tmp_path: Path) -> None:
     """ZooKeeper serves a read from the member a client is on, and a follower cut off from its leader goes on serving
     until it notices (``syncLimit`` ticks): without a ``sync`` first, the history's read of a commit another client had
-    acknowledged came back stale, and the checker proved a ``lost-commit`` the lock never made (ci, partition-halves).
-    The records' read is fresh or fails: it never shows what the ensemble had already replaced."""
+    acknowledged comes back stale, and the checker would prove a ``lost-commit`` the lock never made. The records' read
+    is fresh or fails: it never shows what the ensemble had already replaced."""
     from leasecheck.targets.base import Indeterminate, Unavailable
     from leasecheck.targets.locks.zk_records import ZkConnection, ZkRecords
 

@@ -15,9 +15,9 @@ transaction for an effect), retried until it applies or a larger fence is seen.
 Every read of the records (:meth:`ZkRecords.get`, the resource) is a ``sync``
 then a read: ZooKeeper serves a read from whichever member the client is on,
 and a member may lag the leader (its guarantee is sequential consistency, "up
-to date within tens of seconds"). Without it the history's read of another
-client's acknowledged commit came back stale 10 s later, under
-``partition-halves``, and was proven a ``lost-commit`` of the lock's.
+to date within tens of seconds"): a follower cut off from its leader answers
+stale reads until it notices, and the checker would prove a write another
+client had acknowledged lost, a finding of the lock's that is the harness's.
 """
 
 from __future__ import annotations
