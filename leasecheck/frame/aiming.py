@@ -138,5 +138,9 @@ class Aimer:
             with self._writing:
                 self.slot.arm(serial, [(a.f, a.at, a.hold_ms) for a in left])
 
+    def holding(self, pid: int) -> bool:
+        return self.slot.holding(pid)
+
     def close(self) -> None:
+        self.slot.forget_marks()
         self.slot.close()

@@ -30,6 +30,31 @@ _SIZE = _SEQ.size + _SERIAL.size + CAPACITY * _ARM.size
 _MAX_TRIES = 1000
 
 
+def _holding_path(slot: Path, pid: int) -> Path:
+    return slot.with_name(f"{slot.name}.holding-{pid}")
+
+
+class HoldMark:
+    """A worker's mark, set while it holds an aimed op (a byte in a file of its own, by its pid).
+
+    Why: the harness stops a victim some milliseconds after its hold began (it
+    gathers several victims one by one), and on a loaded machine the hold may run
+    out first; the op then completes, and the worker is stopped after it, not
+    inside it. Stopped, the worker cannot change its mark, so the harness reads
+    it after the stop (:meth:`AimSlot.holding`) and claims the op only if it was
+    still held (ci: a pause said it stopped a release the worker had completed).
+    """
+
+    def __init__(self, slot: str | os.PathLike[str]) -> None:
+        self._fd = os.open(_holding_path(Path(slot), os.getpid()), os.O_RDWR | os.O_CREAT, 0o600)
+
+    def __call__(self, held: bool) -> None:
+        os.pwrite(self._fd, b"\1" if held else b"\0", 0)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 @dataclass(frozen=True)
 class Arm:
     """What the slot asks of the next op of kind ``f`` (once per worker and ``serial``): hold at request boundary
@@ -87,8 +112,21 @@ class AimSlot:
                 arms.append(Arm(serial, f, at, hold_us / 1e6))
         return tuple(arms)
 
+    def holding(self, pid: int) -> bool:
+        """Is the worker ``pid`` holding an aimed op now (its :class:`HoldMark`)? Asked once it is stopped."""
+        try:
+            with open(_holding_path(self.path, pid), "rb") as f:
+                return f.read(1) == b"\1"
+        except OSError:
+            return False
+
+    def forget_marks(self) -> None:
+        """Remove the workers' marks (the harness, at the run's end)."""
+        for mark in self.path.parent.glob(f"{self.path.name}.holding-*"):
+            mark.unlink(missing_ok=True)
+
     def close(self) -> None:
         self._map.close()
 
 
-__all__ = ["CAPACITY", "AimSlot", "Arm"]
+__all__ = ["CAPACITY", "AimSlot", "Arm", "HoldMark"]

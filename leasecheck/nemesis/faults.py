@@ -74,6 +74,8 @@ class PauseProcess:
     more: Landings | None = None
     #: every victim stopped: (process, pid, the op it was stopped inside, if any)
     victims: list[tuple[int, int, InFlight | None]] = field(default_factory=list)
+    #: is a stopped worker still holding the op it was aimed at (:meth:`Aiming.holding`); None: no aim to check
+    holding: Callable[[int], bool] | None = None
     #: what the pause waits for past its drawn end (:meth:`Aiming.outlast`: a queue task's job run again), and until
     #: when at most (time.monotonic()); None: its drawn duration
     awaits: Callable[[], bool] | None = None
@@ -89,7 +91,7 @@ class PauseProcess:
         if below is None:
             return
         self.stopped += [pid] + [child for child in below if _signal(child, signal.SIGSTOP)]
-        self.victims.append((process, pid, op))
+        self.victims.append((process, pid, _still_inside(op, pid, self.holding)))
         if stopped(pid):
             self.halted(process)
 
@@ -133,13 +135,15 @@ class KillProcess:
     #: further victims, stopped as they land, killed with the first (see :class:`PauseProcess`)
     more: Landings | None = None
     victims: list[tuple[int, int, InFlight | None]] = field(default_factory=list)
+    #: see :class:`PauseProcess`
+    holding: Callable[[int], bool] | None = None
 
     def start(self) -> dict[str, Any]:
         trees = []
 
         def catch(process: int, pid: int, op: InFlight | None) -> None:
             trees.append([pid, *(freeze(pid) or [])])  # stopped now, during its hold; killed with the others
-            self.victims.append((process, pid, op))
+            self.victims.append((process, pid, _still_inside(op, pid, self.holding)))
 
         catch(self.process, self.pid, self.inside)
         for landing in _taken(self.more):
@@ -183,6 +187,16 @@ class ServerFault:
 
     def undo_record(self) -> dict[str, Any] | None:
         return self.record if self.active else None
+
+
+def _still_inside(op: InFlight | None, pid: int, holding: Callable[[int], bool] | None) -> InFlight | None:
+    """The op a stopped victim is inside: the one it came with if it still holds it, else none (its hold ran out
+    before the stop landed: stopped, or killed, after that op, not inside it). An op held before its invoke (a job
+    queue's task) keeps no mark: its stop is taken as it is."""
+    if op is None or op.before or holding is None or holding(pid):
+        return op
+    log.info("the stop of worker %d landed after its hold of %s ran out: not inside it", pid, op)
+    return None
 
 
 def _taken(more: Landings | None) -> Iterator[Landing]:
@@ -298,7 +312,7 @@ def make_pause(ctx: FaultContext, rng: random.Random) -> PauseProcess | None:
             first, more = inside
             assert ctx.aiming is not None
             return PauseProcess(first.process, first.pid, halted=ctx.halted, resuming=ctx.resuming, inside=first.op,
-                                more=more, awaits=ctx.aiming.outlast(first.op),
+                                holding=ctx.aiming.holding, more=more, awaits=ctx.aiming.outlast(first.op),
                                 awaits_until=time.monotonic() + ctx.ttl_s(OUTLAST_TTLS))
         if _aim_again(ctx, "pause"):
             return None
@@ -316,7 +330,8 @@ def make_kill(ctx: FaultContext, rng: random.Random) -> KillProcess | None:
     inside = aimed(ctx, rng, "kill", lambda w: w.pid is not None and not stopped(w.pid))
     if inside is not None:
         first, more = inside
-        return KillProcess(first.process, first.pid, inside=first.op, more=more)
+        return KillProcess(first.process, first.pid, inside=first.op, more=more,
+                           holding=ctx.aiming.holding if ctx.aiming is not None else None)
     if _aim_again(ctx, "kill"):
         return None
     victim = ctx.pick_holder(rng, lambda w: w.pid is not None)

@@ -21,6 +21,10 @@ each inside an op of another kind. Arming every short kind at once, not the
 rarest three: a release or a read comes by a few times a ttl, and an aim that
 armed only the rarest waited its whole second for them while the claims and
 renews it also needed went by (a default gate: 14 of 31 aims came back empty). A worker holds one op per aim, so the victims are distinct workers.
+A stop that lands after the hold ran out (the harness gathers its victims one by
+one, and on a loaded machine a 50 ms hold can end first) claims no op: the worker
+marks its holds (:class:`~leasecheck.machine.aim_slot.HoldMark`), and the fault
+reads the mark once the worker is stopped.
 
 An op that ends before the drawn boundary (a refused claim makes fewer requests
 than a granted one) is held after its last reply instead, before its completion
@@ -144,6 +148,10 @@ class Aiming(Protocol):
     def outlast(self, op: InFlight) -> Callable[[], bool] | None:
         """What a pause that landed on ``op`` waits for past its drawn end: True while it still waits (a job queue's
         task held before its write: until its job's next execution has begun); None: its drawn duration, no more."""
+
+    def holding(self, pid: int) -> bool:
+        """Is the worker ``pid`` still holding the op it came with? Asked once it is stopped: on a loaded machine a hold
+        may run out before the stop lands, and the op it was aimed at is then over (:class:`~leasecheck.machine.aim_slot.HoldMark`)."""
 
     def aim(self, aims: Sequence[Aim], timeout_s: float, gather_s: float) -> Iterator[InFlight]:
         """Arm ``aims``; yield each op a worker holds for one of them, as it comes (each kind once, each worker once),

@@ -62,9 +62,11 @@ class Hold:
     """Count an armed op's requests and hold it at the armed boundary, or after its last reply when it ends short of
     it; ``note(k, last)`` is told each boundary first."""
 
-    def __init__(self, arm: Arm, note: Callable[[int, bool], None]) -> None:
+    def __init__(self, arm: Arm, note: Callable[[int, bool], None], mark: Callable[[bool], None] = lambda held: None) -> None:
         self.arm = arm
         self.note = note
+        #: set while the op is held (:class:`~leasecheck.machine.aim_slot.HoldMark`)
+        self.mark = mark
         self.requests = 0
         self.held = False
         self._before: Any = None
@@ -79,7 +81,7 @@ class Hold:
         if not self.held:  # it ended short of the armed boundary: held after its last reply
             self.held = True
             self.note(self.requests, True)
-            time.sleep(self.arm.hold_s)
+            self._hold()
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if (event == "c_return" and _is_c_request(arg)) or (event == "return" and _is_py_request(frame)):
@@ -87,4 +89,9 @@ class Hold:
             self.note(self.requests, False)
             if self.requests == self.arm.at:
                 self.held = True
-                time.sleep(self.arm.hold_s)  # the profile hook is not called again while it runs
+                self._hold()  # the profile hook is not called again while it runs
+
+    def _hold(self) -> None:
+        self.mark(True)
+        time.sleep(self.arm.hold_s)
+        self.mark(False)

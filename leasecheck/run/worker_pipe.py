@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from leasecheck.machine.aim_slot import AimSlot
+from leasecheck.machine.aim_slot import AimSlot, HoldMark
 from leasecheck.run.holds import Hold
 from leasecheck.run.pipe_words import Word
 from leasecheck.rundir.worker_logs import WorkerLog
@@ -63,6 +63,8 @@ class Hub:
         #: the (aim's serial, kind of op) this worker held an op for: once each (a worker is one victim of a fault at
         #: most; the harness takes it for the first kind it lands in and disarms each kind once it landed)
         self._aimed: set[tuple[int, str]] = set()
+        #: set while this worker holds an aimed op (made at its first hold)
+        self._mark: HoldMark | None = None
 
     def _release(self, line: bytes = b"", msg: tuple[Any, ...] | None = None) -> None:
         """Log ``line`` and send ``msg``, each after the held completion's: one write, one message."""
@@ -126,7 +128,10 @@ class Hub:
         serial = arm.serial
         self._aimed = {(s, k) for s, k in self._aimed if s == serial} | {(serial, f)}  # only this aim's are kept
         invoked = self._invoked
-        return Hold(arm, lambda k, last: self.conn.send((Word.BETWEEN, serial, f, k, invoked, last)))
+        if self._mark is None:  # made in this process, by its pid: the first time it holds an op
+            self._mark = HoldMark(self.aim.path) if self.aim is not None else None
+        return Hold(arm, lambda k, last: self.conn.send((Word.BETWEEN, serial, f, k, invoked, last)),
+                    self._mark or (lambda held: None))
 
     def complete(self, f: str, node: str, typ: str, value: dict[str, Any]) -> None:
         """Stamp the completion, after the store's reply; it is logged and sent with this worker's next message.

@@ -153,6 +153,9 @@ class Landed:
     def boundaries(self, f: str) -> int:
         return 1
 
+    def holding(self, pid: int) -> bool:
+        return True
+
     def outlast(self, op: InFlight) -> None:
         return None
 
