@@ -80,18 +80,21 @@ class Hold:
         sys.setprofile(self._before)
         if not self.held:  # it ended short of the armed boundary: held after its last reply
             self.held = True
+            self.mark(True)  # before the word that lets the harness stop it: a stop after the word finds the mark set
             self.note(self.requests, True)
             self._hold()
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if (event == "c_return" and _is_c_request(arg)) or (event == "return" and _is_py_request(frame)):
             self.requests += 1
+            if self.requests == self.arm.at:
+                self.mark(True)  # as above: set before the word
             self.note(self.requests, False)
             if self.requests == self.arm.at:
                 self.held = True
                 self._hold()  # the profile hook is not called again while it runs
 
     def _hold(self) -> None:
-        self.mark(True)
+        """Sleep the hold out, marked (set before the note that announced it), then clear the mark."""
         time.sleep(self.arm.hold_s)
         self.mark(False)
