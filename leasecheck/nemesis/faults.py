@@ -330,8 +330,8 @@ def make_kill(ctx: FaultContext, rng: random.Random) -> KillProcess | None:
     inside = aimed(ctx, rng, "kill", lambda w: w.pid is not None and not stopped(w.pid))
     if inside is not None:
         first, more = inside
-        return KillProcess(first.process, first.pid, inside=first.op, more=more,
-                           holding=ctx.aiming.holding if ctx.aiming is not None else None)
+        assert ctx.aiming is not None  # an aim came: there is an aiming
+        return KillProcess(first.process, first.pid, inside=first.op, more=more, holding=ctx.aiming.holding)
     if _aim_again(ctx, "kill"):
         return None
     victim = ctx.pick_holder(rng, lambda w: w.pid is not None)

@@ -87,10 +87,11 @@ class Hold:
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if (event == "c_return" and _is_c_request(arg)) or (event == "return" and _is_py_request(frame)):
             self.requests += 1
-            if self.requests == self.arm.at:
+            armed = self.requests == self.arm.at
+            if armed:
                 self.mark(True)  # as above: set before the word
             self.note(self.requests, False)
-            if self.requests == self.arm.at:
+            if armed:
                 self.held = True
                 self._hold()  # the profile hook is not called again while it runs
 
