@@ -14,12 +14,13 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from leasecheck.histories import read_history
 from leasecheck.run.options import RunOptions
-from leasecheck.run.runner import run
+from leasecheck.run.runner import RunResult, run
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path("/dev/fuse").exists(), reason="mounts a FUSE layer: root")
 
@@ -28,25 +29,44 @@ LOST = {"lost-effect", "lost-commit", "non-linearizable", "duplicate-epoch", "ep
         "stale-effect", "stale-commit", "stale-renew", "duplicate-commit", "fence-regression", "premature-expiry"}
 
 
-@pytest.mark.parametrize("profile, valid", [("durable", True), ("fast", False)])
-def test_redis_under_power_loss_keeps_what_it_acknowledged_only_when_it_fsyncs_first(
-        tmp_path: Path, profile: str, valid: bool) -> None:
-    result = run(RunOptions(target="redis", nemesis=("power-loss",), store_config=profile, seed=1, time_limit=15.0,
-                            evidence_wait_s=30.0, store=str(tmp_path / "store")))
+#: the seeds a ``fast`` run may take until it is caught. Whether a cut drops an acknowledged write that a later op
+#: reads is a race with Redis' fsync each second: a loaded machine that writes little in the second before a cut can
+#: lose nothing anyone asks for again (CI at 8e0e19f: two cuts, 337 ops, valid). A ``durable`` run never gets a second seed.
+FAST_SEEDS = (1, 2, 3)
+
+
+def _power_run(tmp_path: Path, profile: str, seed: int) -> tuple[RunResult, list[Any]]:
+    result = run(RunOptions(target="redis", nemesis=("power-loss",), store_config=profile, seed=seed, time_limit=15.0,
+                            evidence_wait_s=30.0, store=str(tmp_path / f"store-{seed}")))
     header, ops, reader = read_history(result.run_dir / "history.jsonl")
     assert header.meta["durability"]["profile"] == profile
-    assert ("appendfsync always" if valid else "appendfsync everysec") in header.meta["durability"]["settings"]
-    losses = [e for e in reader.nemesis if isinstance(e.value, dict) and e.value.get("fault") == "power-loss"
+    assert ("appendfsync always" if profile == "durable" else "appendfsync everysec") in header.meta["durability"]["settings"]
+    losses = [e.value for e in reader.nemesis if isinstance(e.value, dict) and e.value.get("fault") == "power-loss"
               and "dropped" in e.value]
     assert losses, "no power loss ran"
-    assert result.verdict.valid is valid, (result.reason, result.run_dir)
-    if not valid:
-        kinds = {a.kind for a in result.verdict.anomalies}
-        assert kinds and kinds <= LOST, kinds
-        indices = {op.index for op in ops}
-        assert all(a.ops and set(a.ops) <= indices for a in result.verdict.anomalies)
-        assert any(f.get("fault") == "power-loss" for a in result.verdict.anomalies for f in (a.faults or ()))
     assert not [line for line in Path("/proc/mounts").read_text().splitlines() if str(result.run_dir) in line]
+    return result, ops
+
+
+def test_redis_that_fsyncs_before_it_answers_keeps_what_it_acknowledged_under_power_loss(tmp_path: Path) -> None:
+    result, _ = _power_run(tmp_path, "durable", 1)
+    assert result.verdict.valid is True, (result.reason, result.run_dir)
+
+
+def test_redis_that_answers_before_it_fsyncs_is_caught_losing_what_it_acknowledged(tmp_path: Path) -> None:
+    tried = []
+    for seed in FAST_SEEDS:
+        result, ops = _power_run(tmp_path, "fast", seed)
+        tried.append((seed, result.verdict.valid, result.run_dir))
+        if result.verdict.valid is False:
+            break
+    else:
+        raise AssertionError(f"appendfsync everysec never caught under power loss: {tried}")
+    kinds = {a.kind for a in result.verdict.anomalies}
+    assert kinds and kinds <= LOST, kinds
+    indices = {op.index for op in ops}
+    assert all(a.ops and set(a.ops) <= indices for a in result.verdict.anomalies)
+    assert any(f.get("fault") == "power-loss" for a in result.verdict.anomalies for f in (a.faults or ()))
 
 
 @pytest.mark.parametrize("args, said", [
