@@ -1,7 +1,8 @@
 """The etcd-cluster and zookeeper-ensemble kinds: start, leader, isolation of the leader, failover, adapters.
 
 Real servers in real namespaces (root only). What each test holds: the cluster
-starts within the 10 s budget with exactly one leader; cutting the leader off
+starts with exactly one leader (how long it takes is
+``bench/bench_clusters.py``'s figure, not a test's); cutting the leader off
 from the others makes *them* elect a leader among themselves while the cut-off
 member cannot commit (etcd: a put through its client URL times out and never
 shows on the majority side; ZooKeeper: the server stops serving); a heal brings
@@ -13,7 +14,6 @@ go on doing so after a failover.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from pathlib import Path
 
@@ -28,17 +28,9 @@ from leasecheck.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cluster members run in network namespaces: root only")
 
-#: the start-up budget of every cluster kind (issue 23)
-START_BUDGET_S = 10.0
-
-
-def started(cluster: EtcdCluster | ZooKeeperEnsemble) -> float:
-    """Start ``cluster``; the seconds it took, which must be within the budget."""
-    begun = time.monotonic()
+def started(cluster: EtcdCluster | ZooKeeperEnsemble) -> None:
+    """Start ``cluster`` (its start-up time is measured by ``bench/bench_clusters.py``, beside one server's)."""
     cluster.start()
-    seconds = time.monotonic() - begun
-    assert seconds <= START_BUDGET_S, f"{cluster.kind} took {seconds:.2f} s to start"
-    return seconds
 
 
 def assert_stopped(cluster: EtcdCluster | ZooKeeperEnsemble) -> None:

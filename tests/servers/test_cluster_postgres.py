@@ -1,7 +1,7 @@
 """The postgres-standby kinds: start, a partition between the members, failover and its heal, the reference lease.
 
 Real servers in real namespaces (root only). What each test holds: each kind
-starts within the 10 s budget with m1 primary and m2 streaming from it
+starts with m1 primary and m2 streaming from it (its start-up time: ``bench/bench_clusters.py``)
 (``sync_state = 'sync'`` on the sync kind); a killed primary comes back as the
 primary; cutting m1 from m2 really stops replication (a row written on m1 does
 not reach m2 while cut, and does after the heal) and, on the sync kind, holds a
@@ -34,25 +34,20 @@ from leasecheck.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cluster members run in network namespaces: root only")
 
-#: the start-up budget of every cluster kind (issue 23)
-START_BUDGET_S = 10.0
 KINDS = [PostgresStandbyCluster, PostgresSyncStandbyCluster]
 MakeCluster = Callable[..., PostgresStandbyCluster]
 
 
 @pytest.fixture
 def make_cluster() -> Iterator[MakeCluster]:
-    """Start a cluster (timed against the budget); stop it at the end, and check that nothing of it is left."""
+    """Start a cluster; stop it at the end, and check that nothing of it is left."""
     made: list[PostgresStandbyCluster] = []
 
     def make(cls: type[PostgresStandbyCluster], skewable: bool = False) -> PostgresStandbyCluster:
         # under /tmp, not pytest's folder: the postgres user the members run as cannot enter that
         cluster = cls(Path(tempfile.mkdtemp(prefix="leasecheck-test-pgs-")), ttl_ms=1000, skewable=skewable)
         made.append(cluster)
-        begun = time.monotonic()
         cluster.start()
-        seconds = time.monotonic() - begun
-        assert seconds <= START_BUDGET_S, f"{cluster.kind} took {seconds:.2f} s to start"
         return cluster
 
     yield make
