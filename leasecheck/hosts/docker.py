@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from leasecheck.errors import EnvironmentFailure
 from leasecheck.hosts.protocol import TIMEOUT_S, HostFileError, HostUnreachable, Ran
+from leasecheck.waiting import poll
 
 T = TypeVar("T")
 #: runs a command with its stdin from a file put there first (argv: sh -c SCRIPT sh FILE COMMAND...)
@@ -79,8 +80,8 @@ class DockerHost:
             command = ["sh", "-c", _STDIN_SCRIPT, "sh", stdin, *argv]
 
         def exec_run(container: Any) -> Ran:
-            code, (out, err) = container.exec_run(command, demux=True)
-            return Ran(tuple(argv), _returncode(code), out or b"", err or b"")
+            code, out, err = _exec(container, command)
+            return Ran(tuple(argv), _returncode(code), out, err)
 
         return self._call(" ".join(argv), exec_run, timeout)
 
@@ -139,6 +140,45 @@ class DockerHost:
         if self.client is not None:
             self.client.close()
             self.client = None
+
+
+def _exec(container: Any, command: list[str]) -> tuple[int | None, bytes, bytes]:
+    """Run ``command`` in ``container``: its exit code, stdout and stderr.
+
+    Not the SDK's ``exec_run``, which loses what a quick command printed now and then
+    (docker/docker-py#2042, #3332): it reads the attached stream from the socket under the HTTP
+    response, and the frames that came in one read with the response's headers sit in that
+    response's buffer, never read. Here the frames are read through the buffer, then the exit
+    code asked of the engine once the exec has ended (a read to the stream's end can come
+    before the engine records the code).
+    """
+    api = container.client.api
+    exec_id = api.exec_create(container.id, command, stdout=True, stderr=True)["Id"]
+    sock = api.exec_start(exec_id, socket=True)
+    try:
+        response = getattr(sock, "_response", None)  # kept on the socket by the SDK, with the buffer
+        reader = response.raw._fp.fp if response is not None else sock
+        out, err = _demux(reader)
+    finally:
+        sock.close()
+
+    def ended() -> dict[str, Any] | None:
+        state: dict[str, Any] = api.exec_inspect(exec_id)
+        return None if state.get("Running") else state
+
+    return (poll(ended, TIMEOUT_S) or {}).get("ExitCode"), out, err
+
+
+def _demux(reader: Any) -> tuple[bytes, bytes]:
+    """The engine's multiplexed stream to its end: frames of an 8-byte header (stream, 3 zeros, size) and a payload."""
+    streams = {1: bytearray(), 2: bytearray()}
+    while len(header := reader.read(8)) == 8:
+        size = int.from_bytes(header[4:8], "big")
+        payload = reader.read(size) if size else b""
+        streams.get(header[0], streams[1]).extend(payload)
+        if len(payload) < size:
+            break
+    return bytes(streams[1]), bytes(streams[2])
 
 
 def _returncode(code: int | None) -> int:
