@@ -213,7 +213,7 @@ def test_a_partitioned_worker_does_not_affect_another(client: Client, network: N
     # sent on an open connection into a hang: unknown; a cut connection may be noticed before sending
     assert isinstance(result, Indeterminate if mode == "hang" else (Unavailable, Indeterminate)), result
     seconds, result = elapsed(lambda: bystander.renew(bystander_lease))
-    assert result is None and seconds < 0.5
+    assert result is None and seconds < TIMEOUT_S  # a hang would have held it for the client's whole timeout
     assert_serves(bystander, bystander_lease)
     fault.heal()
     assert_serves(victim, victim_lease)
@@ -232,7 +232,7 @@ def test_latency_delays_every_round_trip(client: Client, network: Network) -> No
     assert seconds >= 0.95 * 2 * 0.150  # the request and the reply each wait 150 ms
     assert fault.heal() == {"victims": ["w1"], "latency_ms": 150, "jitter_ms": 0, "fault": "latency"}
     seconds, result = elapsed(lambda: backend.renew(lease))
-    assert result is None and seconds < 0.150
+    assert result is None and seconds < 0.95 * 2 * 0.150  # what the latency alone took above
 
 
 def test_bandwidth_limits_throughput(client: Client, network: Network) -> None:
