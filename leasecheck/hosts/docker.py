@@ -155,11 +155,12 @@ def _exec(container: Any, command: list[str]) -> tuple[int | None, bytes, bytes]
     api = container.client.api
     exec_id = api.exec_create(container.id, command, stdout=True, stderr=True)["Id"]
     sock = api.exec_start(exec_id, socket=True)
+    response = getattr(sock, "_response", None)  # kept on the socket by the SDK, with the buffer
     try:
-        response = getattr(sock, "_response", None)  # kept on the socket by the SDK, with the buffer
-        reader = response.raw._fp.fp if response is not None else sock
-        out, err = _demux(reader)
+        out, err = _demux(response.raw._fp.fp if response is not None else io.BufferedReader(sock))
     finally:
+        if response is not None:
+            response.close()  # first: its close flushes the reader over the socket, an error once that is closed
         sock.close()
 
     def ended() -> dict[str, Any] | None:
