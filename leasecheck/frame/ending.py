@@ -116,7 +116,7 @@ def draw_report(run_dir: Path, replay_flags: Sequence[ReplayFlag] = ()) -> None:
     except Exception as e:
         log.warning("the run report could not be written: %s: %s", type(e).__name__, e, exc_info=e)
         line = " ".join(f"{type(e).__name__}: {e}".split())
-        print(f"warning: the run report could not be written ({line}); see {run_dir / 'leasecheck.log'}", file=sys.stderr)
+        print(f"warning: the run report could not be written ({line}); see {RunFolder(run_dir).log}", file=sys.stderr)
 
 
 __all__ = ["RunResult", "draw_report", "interrupted_reason", "last_word", "record_anomalies",

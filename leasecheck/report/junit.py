@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from leasecheck.checker.attribution import attribution_of
+from leasecheck.rundir.runfolder import RunFolder
 from leasecheck.verdict.outcomes import Row
 
 #: anomalies listed in a failure's text; the rest are counted (results.json has them all)
@@ -67,7 +68,7 @@ def anomaly_lines(row: Row) -> list[str]:
     ]
     more = max(row.counted, len(row.anomalies)) - len(lines)
     if more > 0:
-        where = f" ({row.run_dir / 'results.json'} lists them)" if row.run_dir is not None else ""
+        where = f" ({RunFolder(row.run_dir).results} lists them)" if row.run_dir is not None else ""
         lines.append(f"... and {more:,} more anomalies{where}")
     return lines
 

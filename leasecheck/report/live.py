@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from leasecheck.rundir.runfolder import RunFolder
+
 #: the longest anomaly line, in characters (a node name of up to ~50 characters fits)
 LINE_MAX = 120
 #: the nodes of one kind that get a line of their own; the next ones are counted only
@@ -68,7 +70,7 @@ class LiveAnomalies:
     def proofs(self) -> int:
         return sum(self.counts.values())
 
-    def summary(self, where: str = "anomalies.jsonl") -> str | None:
+    def summary(self, where: str = RunFolder.ANOMALIES) -> str | None:
         """One line counting every proof, or None when each had a line of its own::
 
             anomalies while running: 48 proofs of 3 (kind, node) pairs (stale-effect 45, lost-commit 3) in 4 lines; all in anomalies.jsonl

@@ -124,7 +124,7 @@ def write_report(run_dir: Path, in_child: bool = False) -> None:
             subprocess.run(report_child(run_dir), stdin=subprocess.DEVNULL, timeout=3600, check=True)
         except (OSError, subprocess.SubprocessError) as e:
             log.warning("the run report could not be drawn: %s", e)
-            print(f"warning: the run report could not be drawn ({e}); see {run_dir / 'leasecheck.log'}", file=sys.stderr)
+            print(f"warning: the run report could not be drawn ({e}); see {RunFolder(run_dir).log}", file=sys.stderr)
         return
     from leasecheck.run.flags import replay_flags
 

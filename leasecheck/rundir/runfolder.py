@@ -3,7 +3,8 @@
 Why one owner: the folder is the product's record and CI's interface (``leasecheck check``, the report, the
 summary, the matrix and the pytest plugin all read it), and its names were spelled in twenty modules, some as
 constants of their own (two modules each declared ``anomalies.jsonl``). Every module that reads or writes a run
-folder names its files through :class:`RunFolder`; a file added to the folder is added here. Modelled on etcd's
+folder names its files through :class:`RunFolder` (held by tests/local/test_architecture.py, which reads every
+module's literals); a file added to the folder is added here. Modelled on etcd's
 robustness report (``report.go``: each file's name kept with its writer and reader).
 """
 

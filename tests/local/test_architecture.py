@@ -9,6 +9,7 @@ is still a circle.
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -92,3 +93,31 @@ def test_the_core_folders_are_links_into_the_package() -> None:
         assert link.is_symlink(), f"{name} is not a link"
         assert Path(link.readlink()) == Path("leasecheck") / name, link.readlink()
         assert (PACKAGE / name / "__init__.py").is_file()
+
+
+def _spelled(path: Path, names: set[str]) -> list[str]:
+    """The string literals of ``path`` that name one of ``names`` (alone or at a path's end), docstrings left out."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and node.value.rsplit("/", 1)[-1] in names]
+
+
+#: literals that share a run-folder file's name but are not that file, each with what it names instead
+NOT_THE_RUN_FOLDER = {("leasecheck/report/html.py", "report.html"): "the page's template among the package's assets"}
+
+
+def test_no_module_but_the_run_folders_owner_spells_a_file_of_it() -> None:
+    """Issue 38: the run folder's file names are declared once (``RunFolder``) and every reader and writer names them
+    through it; a literal elsewhere is a second owner, which is how two modules each came to declare anomalies.jsonl."""
+    from leasecheck.rundir.runfolder import RunFolder
+
+    names = {value for key, value in vars(RunFolder).items() if key.isupper() and isinstance(value, str)}
+    assert {"history.jsonl", "results.json", "anomalies.jsonl", "report.html", "faults.json", "test.json"} <= names
+    owner = PACKAGE / "rundir" / "runfolder.py"
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) if path != owner for hit in _spelled(path, names)
+             if (hit.split(":", 1)[0], hit.rsplit(" ", 1)[-1].strip("'")) not in NOT_THE_RUN_FOLDER]
+    assert not found, "run-folder file names spelled outside leasecheck/rundir/runfolder.py:\n" + "\n".join(found)
