@@ -120,11 +120,13 @@ def main() -> None:
     """``python -m leasecheck.servers.temporal``: build the pinned CLI into the cache; print its path."""
     import sys
 
+    from leasecheck.exits import Exit
+
     try:
         print(install_temporal())
     except EnvironmentFailure as e:
         print(e, file=sys.stderr)
-        raise SystemExit(4) from None
+        raise SystemExit(Exit.ENVIRONMENT) from None
 
 
 if __name__ == "__main__":

@@ -121,3 +121,21 @@ def test_no_module_but_the_run_folders_owner_spells_a_file_of_it() -> None:
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) if path != owner for hit in _spelled(path, names)
              if (hit.split(":", 1)[0], hit.rsplit(" ", 1)[-1].strip("'")) not in NOT_THE_RUN_FOLDER]
     assert not found, "run-folder file names spelled outside leasecheck/rundir/runfolder.py:\n" + "\n".join(found)
+
+
+def test_no_module_but_the_exit_codes_owner_exits_with_a_number() -> None:
+    """Issue 38: an exit code is docs/contracts/exit-codes.md's, named once (``leasecheck.exits.Exit``); a command that
+    exits with a bare 1 or 4 is a second mapping, free to drift from the contract. (A child process's own ``os._exit``
+    code is a word between it and its parent, not a command's exit code.)"""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "exits.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+                continue
+            called = ast.unparse(node.func)
+            if called in ("sys.exit", "SystemExit", "exit", "ctx.exit") and isinstance(node.args[0].value, int) \
+                    and node.args[0].value != 0:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "exit codes spelled as numbers outside leasecheck/exits.py:\n" + "\n".join(found)
