@@ -58,9 +58,7 @@ def _timed_cluster(kind: ClusterKind, folder: Path) -> tuple[float, float]:
         begun = time.monotonic()
         cluster.stop()
         down = time.monotonic() - begun
-        cleanup = getattr(cluster, "cleanup", None)
-        if cleanup is not None:
-            cleanup()
+        cluster.cleanup()
     return up, down
 
 

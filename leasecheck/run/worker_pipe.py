@@ -122,16 +122,17 @@ class Hub:
         """What the op of kind ``f`` just invoked runs under: a :class:`Hold` if the nemesis armed its kind (once per aim
         and kind: with every short kind armed at once, one hold per aim spent each worker's on the first renew that came,
         a kind landed already, and no claim was ever held), else nothing."""
-        arm = next((a for a in self.aim.armed() if a.f == f), None) if self.aim is not None else None
+        if self.aim is None:
+            return nullcontext()
+        arm = next((a for a in self.aim.armed() if a.f == f), None)
         if arm is None or (arm.serial, f) in self._aimed:
             return nullcontext()
         serial = arm.serial
         self._aimed = {(s, k) for s, k in self._aimed if s == serial} | {(serial, f)}  # only this aim's are kept
         invoked = self._invoked
         if self._mark is None:  # made in this process, by its pid: the first time it holds an op
-            self._mark = HoldMark(self.aim.path) if self.aim is not None else None
-        return Hold(arm, lambda k, last: self.conn.send((Word.BETWEEN, serial, f, k, invoked, last)),
-                    self._mark or (lambda held: None))
+            self._mark = HoldMark(self.aim.path)
+        return Hold(arm, lambda k, last: self.conn.send((Word.BETWEEN, serial, f, k, invoked, last)), self._mark)
 
     def complete(self, f: str, node: str, typ: str, value: dict[str, Any]) -> None:
         """Stamp the completion, after the store's reply; it is logged and sent with this worker's next message.

@@ -10,9 +10,11 @@ is still a circle.
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import grimp
@@ -95,15 +97,20 @@ def test_the_core_folders_are_links_into_the_package() -> None:
         assert (PACKAGE / name / "__init__.py").is_file()
 
 
-def _spelled(path: Path, names: set[str]) -> list[str]:
-    """The string literals of ``path`` that name one of ``names`` (alone or at a path's end), docstrings left out."""
-    tree = ast.parse(path.read_text(), str(path))
+@functools.cache
+def _product_trees() -> tuple[tuple[str, ast.Module], ...]:
+    """Every product module, parsed once for the tests that read its code: (its path from the repository, its tree)."""
+    return tuple((str(path.relative_to(REPO)), ast.parse(path.read_text(), str(path)))
+                 for path in sorted(PACKAGE.rglob("*.py")))
+
+
+def _literals(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """The string literals of ``tree`` with their line, docstrings left out."""
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
                   and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-    return [f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-            and node.value.rsplit("/", 1)[-1] in names]
+    return ((node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings)
 
 
 #: literals that share a run-folder file's name but are not that file, each with what it names instead
@@ -117,9 +124,9 @@ def test_no_module_but_the_run_folders_owner_spells_a_file_of_it() -> None:
 
     names = {value for key, value in vars(RunFolder).items() if key.isupper() and isinstance(value, str)}
     assert {"history.jsonl", "results.json", "anomalies.jsonl", "report.html", "faults.json", "test.json"} <= names
-    owner = PACKAGE / "rundir" / "runfolder.py"
-    found = [hit for path in sorted(PACKAGE.rglob("*.py")) if path != owner for hit in _spelled(path, names)
-             if (hit.split(":", 1)[0], hit.rsplit(" ", 1)[-1].strip("'")) not in NOT_THE_RUN_FOLDER]
+    found = [f"{path}:{line}: {value!r}" for path, tree in _product_trees()
+             if path != "leasecheck/rundir/runfolder.py" for line, value in _literals(tree)
+             if (name := value.rsplit("/", 1)[-1]) in names and (path, name) not in NOT_THE_RUN_FOLDER]
     assert not found, "run-folder file names spelled outside leasecheck/rundir/runfolder.py:\n" + "\n".join(found)
 
 
@@ -127,15 +134,9 @@ def test_no_module_but_the_exit_codes_owner_exits_with_a_number() -> None:
     """Issue 38: an exit code is docs/contracts/exit-codes.md's, named once (``leasecheck.exits.Exit``); a command that
     exits with a bare 1 or 4 is a second mapping, free to drift from the contract. (A child process's own ``os._exit``
     code is a word between it and its parent, not a command's exit code.)"""
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path == PACKAGE / "exits.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
-                continue
-            called = ast.unparse(node.func)
-            if called in ("sys.exit", "SystemExit", "exit", "ctx.exit") and isinstance(node.args[0].value, int) \
-                    and node.args[0].value != 0:
-                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    found = [f"{path}:{node.lineno}: {ast.unparse(node)}" for path, tree in _product_trees()
+             if path != "leasecheck/exits.py" for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.exit", "SystemExit", "exit", "ctx.exit")
+             and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int)
+             and node.args[0].value != 0]
     assert not found, "exit codes spelled as numbers outside leasecheck/exits.py:\n" + "\n".join(found)
